@@ -1,0 +1,1 @@
+"""The node: tasks and verifiers, the round loop, config, CLI, metrics, reports."""

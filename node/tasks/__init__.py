@@ -1,0 +1,1 @@
+"""Task sources. Every task is addressed by a TaskRef from which question and answer are rebuilt."""

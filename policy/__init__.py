@@ -1,0 +1,2 @@
+"""Everything that touches the model: loading, generation, log-probs, advantages, losses, updates,
+checkpoints. Imports neither `node` nor `protocol`."""

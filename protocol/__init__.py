@@ -1,0 +1,1 @@
+"""The SAPO wire protocol (torch-free): identity, signed envelopes, validation, transports."""

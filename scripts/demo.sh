@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The main job on embedded defaults: train the tiny preset locally, then plot the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+run_dir=${RUN_DIR:-runs/demo}
+.venv/bin/swarm-node train --preset tiny --run-dir "$run_dir" "$@"
+.venv/bin/swarm-node report "$run_dir"
