@@ -1,0 +1,73 @@
+"""Group advantages and DAPO's data-level filters (notation: /work/shared/ALGORITHMS.md).
+
+All functions are pure: tensors in, tensors (or a bool) out, nothing is modified in place.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+AdvantageKind = Literal["mean_std", "mean", "median"]
+STD_EPS = 1e-4  # A_i = (R_i - mean) / (std + 1e-4)
+
+
+def group_advantages(rewards: Tensor, kind: AdvantageKind = "mean_std") -> tuple[Tensor, Tensor]:
+    """Advantages of the G completions of one prompt, plus which of them enter backprop.
+
+    - "mean_std" (grpo, dapo, ...): A_i = (R_i - mean_G R) / (std_G R + 1e-4), std with ddof=1.
+    - "mean" (dr_grpo):             A_i = R_i - mean_G R   (no std scaling).
+    - "median" (mc):                A_i = R_i - median_G R; G = N+1 samples, and exactly one pivot
+                                    (a sample whose reward IS the median) gets keep=False. Its
+                                    advantage is 0 anyway; excluding it makes the baseline
+                                    independent of every sample that is trained on.
+    A group whose rewards are all equal (and G = 1) gets A = 0 exactly: no NaN, no rounding residue.
+    Returns (advantages [G] float, keep [G] bool); keep is all True except the mc pivot.
+    """
+    R = torch.as_tensor(rewards)  # [G]
+    R = R if R.is_floating_point() else R.float()  # [G]
+    if R.dim() != 1 or R.numel() == 0:
+        raise ValueError(f"rewards must be a non-empty 1-D tensor, got shape {tuple(R.shape)}")
+    keep = torch.ones_like(R, dtype=torch.bool)  # [G]
+    all_equal = bool((R == R[0]).all())
+
+    if kind == "median":
+        med = R.median()  # [] lower median; always one of the rewards, so a pivot exists
+        pivot = int((R == med).nonzero()[0])  # first sample whose reward equals the median
+        keep[pivot] = False
+        A = torch.zeros_like(R) if all_equal else R - med  # [G]
+        return A, keep
+    if kind not in ("mean_std", "mean"):
+        raise ValueError(f"unknown advantage kind {kind!r}; valid: 'mean_std', 'mean', 'median'")
+    if all_equal:  # covers G = 1, where the ddof=1 std is undefined
+        return torch.zeros_like(R), keep
+    A = R - R.mean()  # [G]
+    if kind == "mean_std":
+        A = A / (R.std(unbiased=True) + STD_EPS)  # [G]
+    return A, keep
+
+
+def overlong_penalty(lengths: Tensor | list[int], max_len: int, cache_len: int) -> Tensor:
+    """DAPO soft overlong punishment, added to the reward:
+
+        0                                  if L <= max_len - cache_len
+        (max_len - cache_len - L) / cache  if max_len - cache_len < L <= max_len   (0 -> -1)
+        -1                                 if L > max_len
+    cache_len = 0 degenerates to a hard step (0 up to max_len, -1 beyond).
+    """
+    if cache_len < 0 or cache_len > max_len:
+        raise ValueError(f"need 0 <= cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")
+    L = torch.as_tensor(lengths, dtype=torch.float32)  # [N]
+    if cache_len == 0:
+        return torch.where(L > max_len, -1.0, 0.0)  # [N]
+    return ((max_len - cache_len - L) / cache_len).clamp(-1.0, 0.0)  # [N]
+
+
+def dynamic_sampling_keep(rewards: Tensor, correct_threshold: float = 1.0) -> bool:
+    """DAPO dynamic sampling: keep a group only if 0 < #correct < G, i.e. it has reward variance
+    between right and wrong (all-right and all-wrong groups give A = 0 and waste a slot).
+    A completion counts as correct when its reward >= correct_threshold."""
+    R = torch.as_tensor(rewards)  # [G]
+    n_correct = int((R >= correct_threshold).sum())
+    return 0 < n_correct < R.numel()
