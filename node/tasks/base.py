@@ -1,0 +1,200 @@
+"""Task addressing, the TaskSource interface, and the stable hashing every source builds on.
+
+A TaskRef is what crosses the network: a receiver rebuilds question and ground truth from it with
+its own source and never trusts the sender's copy. So everything here is a pure function of its
+inputs: stable hashes (sha256, never Python's salted hash()), no shared RNG state.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import random
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+SOURCE_KINDS = ("reasoning_gym", "synthetic")
+
+_DIGEST_RE = re.compile(r"^[0-9a-f]{16}$")
+_DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class UnknownTaskError(ValueError):
+    """A TaskRef this source cannot rebuild (wrong source, dataset not configured, digest mismatch)."""
+
+
+class UnknownDatasetError(ValueError):
+    """A dataset name that does not exist in a source's registry."""
+
+
+# --- stable hashing -------------------------------------------------------------------------------
+
+
+def _json_fallback(value: Any) -> Any:
+    # Only types with a stable text form: a repr() fallback could embed memory addresses.
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date subclass
+        return value.isoformat()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=canonical_json)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"cannot canonicalize {type(value).__name__} for a config digest")
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and compact separators: the same value always gives the same text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_fallback)
+
+
+def config_digest(config: Mapping[str, Any]) -> str:
+    """First 16 hex digits of sha256 over the canonical JSON of a dataset config."""
+    return hashlib.sha256(canonical_json(dict(config)).encode()).hexdigest()[:16]
+
+
+def stable_rng(*parts: Any) -> random.Random:
+    """A fresh random.Random seeded from a sha256 of `parts`: identical on every machine and run."""
+    digest = hashlib.sha256(canonical_json(list(parts)).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+# --- task addressing ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """Names one task: rebuildable by anyone whose source has the same dataset and config."""
+
+    source: str  # "reasoning_gym" | "synthetic"
+    dataset: str
+    config_digest: str  # config_digest() of the dataset config the task was generated with
+    seed: int
+    index: int
+
+    def __post_init__(self) -> None:
+        # Refs arrive from untrusted peers: reject malformed ones here, once, with a clear reason.
+        for name in ("source", "dataset", "config_digest"):
+            if type(getattr(self, name)) is not str:
+                raise ValueError(f"TaskRef.{name} must be a str, got {getattr(self, name)!r}")
+        for name in ("seed", "index"):
+            if type(getattr(self, name)) is not int:  # bool is an int subclass: refuse it too
+                raise ValueError(f"TaskRef.{name} must be an int, got {getattr(self, name)!r}")
+        if not _DATASET_NAME_RE.match(self.source) or not _DATASET_NAME_RE.match(self.dataset):
+            raise ValueError(f"TaskRef source/dataset must match {_DATASET_NAME_RE.pattern}")
+        if not _DIGEST_RE.match(self.config_digest):
+            raise ValueError(f"TaskRef.config_digest must be 16 lowercase hex digits, got {self.config_digest!r}")
+        if self.index < 0:
+            raise ValueError(f"TaskRef.index must be >= 0, got {self.index}")
+        if not -(2**63) <= self.seed < 2**63:
+            raise ValueError(f"TaskRef.seed must fit in 64 bits, got {self.seed}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskRef:
+        expected = {f.name for f in dataclasses.fields(cls)}
+        if set(data) != expected:
+            raise ValueError(f"TaskRef needs exactly the keys {sorted(expected)}, got {sorted(data)}")
+        return cls(**data)
+
+    @property
+    def key(self) -> str:
+        """Compact unique string, e.g. 'synthetic/add/3f2a.../7/123' (for logs, dedup, dict keys)."""
+        return f"{self.source}/{self.dataset}/{self.config_digest}/{self.seed}/{self.index}"
+
+
+@dataclass(frozen=True)
+class Task:
+    """A question with its ground truth. `answer` is None for reasoning-gym tasks that have no single
+    correct answer (their scorer checks a solution instead); `metadata` is whatever the generator
+    needs for scoring, kept as generated (JSON-serializable, but scoring uses the original types)."""
+
+    ref: TaskRef
+    question: str
+    answer: str | None
+    metadata: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def reference_answer(self) -> str | None:
+        """An answer that scores 1.0: the stored answer, else reasoning-gym's `example_answer`."""
+        if self.answer is not None:
+            return self.answer
+        example = self.metadata.get("example_answer")
+        return example if isinstance(example, str) else None
+
+
+class TaskSource(ABC):
+    """Draws tasks for rounds, rebuilds tasks from refs, and scores answers.
+
+    `batch(r, n)` depends only on the source's configuration, seed, r and n (slot k of a batch does
+    not even depend on n), never on call history: a resumed run draws exactly what an uninterrupted
+    one would have drawn for round r."""
+
+    name: str  # one of SOURCE_KINDS; also TaskRef.source of every task this source makes
+    # True when score() is cheap and bounded for any text, so callers need no wall-clock cap.
+    score_is_bounded: bool = False
+
+    @abstractmethod
+    def batch(self, round_index: int, n: int) -> list[Task]: ...
+
+    @abstractmethod
+    def rebuild(self, ref: TaskRef) -> Task:
+        """The exact task `ref` names; UnknownTaskError if this source cannot build it."""
+
+    @abstractmethod
+    def score(self, task: Task, completion_text: str) -> float:
+        """Correctness of `completion_text`, taken as the final answer, in [0, 1]. Never raises on
+        any text; a task from another source is a caller error (UnknownTaskError)."""
+
+    def _check_ref_source(self, ref: TaskRef) -> None:
+        if ref.source != self.name:
+            raise UnknownTaskError(
+                f"task {ref.key} comes from source {ref.source!r}; this source builds {self.name!r} tasks"
+            )
+
+
+# --- weighted mixtures ----------------------------------------------------------------------------
+
+
+def check_seed(seed: int) -> int:
+    if type(seed) is not int or not -(2**63) <= seed < 2**63:
+        raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
+    return seed
+
+
+def check_batch_args(round_index: int, n: int) -> None:
+    if type(round_index) is not int or round_index < 0:
+        raise ValueError(f"round_index must be an int >= 0, got {round_index!r}")
+    if type(n) is not int or n < 0:
+        raise ValueError(f"n must be an int >= 0, got {n!r}")
+
+
+class WeightedChoice:
+    """Picks a dataset name from a uniform draw in [0, 1). Names are sorted so that two nodes with
+    the same mixture written in a different order draw the same tasks. Weight 0 is allowed: the
+    dataset is never drawn locally but peers' tasks from it can still be rebuilt."""
+
+    def __init__(self, weights: Mapping[str, float]):
+        for name, weight in weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise ValueError(f"weight of {name!r} must be a number, got {weight!r}")
+            if not math.isfinite(weight) or weight < 0:
+                raise ValueError(f"weight of {name!r} must be finite and >= 0, got {weight!r}")
+        self.names = sorted(name for name, weight in weights.items() if weight > 0)
+        if not self.names:
+            raise ValueError(f"at least one dataset needs a weight > 0, got {dict(weights)}")
+        total = float(sum(weights[name] for name in self.names))
+        running, self._cumulative = 0.0, []
+        for name in self.names:
+            running += weights[name] / total
+            self._cumulative.append(running)
+
+    def pick(self, u: float) -> str:
+        for name, upper in zip(self.names, self._cumulative):
+            if u < upper:
+                return name
+        return self.names[-1]  # u at the top end of float rounding

@@ -1,0 +1,229 @@
+"""Tasks from reasoning-gym: a weighted mixture of its procedural datasets, each optionally configured.
+
+reasoning-gym datasets are index-addressable and deterministic per (config, seed, index), so a
+TaskRef (dataset, config digest, seed, index) is enough for any peer with the same mixture to
+rebuild question and ground truth. The digest covers the full config object reasoning-gym actually
+uses (our overrides, the seed and size we pass, and the library's own defaults), so peers whose
+config or library version differ refuse each other's refs instead of scoring against different
+ground truth.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import json
+import logging
+import math
+import sys
+from typing import Any, Mapping
+
+import reasoning_gym
+from reasoning_gym.factory import DATASETS
+
+from .base import (
+    Task,
+    TaskRef,
+    TaskSource,
+    UnknownDatasetError,
+    UnknownTaskError,
+    WeightedChoice,
+    check_batch_args,
+    check_seed,
+    config_digest,
+    stable_rng,
+)
+
+log = logging.getLogger(__name__)
+
+# Questions per dataset. Most datasets generate entries lazily, so size costs nothing; a few
+# precompute everything at construction (acre: 0.3 s at 1,000, 2.7 s at 10,000, over 60 s at
+# 100,000) and word_ladder refuses more than 20,000. The source's size is capped per dataset
+# (an explicit "size" in a dataset's config is used as given).
+DEFAULT_SIZE = 10_000
+_SIZE_CAPS = {"acre": 1_000, "word_ladder": 20_000}  # acre: keeps construction near 0.3 s
+
+# Measured: these give a different question or answer for the same (seed, index) under a different
+# PYTHONHASHSEED (they iterate over sets of strings). Two peers could only agree on them if both run
+# with hash randomization off, so we allow them only then.
+HASH_SEED_DEPENDENT = frozenset(
+    {"codeio", "isomorphic_strings", "knight_swap", "list_functions",
+     "polynomial_multiplication", "ransom_note", "word_ladder"}
+)
+
+# Built-in scorers that are known to be wrong. game_of_life_halting compares bool(answer) with
+# bool("True"/"False"), so any non-empty text scores 1.0: a reward a policy would learn to hack.
+_STRICT_MATCH_DATASETS = frozenset({"game_of_life_halting"})
+
+_DATASET_CACHE_SIZE = 32  # constructed datasets kept per source (a few eager ones hold word lists)
+
+
+class NondeterministicDatasetError(ValueError):
+    """A dataset whose tasks peers could not reproduce in this process."""
+
+
+def dataset_names() -> list[str]:
+    return sorted(DATASETS)
+
+
+def unknown_dataset_message(name: str) -> str:
+    close = difflib.get_close_matches(name, dataset_names(), n=3)
+    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+    return f"unknown reasoning-gym dataset {name!r}.{hint} Valid names: {', '.join(dataset_names())}"
+
+
+def _jsonable(value: Any) -> Any:
+    """Same structure with non-JSON leaves (e.g. gsm_symbolic's Fraction) turned into str. Tuples
+    stay tuples: arc_agi and rearc compare them in score_answer and a list fails (1.0 -> 0.05)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, (str, int, float, bool)) or k is None else str(k): _jsonable(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_jsonable(v) for v in value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _json_safe_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    try:
+        json.dumps(metadata)
+        return metadata  # the common case: keep the generator's objects untouched
+    except (TypeError, ValueError):
+        return _jsonable(metadata)
+
+
+def _hash_randomization_off() -> bool:
+    return sys.flags.hash_randomization == 0  # PYTHONHASHSEED=0 at interpreter start
+
+
+def _parse_mixture_entry(name: str, value: float | Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
+    """A plain number is a weight; a mapping is {"weight": w (default 1.0), "config": {...}}."""
+    if not isinstance(value, Mapping):
+        return value, {}
+    extra = set(value) - {"weight", "config"}
+    if extra:
+        raise ValueError(f"dataset {name!r}: unknown keys {sorted(extra)}; use 'weight' and 'config'")
+    config = dict(value.get("config") or {})
+    if "seed" in config:
+        raise ValueError(f"dataset {name!r}: remove 'seed' from its config; the source seed is used")
+    return value.get("weight", 1.0), config
+
+
+class ReasoningGymSource(TaskSource):
+    """E.g. ReasoningGymSource({"leg_counting": 1.0, "basic_arithmetic": {"weight": 2.0,
+    "config": {"min_terms": 2, "max_terms": 3}}}, seed=0).
+
+    Only datasets in the mixture can be rebuilt (weight 0 = rebuild peers' tasks, never draw): a
+    peer's ref for another dataset or config has no config we could trust, and building arbitrary
+    datasets on a peer's request would be a cheap way to make us burn CPU."""
+
+    name = "reasoning_gym"
+
+    def __init__(self, datasets: Mapping[str, float | Mapping[str, Any]], seed: int, size: int = DEFAULT_SIZE):
+        self.seed = check_seed(seed)
+        self._overrides: dict[str, dict[str, Any]] = {}
+        weights = {}
+        for name, value in datasets.items():
+            if name not in DATASETS:
+                raise UnknownDatasetError(unknown_dataset_message(name))
+            if name in HASH_SEED_DEPENDENT and not _hash_randomization_off():
+                raise NondeterministicDatasetError(
+                    f"reasoning-gym dataset {name!r} generates different tasks under different "
+                    "PYTHONHASHSEED values, so peers could not verify them; start the node with "
+                    "PYTHONHASHSEED=0 to use it, or pick another dataset"
+                )
+            weights[name], config = _parse_mixture_entry(name, value)
+            config.setdefault("size", min(size, _SIZE_CAPS.get(name, size)))
+            self._overrides[name] = config
+        self._choice = WeightedChoice(weights)
+        self.weights = weights
+        # Per-source caches (a fresh source shares nothing with another one).
+        self._resolved = functools.lru_cache(maxsize=256)(self._resolve_config)
+        self._dataset = functools.lru_cache(maxsize=_DATASET_CACHE_SIZE)(self._construct)
+        for name in self._overrides:  # validate configs now (cheap): fail at startup, not mid-run
+            self._resolved(name, seed)
+
+    # --- TaskSource -------------------------------------------------------------------------------
+
+    def batch(self, round_index: int, n: int) -> list[Task]:
+        check_batch_args(round_index, n)
+        tasks = []
+        for slot in range(n):
+            rng = stable_rng(self.name, "batch", self.seed, round_index, slot)
+            dataset = self._choice.pick(rng.random())
+            size = self._resolved(dataset, self.seed)[0].size
+            tasks.append(self._build(dataset, self.seed, rng.randrange(size)))
+        return tasks
+
+    def rebuild(self, ref: TaskRef) -> Task:
+        self._check_ref_source(ref)
+        if ref.dataset not in self._overrides:
+            raise UnknownTaskError(
+                f"task {ref.key}: dataset {ref.dataset!r} is not in this node's reasoning-gym mixture "
+                f"{sorted(self._overrides)}"
+            )
+        config, digest = self._resolved(ref.dataset, ref.seed)
+        if ref.config_digest != digest:
+            raise UnknownTaskError(
+                f"task {ref.key}: config digest {ref.config_digest} does not match ours ({digest}) for "
+                f"{ref.dataset!r} at seed {ref.seed}: different config, size or reasoning-gym version"
+            )
+        if ref.index >= config.size:  # a same-digest peer never sends this: the size is in the digest
+            raise UnknownTaskError(f"task {ref.key}: index {ref.index} >= dataset size {config.size}")
+        return self._build(ref.dataset, ref.seed, ref.index)
+
+    def score(self, task: Task, completion_text: str) -> float:
+        """reasoning-gym's score_answer on `completion_text` (partial credit allowed). Any exception
+        from a dataset scorer counts as 0.0. Some scorers run sympy on the answer and can hang on
+        hostile text ("9**9**9**9"): callers scoring untrusted text must cap the wall time
+        (the Verifier does)."""
+        if not isinstance(completion_text, str):
+            return 0.0
+        if task.ref.dataset in _STRICT_MATCH_DATASETS:
+            gold = task.reference_answer
+            return float(gold is not None and completion_text.strip().lower() == gold.strip().lower())
+        dataset = self._dataset_for(task.ref)
+        # Metadata as generated (see _json_safe_metadata): a JSON round trip would break scoring.
+        entry = {"question": task.question, "answer": task.answer, "metadata": task.metadata}
+        try:
+            score = float(dataset.score_answer(answer=completion_text, entry=entry))
+        except Exception as exc:  # e.g. prime_factorization raises ValueError on non-numbers
+            log.debug("score_answer of %s raised %r; scoring 0", task.ref.key, exc)
+            return 0.0
+        return min(max(score, 0.0), 1.0) if math.isfinite(score) else 0.0
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def digest(self, dataset: str, seed: int | None = None) -> str:
+        """The config digest of `dataset` in this mixture at `seed` (default: the source seed)."""
+        return self._resolved(dataset, self.seed if seed is None else seed)[1]
+
+    def _resolve_config(self, dataset: str, seed: int) -> tuple[Any, str]:
+        config_cls = DATASETS[dataset][1]
+        try:
+            config = config_cls(seed=seed, **self._overrides[dataset])
+            if hasattr(config, "validate"):
+                config.validate()
+        except (TypeError, ValueError, AssertionError) as exc:
+            raise ValueError(f"invalid config for reasoning-gym dataset {dataset!r}: {exc}") from exc
+        return config, config_digest(dataclasses.asdict(config))
+
+    def _construct(self, dataset: str, digest: str, seed: int):  # digest: part of the cache key
+        return reasoning_gym.create_dataset(dataset, seed=seed, **self._overrides[dataset])
+
+    def _dataset_for(self, ref: TaskRef):
+        if ref.dataset not in self._overrides:
+            raise UnknownTaskError(f"task {ref.key} is not from this node's reasoning-gym mixture")
+        return self._dataset(ref.dataset, self._resolved(ref.dataset, ref.seed)[1], ref.seed)
+
+    def _build(self, dataset: str, seed: int, index: int) -> Task:
+        digest = self._resolved(dataset, seed)[1]
+        entry = self._dataset(dataset, digest, seed)[index]
+        answer = entry["answer"]
+        return Task(
+            TaskRef(self.name, dataset, digest, seed, index),
+            entry["question"],
+            answer if answer is None else str(answer),
+            _json_safe_metadata(entry["metadata"]),
+        )

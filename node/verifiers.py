@@ -1,0 +1,218 @@
+"""Turning a completion into a reward: answer extraction, format reward, scorers, and the Verifier.
+
+The same code scores our own rollouts and re-scores peers' rollouts, so it must never raise on
+arbitrary text and never hang: scorers that parse math (math-verify, reasoning-gym's sympy-based
+scorers) run in a worker thread under a wall-clock cap. math-verify's own timeouts are disabled
+because they use signals, which only work on the main thread.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from node.tasks.base import Task, TaskSource
+
+log = logging.getLogger(__name__)
+
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant. Think briefly about the problem, then give your final answer "
+    "inside <answer></answer> tags, for example <answer>42</answer>. Put only the final answer "
+    "inside the tags."
+)
+
+DEFAULT_TIMEOUT_S = 2.0
+# Longer answers are not worth handing to a symbolic parser (cost grows fast with length).
+MAX_MATH_ANSWER_CHARS = 1_000
+# A timed-out worker thread cannot be killed and keeps burning CPU; once this many are still
+# running, further capped calls score 0 at once instead of piling up more threads.
+MAX_ABANDONED_THREADS = 4
+
+
+# --- extraction and format ------------------------------------------------------------------------
+
+
+def extract_answer(completion: str, fmt: Literal["tagged", "raw"] = "tagged") -> str | None:
+    """The answer text, stripped, or None if there is none.
+
+    tagged: from the last <answer> that is followed by a </answer>, up to that first </answer>
+    (so an answer never contains a tag); raw: the whole completion. Blank answers count as none."""
+    if not isinstance(completion, str):
+        return None
+    if fmt == "raw":
+        answer = completion
+    elif fmt == "tagged":
+        answer = _last_tagged_block(completion)
+        if answer is None:
+            return None
+    else:
+        raise ValueError(f"unknown answer format {fmt!r}; valid: 'tagged', 'raw'")
+    answer = answer.strip()
+    return answer or None
+
+
+def _last_tagged_block(text: str) -> str | None:
+    start = text.rfind(ANSWER_OPEN)
+    if start < 0:
+        return None
+    if text.find(ANSWER_CLOSE, start) < 0:
+        # The last <answer> is never closed: use the last <answer> before the last </answer>.
+        last_close = text.rfind(ANSWER_CLOSE, 0, start)
+        start = text.rfind(ANSWER_OPEN, 0, max(last_close, 0))
+        if last_close < 0 or start < 0:
+            return None
+    content_start = start + len(ANSWER_OPEN)
+    return text[content_start : text.find(ANSWER_CLOSE, content_start)]
+
+
+def format_reward(completion: str) -> float:
+    """1.0 if the completion has exactly one <answer>...</answer> block with a non-blank answer."""
+    if not isinstance(completion, str):
+        return 0.0
+    if completion.count(ANSWER_OPEN) != 1 or completion.count(ANSWER_CLOSE) != 1:
+        return 0.0
+    start, end = completion.find(ANSWER_OPEN), completion.find(ANSWER_CLOSE)
+    return 1.0 if start < end and completion[start + len(ANSWER_OPEN) : end].strip() else 0.0
+
+
+# --- bounded execution ----------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_abandoned: list[threading.Thread] = []
+_timeouts = 0
+
+
+def timeout_count() -> int:
+    """How many capped scorer calls timed out (or were refused because too many threads hung)."""
+    return _timeouts
+
+
+def _count_timeout() -> None:
+    global _timeouts
+    with _lock:
+        _timeouts += 1
+
+
+def run_with_deadline(fn: Callable[[], float], timeout_s: float) -> float | None:
+    """fn() in a daemon worker thread; None if it does not finish within timeout_s. Exceptions
+    from fn count as score 0.0."""
+    with _lock:
+        _abandoned[:] = [t for t in _abandoned if t.is_alive()]
+        overloaded = len(_abandoned) >= MAX_ABANDONED_THREADS
+    if overloaded:
+        log.warning("%d scorer threads still hung; scoring 0 without running", MAX_ABANDONED_THREADS)
+        _count_timeout()
+        return None
+    result: list[float] = []
+
+    def work() -> None:
+        try:
+            result.append(fn())
+        except Exception as exc:
+            log.debug("scorer raised %r; scoring 0", exc)
+            result.append(0.0)
+
+    worker = threading.Thread(target=work, name="bounded-scorer", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        with _lock:
+            _abandoned.append(worker)
+        _count_timeout()
+        return None
+    return result[0]
+
+
+# --- scorers --------------------------------------------------------------------------------------
+
+
+def exact_match(pred: str | None, gold: str | None) -> float:
+    """1.0 when both are strings and equal after stripping whitespace."""
+    if not isinstance(pred, str) or not isinstance(gold, str):
+        return 0.0
+    return 1.0 if pred.strip() == gold.strip() else 0.0
+
+
+def _math_verify_unbounded(pred: str, gold: str) -> float:
+    from math_verify import parse, verify
+
+    # Timeouts off: math-verify implements them with signals (main thread only); we cap instead.
+    gold_parsed = parse(gold, parsing_timeout=None)
+    pred_parsed = parse(pred, parsing_timeout=None)
+    if not gold_parsed or not pred_parsed:
+        return 0.0
+    return 1.0 if verify(gold_parsed, pred_parsed, timeout_seconds=None) else 0.0
+
+
+def _math_verify_bounded(pred: str | None, gold: str | None, timeout_s: float) -> float | None:
+    if not isinstance(pred, str) or not isinstance(gold, str) or len(pred) > MAX_MATH_ANSWER_CHARS:
+        return 0.0
+    import math_verify  # noqa: F401  (imported here, not in the worker: the import takes ~1 s)
+
+    return run_with_deadline(lambda: _math_verify_unbounded(pred, gold), timeout_s)
+
+
+def math_verify_match(pred: str | None, gold: str | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
+    """1.0 if math-verify finds pred equivalent to gold ("0.5" == "1/2" == "\\frac{1}{2}");
+    0.0 otherwise, including on timeout (counted in timeout_count())."""
+    return _math_verify_bounded(pred, gold, timeout_s) or 0.0
+
+
+# --- the verifier ---------------------------------------------------------------------------------
+
+
+class Verifier(BaseModel):
+    """Scores one completion of one task.
+
+    reward = correctness + format_weight * format, where correctness is in [0, 1] (1 = correct;
+    reasoning-gym may give partial credit) and format is 0 or 1, so reward is in
+    [0, 1 + format_weight].
+
+    scorer: "auto" and "dataset" use the task source's own scorer (reasoning-gym's score_answer,
+    exact match for synthetic tasks); "exact" and "math" compare with the task's reference answer
+    and fall back to the source's scorer for tasks that have none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fmt: Literal["tagged", "raw"] = "tagged"
+    format_weight: float = Field(default=0.0, ge=0.0)
+    scorer: Literal["auto", "exact", "math", "dataset"] = "auto"
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0.0)
+
+    def score(self, task: Task, source: TaskSource, completion: str) -> tuple[float, dict[str, Any]]:
+        extracted = extract_answer(completion, self.fmt)
+        format_ok = extracted is not None if self.fmt == "raw" else format_reward(completion) == 1.0
+        scorer = self._scorer_for(task)
+        correctness: float | None = 0.0
+        if extracted is not None:
+            correctness = self._correctness(scorer, task, source, extracted)
+        timed_out = correctness is None
+        correctness = correctness or 0.0
+        reward = correctness + self.format_weight * float(format_ok)
+        info = {
+            "correct": correctness >= 1.0,
+            "correctness": correctness,
+            "extracted": extracted,
+            "format_ok": format_ok,
+            "scorer": scorer,
+            "timed_out": timed_out,
+        }
+        return reward, info
+
+    def _scorer_for(self, task: Task) -> str:
+        if self.scorer in ("exact", "math") and task.reference_answer is not None:
+            return self.scorer
+        return "dataset"
+
+    def _correctness(self, scorer: str, task: Task, source: TaskSource, answer: str) -> float | None:
+        if scorer == "exact":
+            return exact_match(answer, task.reference_answer)
+        if scorer == "math":
+            return _math_verify_bounded(answer, task.reference_answer, self.timeout_s)
+        if source.score_is_bounded:
+            return source.score(task, answer)
+        return run_with_deadline(lambda: source.score(task, answer), self.timeout_s)
