@@ -1,0 +1,264 @@
+"""Rollout generation backends: HF `generate` (default, CPU or GPU) and vLLM (GPU, optional).
+
+Every backend returns, per completion, the token ids, the behavior log-probs b_t at the sampling
+temperature (ALGORITHMS.md: computed on logits / T, so the on-policy ratio is exactly 1), the
+decoded text and each token's character span in that text.
+
+Temperature 0 means greedy decoding; its log-probs are those of the untempered model (T = 1),
+and `completion_logprobs(..., temperature=0)` uses the same convention.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import torch
+from tokenizers.decoders import DecodeStream
+from torch import Tensor
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from policy.logprobs import pad_batch
+from policy.types import Rollout, SamplingParams
+
+if TYPE_CHECKING:
+    from policy.models import LoadedPolicy
+
+
+class Generator(Protocol):
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Rollout]]:
+        """n completions for each prompt, in prompt order."""
+        ...
+
+    def refresh(self) -> None:
+        """Called after every optimizer step: the next `generate` must use the new weights."""
+        ...
+
+
+def make_generator(
+    backend: Literal["auto", "hf", "vllm"], policy: LoadedPolicy, max_batch: int = 64, **vllm_options
+) -> Generator:
+    """"auto" picks vLLM when it is importable and CUDA is available, else HF generate."""
+    if backend == "auto":
+        backend = "vllm" if _vllm_usable() else "hf"
+    if backend == "hf":
+        return HFGenerator(policy.model, policy.tokenizer, max_batch=max_batch)
+    if backend == "vllm":
+        from policy.vllm_backend import VLLMGenerator
+
+        return VLLMGenerator(policy, **vllm_options)
+    raise ValueError(f"unknown generation backend {backend!r}: expected 'auto', 'hf' or 'vllm'")
+
+
+def _vllm_usable() -> bool:
+    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+class HFGenerator:
+    """Batched `model.generate` over all prompts x n, left padded, plain temperature sampling.
+
+    Shares the weights of the training model, so `refresh()` has nothing to do.
+    """
+
+    def __init__(self, model, tokenizer, max_batch: int = 64):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        pad_id = tokenizer.pad_token_id
+        self.pad_id = pad_id if pad_id is not None else self.eos_ids[0]
+
+    def refresh(self) -> None:
+        pass
+
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Rollout]]:
+        validate_request(prompts, n, params)
+        repeated = [prompt for prompt in prompts for _ in range(n)]
+        rollouts: list[Rollout] = []
+        with _eval_mode(self.model), _seeded(params.seed, self.model.device):
+            for start in range(0, len(repeated), self.max_batch):
+                rollouts.extend(self._generate_batch(repeated[start : start + self.max_batch], params))
+        return [rollouts[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Rollout]:
+        device = self.model.device
+        input_ids, attention_mask, _ = pad_batch(prompts, [[] for _ in prompts], self.pad_id)  # [B, P]
+        recorder = SampledTokenLogprobs(params.temperature)
+        with _without_model_generation_defaults(self.model):
+            sequences = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=self._generation_config(params),
+                logits_processor=LogitsProcessorList([recorder]),
+            )  # [B, P+S]
+        new_tokens = sequences[:, input_ids.shape[1] :]  # [B, S]
+        logprobs = recorder.finish(new_tokens)  # [B, S]
+        # One transfer to Python lists; the per-row work left is string decoding.
+        return [
+            build_rollout(self.tokenizer, prompt, tokens, row_logprobs, self.eos_ids, params.max_new_tokens)
+            for prompt, tokens, row_logprobs in zip(prompts, new_tokens.tolist(), logprobs.tolist())
+        ]
+
+    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
+        """Plain temperature sampling and nothing else. HF fills unset fields with global defaults;
+        the only one that reshapes the distribution is top_k=50, hence the explicit top_k=0."""
+        sampling = params.temperature > 0
+        return GenerationConfig(
+            do_sample=sampling,
+            temperature=params.temperature if sampling else 1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=params.max_new_tokens,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_ids,
+            bos_token_id=self.tokenizer.bos_token_id,
+        )
+
+
+class SampledTokenLogprobs(LogitsProcessor):
+    """Records log_softmax(raw_logits / T) of each sampled token while `generate` runs.
+
+    Registered as the only user logits processor, it sees the raw float32 logits of each step
+    before HF's temperature warper (which returns a new tensor and samples from softmax(logits / T)
+    -- the same distribution, temperature applied once on each side). The token sampled at
+    step k is only known at step k+1 (it is then the last column of `input_ids`), so each step
+    keeps its scaled logits [B, V] until the next call: memory stays O(B * V) instead of the
+    O(steps * B * V) of `output_logits=True`, and no extra forward pass is needed.
+    """
+
+    def __init__(self, temperature: float):
+        self.inverse_temperature = 1.0 / temperature if temperature > 0 else 1.0
+        self.per_step: list[Tensor] = []  # one [B] tensor per resolved step
+        self._pending: Tensor | None = None  # [B, V] scaled logits of the last step
+        self._pending_logsumexp: Tensor | None = None  # [B]
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        self._resolve(input_ids[:, -1])  # the token sampled at the previous step
+        self._pending = scores.float() * self.inverse_temperature  # [B, V], our own copy
+        self._pending_logsumexp = self._pending.logsumexp(-1)  # [B]
+        return scores  # untouched: sampling is HF's business
+
+    def _resolve(self, sampled: Tensor) -> None:
+        if self._pending is None:
+            return
+        chosen = self._pending.gather(1, sampled.unsqueeze(1)).squeeze(1)  # [B]
+        self.per_step.append(chosen - self._pending_logsumexp)  # [B]
+        self._pending = self._pending_logsumexp = None
+
+    def finish(self, new_tokens: Tensor) -> Tensor:
+        """Log-probs [B, S] for the generated tokens [B, S] returned by `generate`."""
+        steps = new_tokens.shape[1]
+        if len(self.per_step) < steps:  # the last step's token never came back through __call__
+            self._resolve(new_tokens[:, -1])
+        # HF may run (then undo) extra steps after all rows stopped; those are dropped here.
+        if len(self.per_step) < steps:
+            raise RuntimeError(f"recorded {len(self.per_step)} steps for {steps} generated tokens")
+        if steps == 0:
+            return torch.zeros(new_tokens.shape, dtype=torch.float32, device=new_tokens.device)  # [B, 0]
+        return torch.stack(self.per_step[:steps], dim=1)  # [B, S]
+
+
+def build_rollout(
+    tokenizer,
+    prompt: list[int],
+    tokens: list[int],
+    logprobs: list[float],
+    eos_ids: list[int],
+    max_new_tokens: int,
+) -> Rollout:
+    """Cut after the first eos (kept, with its log-prob: the policy chose to stop), decode."""
+    eos = set(eos_ids)
+    length = next((i + 1 for i, token in enumerate(tokens) if token in eos), len(tokens))
+    ended = length > 0 and tokens[length - 1] in eos
+    completion = tokens[:length]
+    text, offsets = decode_with_offsets(tokenizer, completion)
+    return Rollout(
+        prompt_ids=list(prompt),
+        completion_ids=completion,
+        logprobs=logprobs[:length],
+        text=text,
+        offsets=offsets,
+        truncated=not ended and length >= max_new_tokens,
+    )
+
+
+def decode_with_offsets(tokenizer, token_ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+    """Decode incrementally (special tokens skipped) and record each token's span in the text.
+
+    Uses the tokenizers library's streaming decoder, which holds back bytes until they form whole
+    characters: a token ending inside a multi-byte character gets an empty span and the token
+    completing it gets the whole character. By construction the spans tile the text:
+    "".join(text[s:e] for s, e in offsets) == text; special tokens get empty spans.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise TypeError(f"{type(tokenizer).__name__} has no backend tokenizer; a fast tokenizer is required")
+    stream = DecodeStream(skip_special_tokens=True)
+    pieces, offsets, cursor = [], [], 0
+    for token_id in token_ids:
+        piece = stream.step(backend, token_id) or ""
+        pieces.append(piece)
+        offsets.append((cursor, cursor + len(piece)))
+        cursor += len(piece)
+    return "".join(pieces), offsets
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """Union of the tokenizer's eos and the model's generation eos (chat models often add one)."""
+    ids: list[int] = []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    configured = configured if isinstance(configured, list) else [configured]
+    for candidate in [tokenizer.eos_token_id, *configured]:
+        if candidate is not None and candidate not in ids:
+            ids.append(int(candidate))
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model defines an eos token")
+    return ids
+
+
+def validate_request(prompts: list[list[int]], n: int, params: SamplingParams) -> None:
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if params.temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {params.temperature}")
+    if params.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {params.max_new_tokens}")
+    if any(len(prompt) == 0 for prompt in prompts):
+        raise ValueError("empty prompt: every prompt needs at least one token (e.g. bos)")
+
+
+@contextlib.contextmanager
+def _without_model_generation_defaults(model):
+    """HF fills every field our config leaves unset from `model.generation_config` (checkpoints
+    ship top_k, top_p, repetition_penalty, suppress_tokens...): any of them would make the
+    sampling distribution differ from log_softmax(logits / T). Hide it for the duration of the call."""
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
+@contextlib.contextmanager
+def _eval_mode(model):
+    """Dropout off while sampling; the previous train/eval mode comes back afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device):
+    """With a seed: a private RNG stream (the global one is restored afterwards). Without: the
+    global RNG, so consecutive calls draw fresh samples."""
+    if seed is None:
+        yield
+        return
+    cuda_devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda_devices):
+        torch.manual_seed(seed)
+        yield

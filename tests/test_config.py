@@ -1,0 +1,60 @@
+"""Config: presets, TOML, --set overrides, and errors that name the valid choices."""
+import pytest
+
+from node.config import PRESETS, ConfigError, load_config, parse_override
+
+
+def test_presets_validate_and_differ():
+    tiny, smol = load_config("tiny"), load_config("smollm2")
+    assert tiny.model.name == "tiny" and tiny.sampling.max_new_tokens == 1
+    assert smol.model.name == "smollm2" and smol.tasks.source == "reasoning_gym"
+
+
+def test_override_precedence_preset_then_file_then_set(tmp_path):
+    toml = tmp_path / "node.toml"
+    toml.write_text('[optim]\nlr = 0.005\nepochs = 2\n[tasks]\ndatasets = { add = 1.0 }\n')
+    cfg = load_config("tiny", toml, ["optim.lr=3e-4", "loss.name=minpro", "loss.knobs.eps_high=0.3"])
+    assert cfg.optim.lr == pytest.approx(3e-4)  # --set beats the file
+    assert cfg.optim.epochs == 2  # the file beats the preset
+    assert cfg.tasks.datasets == {"add": 1.0}  # a mixture is replaced whole, not merged
+    assert cfg.loss.name == "minpro" and cfg.loss.knobs == {"eps_high": 0.3}
+    assert cfg.sampling.max_new_tokens == PRESETS["tiny"]["sampling"]["max_new_tokens"]
+
+
+def test_override_values_are_typed():
+    assert parse_override("run.rounds=7") == (["run", "rounds"], 7)
+    assert parse_override("optim.autocast_bf16=true") == (["optim", "autocast_bf16"], True)
+    assert parse_override("model.name=smollm2") == (["model", "name"], "smollm2")
+
+
+def test_unknown_set_key_lists_valid_keys():
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny", None, ["optim.learning_rate=1"])
+    assert "optim.learning_rate" in str(err.value) and "lr" in str(err.value) and "epochs" in str(err.value)
+
+
+def test_unknown_section_in_file_lists_valid_keys(tmp_path):
+    toml = tmp_path / "bad.toml"
+    toml.write_text("[optimizer]\nlr = 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny", toml)
+    assert "optimizer" in str(err.value) and "optim" in str(err.value)
+
+
+def test_bad_values_and_missing_things_are_named(tmp_path):
+    with pytest.raises(ConfigError, match="presets are"):
+        load_config("huge")
+    with pytest.raises(ConfigError, match="not found"):
+        load_config("tiny", tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="group_size"):
+        load_config("tiny", None, ["sampling.group_size=1"])
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config("tiny", None, ["optim.lr"])
+
+
+def test_cli_preset_choices_match_presets():
+    from node.cli import build_parser
+
+    action = next(a for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions
+                  if a.dest == "preset")
+    assert sorted(action.choices) == sorted(PRESETS)

@@ -1,0 +1,100 @@
+"""End to end on the tiny preset: the real round loop, real checkpoints, real subprocesses."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from node.config import load_config
+from node.loop import Node
+from node.metrics import RoundTable, read_metrics
+from node.report import write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "node.cli"]
+
+
+def tiny_cfg(*overrides):
+    return load_config("tiny", None, ["run.threads=1", *overrides])
+
+
+def run_node(cfg, run_dir, rounds, resume=False):
+    node = Node(cfg, run_dir)
+    if resume:
+        node.resume()
+    node.run(rounds, RoundTable("test", quiet=True))
+    return read_metrics(run_dir)
+
+
+def test_round_metrics_have_the_documented_fields(tmp_path):
+    rows = run_node(tiny_cfg("run.rounds=3"), tmp_path, 3)
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    for key in ("reward_mean", "pass_rate", "loss", "tokens_per_s", "t_generate", "t_score", "t_train",
+                "groups_trained", "tasks_digest", "pass_rate_by_dataset"):
+        assert key in rows[0], key
+    assert (tmp_path / "checkpoints" / "LATEST").read_text().strip() == "round-000002"
+    png, txt, text = write_report(tmp_path)
+    assert png.stat().st_size > 10_000 and "reward: first 10 rounds" in text
+
+
+def test_resume_in_process_is_exact(tmp_path):
+    """Run 6 rounds straight vs 3 + resume + 3: identical tasks, rewards and losses."""
+    cfg = tiny_cfg("run.checkpoint_every=3", "optim.epochs=2")
+    straight = run_node(cfg, tmp_path / "a", 6)
+    run_node(cfg, tmp_path / "b", 3)
+    resumed = run_node(cfg, tmp_path / "b", 6, resume=True)
+    for a, b in zip(straight, resumed, strict=True):
+        assert a["tasks_digest"] == b["tasks_digest"]
+        assert a["reward_mean"] == b["reward_mean"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+
+
+def _wait_for_round(run_dir: Path, round_index: int, proc, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = read_metrics(run_dir)
+        if rows and rows[-1]["round"] >= round_index:
+            return
+        assert proc.poll() is None, f"trainer exited early with {proc.returncode}"
+        time.sleep(0.05)
+    raise TimeoutError(f"round {round_index} not reached in {timeout}s")
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_continues_exactly(tmp_path):
+    args = ["train", "--preset", "tiny", "--rounds", "40", "--quiet", "--set", "run.checkpoint_every=5",
+            "--set", "run.threads=1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    reference = tmp_path / "reference"
+    subprocess.run(CLI + args + ["--run-dir", str(reference)], check=True, env=env, cwd=ROOT, timeout=300)
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(CLI + args + ["--run-dir", str(killed)], env=env, cwd=ROOT)
+    try:
+        _wait_for_round(killed, 17, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    last_ckpt = (killed / "checkpoints" / "LATEST").read_text().strip()
+    assert last_ckpt in {"round-000014", "round-000019"}  # whichever was complete at the kill
+
+    subprocess.run(CLI + args + ["--run-dir", str(killed), "--resume"], check=True, env=env, cwd=ROOT, timeout=300)
+    ref_rows, resumed_rows = read_metrics(reference), read_metrics(killed)
+    assert [r["round"] for r in resumed_rows] == list(range(40))  # no duplicate or missing rounds
+    for a, b in zip(ref_rows, resumed_rows, strict=True):
+        assert a["tasks_digest"] == b["tasks_digest"], a["round"]
+        assert a["reward_mean"] == b["reward_mean"], a["round"]
+
+
+def test_cli_refuses_to_overwrite_a_run_and_names_bad_config(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    bad = subprocess.run(CLI + ["train", "--set", "optim.learning_rate=1", "--run-dir", str(tmp_path)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and "valid keys" in bad.stderr
+    bad = subprocess.run(CLI + ["train", "--set", 'tasks.datasets={ nope = 1.0 }', "--run-dir", str(tmp_path)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and "nope" in bad.stderr and "copy" in bad.stderr
