@@ -1,1 +1,63 @@
-"""The SAPO wire protocol (torch-free): identity, signed envelopes, validation, transports."""
+"""The SAPO wire protocol (torch-free): identity, signed envelopes, validation, transports.
+
+Modules, each doing one thing:
+    identity          NodeIdentity (Ed25519 key file, libp2p peer id)
+    kinds             the closed set of message kinds and their body types / topics
+    envelope          seal / open_envelope: signed bytes with domain separation
+    limits            Limits and per-kind schema validation
+    replay            per-sender sequence window + bounded seen-cache
+    ratelimit         per-peer token buckets
+    scoring           PeerScores: reputation, decay, temporary bans
+    ingress           Ingress: every check above, in order; never raises
+    outbox            Sequencer + Outbox: sealing our own messages
+    transport         the Transport interface, Received, topic_name
+    memory_transport  MemoryBus / MemoryTransport for tests and simulation
+    testing           builders of valid and hostile messages (tests, testnet)
+Imports only the stdlib, cryptography, protobuf and `proto`: never torch, node or policy.
+"""
+from .envelope import PROTOCOL_VERSION, open_envelope, seal, signed_bytes
+from .errors import Reason, Rejected
+from .identity import IdentityError, NodeIdentity, peer_id_from_public_key
+from .ingress import Ingress, IngressSnapshot, Verified
+from .kinds import Kind, kind_of
+from .limits import Limits, validate_hint, validate_hint_request, validate_rollout_group
+from .memory_transport import MemoryBus, MemoryTransport
+from .outbox import Outbox, Sequencer
+from .ratelimit import RateLimiter, RateLimits
+from .replay import ReplayGuard
+from .scoring import PeerScoreInfo, PeerScores, ScoreConfig
+from .transport import Received, Transport, topic_name
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "IdentityError",
+    "Ingress",
+    "IngressSnapshot",
+    "Kind",
+    "Limits",
+    "MemoryBus",
+    "MemoryTransport",
+    "NodeIdentity",
+    "Outbox",
+    "PeerScoreInfo",
+    "PeerScores",
+    "RateLimiter",
+    "RateLimits",
+    "Reason",
+    "Received",
+    "Rejected",
+    "ReplayGuard",
+    "ScoreConfig",
+    "Sequencer",
+    "Transport",
+    "Verified",
+    "kind_of",
+    "open_envelope",
+    "peer_id_from_public_key",
+    "seal",
+    "signed_bytes",
+    "topic_name",
+    "validate_hint",
+    "validate_hint_request",
+    "validate_rollout_group",
+]

@@ -1,0 +1,176 @@
+"""In-process transport: a `MemoryBus` that every `MemoryTransport` on it shares.
+
+For tests and in-process simulation. Thread-safe. Faults can be injected on the bus: message loss,
+duplication, latency with jitter (which also reorders, as gossip does) and network partitions.
+Delivery is "every started transport subscribed to the topic, except the publisher".
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import threading
+import time
+from collections import Counter
+from typing import Callable, Iterable
+
+from .transport import (
+    COUNTER_DROPPED_INBOUND_FULL,
+    COUNTER_DROPPED_OUTBOUND_CLOSED,
+    COUNTER_DROPPED_UNSUBSCRIBED,
+    COUNTER_PUBLISHED,
+    COUNTER_RECEIVED,
+    Received,
+)
+
+
+class MemoryBus:
+    """The shared medium.
+
+    loss, duplicate: probability that one recipient loses / gets a second copy of a message.
+    latency_s: (min, max) delivery delay, uniform; a message is invisible to `drain` until then.
+    """
+
+    def __init__(
+        self,
+        *,
+        loss: float = 0.0,
+        duplicate: float = 0.0,
+        latency_s: tuple[float, float] = (0.0, 0.0),
+        seed: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not (0.0 <= loss <= 1.0 and 0.0 <= duplicate <= 1.0 and 0.0 <= latency_s[0] <= latency_s[1]):
+            raise ValueError("need 0 <= loss, duplicate <= 1 and 0 <= min latency <= max latency")
+        self.loss = loss
+        self.duplicate = duplicate
+        self.latency_s = latency_s
+        self.clock = clock
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._members: dict[str, MemoryTransport] = {}
+        self._partitioned = False
+        self._group_of: dict[str, int] = {}  # peer -> partition group, while partitioned
+        self.counters: Counter[str] = Counter()
+
+    def partition(self, *groups: Iterable[str]) -> None:
+        """Only peers in the same group reach each other (peers in no group reach nobody)."""
+        with self._lock:
+            self._group_of = {peer: i for i, group in enumerate(groups) for peer in group}
+            self._partitioned = True
+
+    def heal(self) -> None:
+        with self._lock:
+            self._group_of = {}
+            self._partitioned = False
+
+    def _reachable(self, a: str, b: str) -> bool:
+        if not self._partitioned:
+            return True
+        group = self._group_of.get(a)
+        return group is not None and group == self._group_of.get(b)
+
+    def _attach(self, transport: MemoryTransport) -> None:
+        with self._lock:
+            if transport.peer_id in self._members:
+                raise ValueError(f"peer id {transport.peer_id} is already on this bus")
+            self._members[transport.peer_id] = transport
+
+    def _detach(self, transport: MemoryTransport) -> None:
+        with self._lock:
+            if self._members.get(transport.peer_id) is transport:
+                del self._members[transport.peer_id]
+
+    def _peers_of(self, peer_id: str) -> list[str]:
+        with self._lock:
+            return sorted(p for p in self._members if p != peer_id and self._reachable(peer_id, p))
+
+    def _deliver(self, sender: str, topic: str, data: bytes) -> None:
+        now = self.clock()
+        plan: list[tuple[MemoryTransport, float]] = []
+        with self._lock:  # decide every fault under one lock: runs are reproducible per seed
+            for peer, member in self._members.items():
+                if peer == sender or not self._reachable(sender, peer):
+                    continue
+                if self.loss and self._rng.random() < self.loss:
+                    self.counters["lost"] += 1
+                    continue
+                copies = 2 if self.duplicate and self._rng.random() < self.duplicate else 1
+                self.counters["duplicated"] += copies - 1
+                for _ in range(copies):
+                    plan.append((member, now + self._rng.uniform(*self.latency_s)))
+        for member, deliver_at in plan:
+            member._receive(topic, Received(sender, data, deliver_at))
+
+
+class MemoryTransport:
+    """One peer on a MemoryBus (implements protocol.transport.Transport)."""
+
+    def __init__(self, bus: MemoryBus, peer_id: str, *, inbox_capacity: int = 10_000) -> None:
+        self.bus = bus
+        self.peer_id = peer_id
+        self.inbox_capacity = inbox_capacity
+        self._lock = threading.Lock()
+        self._inboxes: dict[str, list[tuple[float, int, Received]]] = {}  # heaps by delivery time
+        self._order = itertools.count()  # ties keep arrival order
+        self._started = False
+        self._closed = False
+        self._counters: Counter[str] = Counter()
+
+    def start(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"MemoryTransport {self.peer_id} was closed; make a new one")
+        if not self._started:
+            self.bus._attach(self)
+            self._started = True
+
+    def subscribe(self, topic: str) -> None:
+        with self._lock:
+            self._inboxes.setdefault(topic, [])
+
+    def publish(self, topic: str, data: bytes) -> None:
+        # Like the libp2p transport: publishing before start works, after close drops and counts.
+        with self._lock:
+            if self._closed:
+                self._counters[COUNTER_DROPPED_OUTBOUND_CLOSED] += 1
+                return
+            self._counters[COUNTER_PUBLISHED] += 1
+        self.bus._deliver(self.peer_id, topic, bytes(data))
+
+    def _receive(self, topic: str, item: Received) -> None:
+        with self._lock:
+            inbox = self._inboxes.get(topic)
+            if inbox is None:
+                self._counters[COUNTER_DROPPED_UNSUBSCRIBED] += 1
+            else:
+                if len(inbox) >= self.inbox_capacity:  # evict the oldest: fresh rollouts are worth more
+                    heapq.heappop(inbox)
+                    self._counters[COUNTER_DROPPED_INBOUND_FULL] += 1
+                heapq.heappush(inbox, (item.received_at, next(self._order), item))
+                self._counters[COUNTER_RECEIVED] += 1
+
+    def drain(self, topic: str, max_items: int | None = None) -> list[Received]:
+        now = self.bus.clock()
+        out: list[Received] = []
+        with self._lock:
+            inbox = self._inboxes.get(topic)
+            while inbox and inbox[0][0] <= now and (max_items is None or len(out) < max_items):
+                out.append(heapq.heappop(inbox)[2])
+        return out
+
+    def peers(self) -> list[str]:
+        return self.bus._peers_of(self.peer_id) if self._started else []
+
+    def listen_addrs(self) -> list[str]:
+        return [f"/memory/{self.peer_id}"]
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counters)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        if self._started:
+            self.bus._detach(self)
+            self._started = False

@@ -1,0 +1,44 @@
+"""Per-peer token buckets with an injected clock."""
+from __future__ import annotations
+
+from protocol.ratelimit import RateLimiter, RateLimits
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_message_bucket_allows_a_burst_then_the_rate():
+    clock = FakeClock()
+    limiter = RateLimiter(RateLimits(messages_per_s=10, message_burst=5), clock)
+    assert [limiter.allow("p", 100) for _ in range(7)] == [True] * 5 + [False] * 2
+    clock.now += 0.1  # one token back
+    assert limiter.allow("p", 100) and not limiter.allow("p", 100)
+    assert limiter.allow("q", 100)  # other peers have their own bucket
+    clock.now += 100  # refills to the burst, no further
+    assert sum(limiter.allow("p", 1) for _ in range(10)) == 5
+
+
+def test_byte_bucket_and_all_or_nothing_charging():
+    clock = FakeClock()
+    limiter = RateLimiter(RateLimits(messages_per_s=1000, message_burst=1000, bytes_per_s=1000, byte_burst=3000), clock)
+    assert limiter.allow("p", 2500)
+    assert not limiter.allow("p", 1000)  # refused: charges no message token either
+    assert limiter.allow("p", 500)
+    clock.now += 1.0
+    assert limiter.allow("p", 1000) and not limiter.allow("p", 1)
+
+
+def test_clock_stepping_back_refills_nothing_and_memory_is_bounded():
+    clock = FakeClock()
+    limiter = RateLimiter(RateLimits(messages_per_s=1, message_burst=1, max_peers=100), clock)
+    assert limiter.allow("p", 1)
+    clock.now -= 50
+    assert not limiter.allow("p", 1)
+    for i in range(10_000):
+        limiter.allow(f"peer-{i}", 1)
+    assert limiter.peers_tracked == 100
