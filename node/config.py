@@ -74,15 +74,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # SmolLM2-135M-Instruct (offline GGUF, converted once to bf16) on real reasoning-gym tasks.
     "smollm2": {
-        "model": {"name": "smollm2", "dtype": "bfloat16"},
+        # float32 master weights + bf16 autocast: an lr of 1e-6 would vanish in bf16 weights
+        "model": {"name": "smollm2", "dtype": "float32"},
         "tasks": {"source": "reasoning_gym",
                   "datasets": {"basic_arithmetic": {"weight": 1.0, "config": {"min_terms": 2, "max_terms": 2,
                                                                              "min_digits": 1, "max_digits": 1}},
                                "leg_counting": {"weight": 1.0, "config": {"min_animals": 1, "max_animals": 2}}},
                   "prompts_per_round": 4},
         "sampling": {"group_size": 4, "temperature": 1.0, "max_new_tokens": 96},
-        "verifier": {"fmt": "tagged", "format_weight": 0.1},
-        "optim": {"lr": 1e-6},
+        "verifier": {"fmt": "lenient", "format_weight": 0.1},
+        "optim": {"lr": 1e-6, "autocast_bf16": True},
         "run": {"rounds": 20, "checkpoint_every": 1},
     },
 }

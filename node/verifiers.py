@@ -8,6 +8,7 @@ because they use signals, which only work on the main thread.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any, Callable, Literal
 
@@ -36,21 +37,31 @@ MAX_ABANDONED_THREADS = 4
 # --- extraction and format ------------------------------------------------------------------------
 
 
-def extract_answer(completion: str, fmt: Literal["tagged", "raw"] = "tagged") -> str | None:
+AnswerFormat = Literal["tagged", "lenient", "raw"]
+# The last number in a completion: integers, decimals, fractions, with an optional sign.
+_LAST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
+
+
+def extract_answer(completion: str, fmt: AnswerFormat = "tagged") -> str | None:
     """The answer text, stripped, or None if there is none.
 
     tagged: from the last <answer> that is followed by a </answer>, up to that first </answer>
-    (so an answer never contains a tag); raw: the whole completion. Blank answers count as none."""
+    (so an answer never contains a tag); lenient: the tagged answer if there is one, else the
+    last number in the text (small models rarely follow the tag format at first; the format
+    reward then teaches it); raw: the whole completion. Blank answers count as none."""
     if not isinstance(completion, str):
         return None
     if fmt == "raw":
         answer = completion
-    elif fmt == "tagged":
+    elif fmt in ("tagged", "lenient"):
         answer = _last_tagged_block(completion)
+        if answer is None and fmt == "lenient":
+            numbers = _LAST_NUMBER.findall(completion[-4096:])  # bounded work on hostile text
+            answer = numbers[-1] if numbers else None
         if answer is None:
             return None
     else:
-        raise ValueError(f"unknown answer format {fmt!r}; valid: 'tagged', 'raw'")
+        raise ValueError(f"unknown answer format {fmt!r}; valid: 'tagged', 'lenient', 'raw'")
     answer = answer.strip()
     return answer or None
 
@@ -178,7 +189,7 @@ class Verifier(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    fmt: Literal["tagged", "raw"] = "tagged"
+    fmt: AnswerFormat = "tagged"
     format_weight: float = Field(default=0.0, ge=0.0)
     scorer: Literal["auto", "exact", "math", "dataset"] = "auto"
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0.0)

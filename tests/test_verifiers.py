@@ -88,7 +88,7 @@ def test_extract_answer_raw_and_bad_format():
     assert extract_answer("  7\n", "raw") == "7"
     assert extract_answer(" \n ", "raw") is None
     assert extract_answer("<answer>7</answer>", "raw") == "<answer>7</answer>"
-    with pytest.raises(ValueError, match="valid: 'tagged', 'raw'"):
+    with pytest.raises(ValueError, match="valid: 'tagged', 'lenient', 'raw'"):
         extract_answer("7", "boxed")
 
 
@@ -233,3 +233,17 @@ def test_extraction_and_scoring_never_raise(text, synthetic, arithmetic):
             reward, info = verifier.score(task, source, text)
             assert 0.0 <= reward <= 1.0 + verifier.format_weight
             assert isinstance(info["correct"], bool)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("so 7 * 4 = 28 legs", "28"),
+    ("the answer is -5.", "-5"),
+    ("ratio 3/4 then 1.5", "1.5"),
+    ("I think <answer>12</answer> but maybe 13", "12"),  # a tag always wins
+    ("no numbers here", None),
+    ("", None),
+])
+def test_lenient_format_falls_back_to_the_last_number(text, expected):
+    assert extract_answer(text, "lenient") == expected
+    if "<answer>" not in text:
+        assert extract_answer(text, "tagged") is None  # tagged stays strict
