@@ -1,6 +1,9 @@
 """`swarm-node`: the command line.
 
     swarm-node train  [--preset tiny|smollm2] [--config FILE] [--set key=value ...] [--resume]
+    swarm-node join   [--peers MULTIADDR ...] [--listen MULTIADDR] [--swarm NAME] [--mix I/J] [...]
+    swarm-node keygen [--out FILE]
+    swarm-node status [--run-dir DIR | --control HOST:PORT]
     swarm-node report RUN_DIR
 """
 from __future__ import annotations
@@ -15,7 +18,7 @@ from rich.console import Console
 console = Console(stderr=True)
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _config(args: argparse.Namespace, extra: list[str] = ()):
     from node.config import load_config
 
     overrides = list(args.set or [])
@@ -23,7 +26,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides.append(f"run.rounds={args.rounds}")
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
-    cfg = load_config(args.preset, args.config, overrides)
+    return load_config(args.preset, args.config, [*overrides, *extra])
+
+
+def _toml_list(values: list[str]) -> str:
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = _config(args)
 
     from node.loop import Node  # heavy imports (torch, transformers) only once the config is valid
     from node.metrics import RoundTable
@@ -49,6 +60,76 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_join(args: argparse.Namespace) -> int:
+    from node.config import ConfigError
+
+    extra = []
+    if args.peers:
+        extra.append(f"swarm.peers={_toml_list(args.peers)}")
+    if args.listen:
+        extra.append(f"swarm.listen={_toml_list(args.listen)}")
+    if args.swarm:
+        extra.append(f"swarm.name={args.swarm}")
+    if args.identity:
+        extra.append(f"swarm.identity={args.identity}")
+    if args.mix:
+        local, sep, external = args.mix.partition("/")
+        if not (sep and local.isdigit() and external.isdigit() and int(local) > 0):
+            raise ConfigError(f"--mix expects I/J with I >= 1 local and J >= 0 external groups (e.g. 4/4), got {args.mix!r}")
+        extra += [f"tasks.prompts_per_round={local}", f"swarm.external_per_round={external}"]
+    cfg = _config(args, extra)
+    from node.swarm import join
+
+    return join(cfg, Path(args.run_dir), console, quiet=args.quiet)
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from protocol import NodeIdentity
+
+    path = Path(args.out)
+    if path.exists() and not args.force:
+        console.print(f"[red]{path} already exists[/]: it is a node identity; pass --force to replace it "
+                      "(peers will see a new node).")
+        return 2
+    identity = NodeIdentity.generate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    identity.save(path, overwrite=args.force)
+    console.print(f"wrote {path} (mode 0600)")
+    print(identity.peer_id())
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from node.control import control_address, fetch_status
+
+    address = args.control or control_address(Path(args.run_dir))
+    s = fetch_status(address, timeout_s=args.timeout)
+    out = Console() if sys.stdout.isatty() else Console(width=200)  # full peer ids when piped
+    out.print(f"peer {s.peer_id}  swarm {s.swarm!r}  round {s.round}  policy v{s.policy_version}  "
+              f"up {s.uptime_s} s  peers connected {len(s.connected_peers)}", highlight=False)
+    for addr in s.listen_addrs:
+        out.print(f"  listening on {addr}", highlight=False)
+    out.print(f"messages accepted {s.accepted}; rejected: "
+              + (", ".join(f"{k}={v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"), highlight=False)
+    peers = Table(title="peers")
+    for col in ("peer", "connected", "score", "banned", "ban left s", "accepted", "rejected"):
+        peers.add_column(col)
+    for p in s.peers:
+        peers.add_row(p.peer_id, str(p.connected), f"{p.score:+.2f}", str(p.banned), f"{p.ban_remaining_s:.0f}",
+                      str(p.accepted), str(p.rejected))
+    out.print(peers)
+    rounds = Table(title="recent rounds")
+    for col in ("round", "local", "ext received", "ext used", "ext dropped"):
+        rounds.add_column(col, justify="right")
+    for r in s.rounds:
+        rounds.add_row(*(str(v) for v in (r.round, r.local_groups, r.external_groups_received,
+                                          r.external_groups_used, r.external_groups_dropped)))
+    out.print(rounds)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from node.report import write_report
 
@@ -62,16 +143,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarm-node", description="Decentralized RL post-training node.")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    def common(p: argparse.ArgumentParser, run_dir: str) -> None:
+        p.add_argument("--preset", choices=["smollm2", "tiny"], default="tiny")
+        p.add_argument("--config", help="TOML file with overrides of the preset")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key, e.g. optim.lr=3e-4")
+        p.add_argument("--rounds", type=int, help="total rounds (shorthand for --set run.rounds=N)")
+        p.add_argument("--seed", type=int, help="run seed (shorthand for --set run.seed=N)")
+        p.add_argument("--run-dir", default=run_dir, help="where metrics and checkpoints go")
+        p.add_argument("--quiet", action="store_true", help="no per-round output")
+
     train = sub.add_parser("train", help="train one node locally (no network)")
-    train.add_argument("--preset", choices=["smollm2", "tiny"], default="tiny")
-    train.add_argument("--config", help="TOML file with overrides of the preset")
-    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key, e.g. optim.lr=3e-4")
-    train.add_argument("--rounds", type=int, help="total rounds (shorthand for --set run.rounds=N)")
-    train.add_argument("--seed", type=int, help="run seed (shorthand for --set run.seed=N)")
-    train.add_argument("--run-dir", default="runs/latest", help="where metrics and checkpoints go")
+    common(train, "runs/latest")
     train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
-    train.add_argument("--quiet", action="store_true", help="no per-round output")
     train.set_defaults(func=cmd_train)
+
+    join = sub.add_parser("join", help="join a swarm: train and share verified rollouts over libp2p")
+    common(join, "runs/node")
+    join.add_argument("--peers", nargs="*", metavar="MULTIADDR", help="bootstrap peers (/ip4/.../tcp/.../p2p/<id>)")
+    join.add_argument("--listen", action="append", metavar="MULTIADDR", help="listen address (default /ip4/0.0.0.0/tcp/4001)")
+    join.add_argument("--swarm", help="swarm name (gossip topic namespace)")
+    join.add_argument("--identity", help="node key file (default <run-dir>/identity.key, created if missing)")
+    join.add_argument("--mix", metavar="I/J", help="SAPO mix: I local + J external groups per update, e.g. 4/4")
+    join.set_defaults(func=cmd_join)
+
+    keygen = sub.add_parser("keygen", help="write a node identity (Ed25519, mode 0600) and print its peer id")
+    keygen.add_argument("--out", default="identity.key")
+    keygen.add_argument("--force", action="store_true", help="replace an existing key file")
+    keygen.set_defaults(func=cmd_keygen)
+
+    status = sub.add_parser("status", help="ask a running node for peers, counters, scores and rounds")
+    status.add_argument("--run-dir", default="runs/node", help="the node's run dir (reads node.json)")
+    status.add_argument("--control", metavar="HOST:PORT", help="control service address instead of --run-dir")
+    status.add_argument("--timeout", type=float, default=5.0)
+    status.set_defaults(func=cmd_status)
 
     report = sub.add_parser("report", help="plot a run's metrics (PNG) and print a summary")
     report.add_argument("run_dir")
@@ -85,7 +189,10 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from node.tasks.base import UnknownDatasetError, UnknownTaskError
     from policy.models import ModelNotFoundError
 
-    return ConfigError, FileNotFoundError, ModelNotFoundError, UnknownDatasetError, UnknownTaskError
+    from protocol import IdentityError
+
+    return (ConfigError, FileNotFoundError, ModelNotFoundError, UnknownDatasetError, UnknownTaskError,
+            IdentityError, ConnectionError)
 
 
 def main(argv: list[str] | None = None) -> int:

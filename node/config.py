@@ -49,6 +49,21 @@ class RunConfig(Section):
     threads: int | None = Field(None, ge=1, description="torch CPU threads; None = all cores")
 
 
+class SwarmConfig(Section):
+    """Networking for `swarm-node join` (ignored by `swarm-node train`)."""
+
+    name: str = Field("main", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="swarm name: the gossip topics")
+    listen: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/4001"])
+    peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
+    identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
+    external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
+    pool_max_groups: int = Field(256, ge=1)
+    pool_max_age_rounds: int = Field(5, ge=0)
+    accept_sender_answers: bool = Field(False, description="score unknown tasks against the sender's answer")
+    min_round_s: float = Field(0.0, ge=0, description="pace rounds (tiny models finish a round in ms)")
+    control: str = Field("127.0.0.1:0", description="gRPC control service address (loopback by default)")
+
+
 class NodeConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     tasks: TaskConfig = Field(default_factory=TaskConfig)
@@ -57,6 +72,7 @@ class NodeConfig(Section):
     loss: LossConfig = Field(default_factory=LossConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    swarm: SwarmConfig = Field(default_factory=SwarmConfig)
 
 
 # Presets are plain override dicts on top of the defaults, so a reader sees exactly what differs.

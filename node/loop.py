@@ -61,11 +61,22 @@ def render_prompt(policy: LoadedPolicy, question: str) -> list[int]:
     return [tok.bos_token_id] + tok(question, add_special_tokens=False)["input_ids"]
 
 
-def to_train_group(group: ScoredGroup, prompt_ids: list[int] | None = None) -> TrainGroup:
-    samples = [TrainSample(prompt_ids=prompt_ids or r.prompt_ids, completion_ids=r.completion_ids,
+def to_train_group(group: ScoredGroup) -> TrainGroup:
+    samples = [TrainSample(prompt_ids=r.prompt_ids, completion_ids=r.completion_ids,
                            behavior_logprobs=r.logprobs, reward=reward)
                for r, reward in zip(group.rollouts, group.rewards)]
     return TrainGroup(samples=samples, external=group.origin != "local", meta={"task": group.task.ref.key})
+
+
+def retokenizer(policy: LoadedPolicy):
+    """(question, text, truncated) -> (prompt ids, completion ids) in this node's tokenizer."""
+    tok = policy.tokenizer
+
+    def retokenize(question: str, text: str, truncated: bool) -> tuple[list[int], list[int]]:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        return render_prompt(policy, question), ids if truncated else ids + [tok.eos_token_id]
+
+    return retokenize
 
 
 def seed_everything(seed: int) -> None:
@@ -166,16 +177,20 @@ class Node:
             "t_train": t3 - t2,
             "t_round": t3 - t0,
             "tasks_digest": hashlib.sha256("|".join(t.ref.key for t in tasks).encode()).hexdigest()[:16],
-            **{k: v for k, v in stats.items()},
+            **stats,
+            **(getattr(self.exchange, "last_round", None) or {}),
         }
 
     def run(self, rounds: int, table: RoundTable) -> None:
         """Run until `rounds` rounds are complete in total (a resumed run continues the count)."""
         with table:
             for round_index in range(self.next_round, rounds):
+                started = time.monotonic()
                 row = self.run_round(round_index)
                 self.metrics.append(row)
                 table.add(row)
                 self.next_round = round_index + 1
                 if (round_index + 1) % self.cfg.run.checkpoint_every == 0 or round_index + 1 == rounds:
                     self.checkpoint(round_index)
+                if self.exchange is not None:  # pace rounds so peers' gossip can arrive in between
+                    time.sleep(max(0.0, self.cfg.swarm.min_round_s - (time.monotonic() - started)))

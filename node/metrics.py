@@ -54,6 +54,8 @@ COLUMNS = [  # (header, key, format)
     ("ratio max", "ratio_max", "{:.3f}"),
     ("clip", "clip_frac", "{:.3f}"),
     ("groups", "groups_trained", "{:d}"),
+    ("ext used", "external_used", "{:d}"),
+    ("peers", "peers_connected", "{:d}"),
     ("tok/s", "tokens_per_s", "{:.0f}"),
     ("gen s", "t_generate", "{:.2f}"),
     ("score s", "t_score", "{:.2f}"),

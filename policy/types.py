@@ -21,7 +21,7 @@ class Rollout:
 
     prompt_ids: list[int]
     completion_ids: list[int]  # excludes padding; includes the eos token if one was emitted
-    logprobs: list[float]  # behavior log-prob of each completion token, at the sampling temperature
+    logprobs: list[float] | None  # behavior log-prob per token at the sampling temperature; None = unknown
     text: str  # decoded completion, special tokens skipped
     offsets: list[tuple[int, int]]  # character span of each completion token inside `text`
     truncated: bool  # hit max_new_tokens without emitting eos

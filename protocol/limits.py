@@ -126,6 +126,10 @@ def validate_rollout_group(msg: swarm_pb2.RolloutGroup, limits: Limits) -> None:
     if len(msg.hint_text) > limits.max_hint_chars:
         _reject(Reason.TEXT_TOO_LONG, f"RolloutGroup.hint_text has {len(msg.hint_text)} chars > {limits.max_hint_chars}")
 
+    for name in ("question", "answer"):
+        if len(getattr(msg, name)) > limits.max_text_chars:
+            _reject(Reason.TEXT_TOO_LONG, f"RolloutGroup.{name} has {len(getattr(msg, name))} chars > {limits.max_text_chars}")
+
     sampling = msg.sampling
     _check_float(sampling.temperature, 0.0, limits.temperature_max, "sampling.temperature")
     _check_float(sampling.top_p, 0.0, 1.0, "sampling.top_p")

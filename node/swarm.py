@@ -1,0 +1,70 @@
+"""`swarm-node join`: one node of a swarm = the local round loop + libp2p gossip + control service."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from node.config import NodeConfig
+from node.control import start_control_server, write_node_file
+from node.exchange import SwarmExchange
+from node.loop import Node, retokenizer
+from node.metrics import RoundTable
+from proto import swarm_pb2
+from protocol import NodeIdentity, topic_name
+
+IDENTITY_FILE = "identity.key"
+
+
+def identity_path(cfg: NodeConfig, run_dir: Path) -> Path:
+    return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(run_dir) / IDENTITY_FILE
+
+
+def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transport) -> SwarmExchange:
+    model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=node.policy.tokenizer_fingerprint)
+    sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
+                                        max_new_tokens=cfg.sampling.max_new_tokens)
+    return SwarmExchange(transport, identity, cfg.swarm.name, node.source, node.verifier, retokenizer(node.policy),
+                         model, sampling, external_per_round=cfg.swarm.external_per_round,
+                         pool_max_groups=cfg.swarm.pool_max_groups, pool_max_age_rounds=cfg.swarm.pool_max_age_rounds,
+                         accept_sender_answers=cfg.swarm.accept_sender_answers, seed=cfg.run.seed)
+
+
+def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:
+    from protocol.transport_libp2p import Libp2pTransport  # trio/libp2p only for networked nodes
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    identity = NodeIdentity.load_or_generate(identity_path(cfg, run_dir))
+    node = Node(cfg, run_dir)
+    resumed = node.resume()  # a restarted node continues its own run
+    if resumed is not None:
+        console.print(f"resumed from checkpoint of round {resumed}")
+
+    transport = Libp2pTransport(identity.private_seed(), listen=cfg.swarm.listen, bootstrap=cfg.swarm.peers,
+                                topics=[topic_name(cfg.swarm.name, "rollouts")])
+    transport.start()  # returns once listening; never waits for peers
+    exchange = build_exchange(cfg, node, identity, transport)
+    node.exchange = exchange
+    started = time.monotonic()
+
+    def snapshot() -> dict:
+        return {**exchange.status(), "round": node.next_round, "uptime_s": time.monotonic() - started}
+
+    server, control = start_control_server(cfg.swarm.control, snapshot)
+    addrs = transport.listen_addrs()
+    write_node_file(run_dir, {"peer_id": identity.peer_id(), "listen_addrs": addrs, "control": control,
+                              "pid": os.getpid(), "swarm": cfg.swarm.name})
+    console.print(f"peer id {identity.peer_id()} in swarm {cfg.swarm.name!r}; others can join with:")
+    for addr in addrs:
+        console.print(f"  swarm-node join --peers {addr}", highlight=False, soft_wrap=True)
+    console.print(f"control service on {control} (swarm-node status --run-dir {run_dir})")
+    try:
+        table = RoundTable(f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})", console=console, quiet=quiet)
+        node.run(cfg.run.rounds, table)
+    finally:
+        server.stop(grace=1.0)
+        transport.close()
+    return 0

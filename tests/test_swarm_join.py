@@ -1,0 +1,105 @@
+"""Three real `swarm-node join` processes on 127.0.0.1 (tiny preset): exchange, SIGKILL, rejoin."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from node.metrics import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+ARGS = ["join", "--preset", "tiny", "--rounds", "400", "--quiet", "--listen", "/ip4/127.0.0.1/tcp/0",
+        "--set", "swarm.min_round_s=0.4", "--set", "run.checkpoint_every=2", "--set", "run.threads=1",
+        "--swarm", "test"]
+
+
+def start(run_dir: Path, peers=()):
+    cmd = [sys.executable, "-m", "node.cli", *ARGS, "--run-dir", str(run_dir)]
+    if peers:
+        cmd += ["--peers", *peers]
+    log = open(run_dir.parent / f"{run_dir.name}.log", "ab")
+    return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
+
+
+def wait_for(predicate, what: str, procs, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        for p in procs:
+            assert p.poll() is None, f"a node exited early ({p.returncode}) while waiting for {what}"
+        time.sleep(0.25)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def node_info(run_dir: Path) -> dict:
+    return json.loads((run_dir / "node.json").read_text())
+
+
+def senders_used(run_dir: Path, since_round: int = -1) -> set[str]:
+    return {s for r in read_metrics(run_dir) if r["round"] > since_round
+            for s, n in r.get("external_used_by_sender", {}).items() if n > 0}
+
+
+def stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=15)
+
+
+def test_three_nodes_share_survive_a_kill_and_rejoin(tmp_path):
+    a, b, c = (tmp_path / n for n in "abc")
+    procs = [start(a)]
+    try:
+        wait_for(lambda: (a / "node.json").exists(), "node A to listen", procs, timeout=90)
+        bootstrap = node_info(a)["listen_addrs"]
+        procs += [start(b, bootstrap), start(c, bootstrap)]
+        wait_for(lambda: all((d / "node.json").exists() for d in (b, c)), "B and C to listen", procs, timeout=90)
+        ids = {d: node_info(d)["peer_id"] for d in (a, b, c)}
+
+        # every node trains on verified groups from both other peers
+        for d in (a, b, c):
+            others = {ids[o] for o in (a, b, c) if o != d}
+            wait_for(lambda d=d, others=others: others <= senders_used(d), f"{d.name} to use groups from both peers",
+                     procs)
+        wait_for(lambda: all(len(read_metrics(d)) >= 5 for d in (a, b, c)), "5 rounds on every node", procs)
+
+        # SIGKILL C mid-run: A and B keep training
+        procs[2].send_signal(signal.SIGKILL)
+        procs[2].wait(timeout=15)
+        killed_at = {d: read_metrics(d)[-1]["round"] for d in (a, b)}
+        wait_for(lambda: all(read_metrics(d)[-1]["round"] >= killed_at[d] + 5 for d in (a, b)),
+                 "A and B to keep training after the kill", procs[:2])
+        last_ckpt = int((c / "checkpoints" / "LATEST").read_text().strip().split("-")[1])
+
+        # C restarts with the same key and run dir: resumes its checkpoint and is accepted again
+        procs[2] = start(c, bootstrap)
+        wait_for(lambda: read_metrics(c) and read_metrics(c)[-1]["round"] > last_ckpt + 2, "C to resume", procs)
+        assert node_info(c)["peer_id"] == ids[c]
+        rounds_c = [r["round"] for r in read_metrics(c)]
+        assert rounds_c == list(range(len(rounds_c)))  # resumed at last_ckpt + 1, nothing lost or repeated
+        restart_round = {d: read_metrics(d)[-1]["round"] for d in (a, b)}
+        for d in (a, b):
+            wait_for(lambda d=d: ids[c] in senders_used(d, since_round=restart_round[d]),
+                     f"{d.name} to use C's groups again after the restart", procs)
+
+        # the control service reports the same picture
+        status = subprocess.run([sys.executable, "-m", "node.cli", "status", "--run-dir", str(a)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert status.returncode == 0, status.stderr
+        assert ids[b] in status.stdout and ids[c] in status.stdout and "recent rounds" in status.stdout
+    finally:
+        stop(procs)
