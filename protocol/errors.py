@@ -19,8 +19,9 @@ class Reason(enum.StrEnum):
     UNKNOWN_KIND = "unknown_kind"          # kind outside the closed set
     BAD_SIGNATURE = "bad_signature"        # signature does not verify for the claimed key
     # after authentication (attributed to the signing key)
-    CLOCK_SKEW = "clock_skew"              # timestamp too far in the past or future
-    REPLAY = "replay"                      # (sender, sequence) already seen
+    CLOCK_SKEW = "clock_skew"              # timestamp too far in the future (only the signer can do that)
+    EXPIRED = "expired"                    # timestamp too old: a late relay or a replay
+    REPLAY = "replay"                      # (sender, sequence) already seen (relay's fault, see ingress)
     STALE = "stale"                        # sequence behind the sender's replay window
     SCHEMA = "schema"                      # body does not decode, or a required field is missing/invalid
     NONFINITE_LOGPROB = "nonfinite_logprob"

@@ -38,6 +38,9 @@ from .transport import Received
 log = logging.getLogger(__name__)
 
 
+DELIVERY_FAULTS = frozenset({Reason.REPLAY, Reason.STALE, Reason.EXPIRED})
+
+
 @dataclass(frozen=True, slots=True)
 class Verified:
     """A message that passed every check."""
@@ -105,7 +108,11 @@ class Ingress:
                 try:
                     verified = self._admit(sender, from_peer, envelope, received_at)
                 except Rejected as rejection:
-                    return self._reject(from_peer, sender, rejection)
+                    # Anyone can re-send a signed message: replays and expired copies are the
+                    # fault of the peer that delivered them, never of the (possibly honest) signer,
+                    # or replaying a victim's messages would get the victim banned.
+                    blamed = from_peer if rejection.reason in DELIVERY_FAULTS else sender
+                    return self._reject(from_peer, blamed, rejection)
             except Exception as exc:  # our bug: count it and keep the door working
                 log.exception("ingress internal error on a message from %s", from_peer)
                 return self._reject(from_peer, None, Rejected(Reason.INTERNAL, f"{type(exc).__name__}: {exc}"))
@@ -155,7 +162,7 @@ class Ingress:
     def _check_timestamp(self, timestamp_ms: int) -> None:
         age_s = self._clock() - timestamp_ms / 1000.0
         if age_s > self.limits.max_age_s:
-            raise Rejected(Reason.CLOCK_SKEW, f"timestamp is {age_s:.0f} s old > {self.limits.max_age_s} s")
+            raise Rejected(Reason.EXPIRED, f"timestamp is {age_s:.0f} s old > {self.limits.max_age_s} s")
         if -age_s > self.limits.max_clock_skew_s:
             raise Rejected(Reason.CLOCK_SKEW, f"timestamp is {-age_s:.0f} s in the future > {self.limits.max_clock_skew_s} s")
 

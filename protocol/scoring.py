@@ -36,6 +36,7 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     Reason.BAD_SIGNATURE: -5.0,
     # post-authentication: charged to the signing key
     Reason.CLOCK_SKEW: -0.5,
+    Reason.EXPIRED: -0.2,   # charged to the relay that delivered it
     Reason.REPLAY: -0.5,    # gossip can legitimately deliver a duplicate now and then
     Reason.STALE: -0.2,
     Reason.SCHEMA: -3.0,

@@ -84,7 +84,7 @@ def test_each_hostile_input_is_refused_counted_and_the_door_keeps_working(clock)
         Reason.POSITIVE_LOGPROB: mallory.seal(positive_group),
         Reason.TOO_MANY_COMPLETIONS: mallory.seal(make_rollout_group(65, 1)),
         Reason.TOO_MANY_TOKENS: mallory.seal(make_rollout_group(1, 4097)),
-        Reason.CLOCK_SKEW: seal_message(MALLORY, GROUP, 10**18, ts - 3_600_000),
+        Reason.EXPIRED: seal_message(MALLORY, GROUP, 10**18, ts - 3_600_000),
     }
     for reason, raw in attacks.items():
         before = ingress.rejected[reason]
@@ -226,3 +226,17 @@ def test_equivocation_same_sequence_other_body_is_refused(ingress, clock):
     # and a field swap in transit is a bad signature, not a replay
     assert ingress.accept("a", with_fields(seal(ALICE, Kind.HINT, b"", 78, ts), sequence=79)) is None
     assert ingress.rejected[Reason.BAD_SIGNATURE] == 1
+
+
+def test_replaying_a_victims_messages_never_hurts_the_victim():
+    """Anyone can re-send signed bytes: the relay that replays them pays, never the signer."""
+    clock = FakeClock()
+    ingress = Ingress(Limits(), clock=clock)
+    raw = seal_message(ALICE, GROUP, 10, int(NOW * 1000))
+    assert ingress.accept("alice-relay", raw) is not None
+    for i in range(200):
+        ingress.accept(f"mallory-{i % 3}", raw)
+    assert ingress.rejected[Reason.REPLAY] >= 20  # then the relays are banned outright
+    assert ingress.rejected[Reason.REPLAY] + ingress.rejected[Reason.BANNED] == 200
+    assert not ingress.scores.is_banned(ALICE.peer_id()) and ingress.scores.score(ALICE.peer_id()) > 0
+    assert any(ingress.scores.is_banned(f"mallory-{i}") for i in range(3))
