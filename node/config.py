@@ -59,6 +59,9 @@ class SwarmConfig(Section):
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
     pool_max_groups: int = Field(256, ge=1)
     pool_max_age_rounds: int = Field(5, ge=0)
+    pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
+    sampling_policy: Literal["uniform", "per_sender"] = Field(
+        "per_sender", description="uniform over groups (SAPO paper) or fair across senders first")
     accept_sender_answers: bool = Field(False, description="score unknown tasks against the sender's answer")
     min_round_s: float = Field(0.0, ge=0, description="pace rounds (tiny models finish a round in ms)")
     control: str = Field("127.0.0.1:0", description="gRPC control service address (loopback by default)")

@@ -7,14 +7,16 @@ What crosses the network is never trusted:
                      disagrees rejects the group and counts against the signer
                   -> re-tokenize the text with our tokenizer (SAPO: trained as on-policy, ratio 1)
                   -> a bounded pool (by age in rounds and by size)
-  SAPO mixing: drop groups whose recomputed rewards have zero variance, sample J uniformly.
+  SAPO mixing: drop groups whose recomputed rewards have zero variance, then sample J groups:
+  "uniform" over the pool as in the paper, or "per_sender" (default): senders in random order,
+  then a random group of each, so one peer publishing many valid groups cannot own the mix.
 """
 from __future__ import annotations
 
 import logging
 import random
 import threading
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -68,8 +70,11 @@ class SwarmExchange:
     def __init__(self, transport: Transport, identity: NodeIdentity, swarm: str, source: TaskSource,
                  verifier: Verifier, retokenize: Retokenize, model: swarm_pb2.ModelCard,
                  sampling: swarm_pb2.SamplingParams, *, external_per_round: int, pool_max_groups: int = 256,
-                 pool_max_age_rounds: int = 5, accept_sender_answers: bool = False, seed: int = 0,
+                 pool_max_age_rounds: int = 5, pool_max_per_sender: int = 32,
+                 sampling_policy: str = "per_sender", accept_sender_answers: bool = False, seed: int = 0,
                  limits: Limits | None = None):
+        if sampling_policy not in ("uniform", "per_sender"):
+            raise ValueError(f"unknown sampling policy {sampling_policy!r}: valid are 'uniform', 'per_sender'")
         self.transport = transport
         self.peer_id = identity.peer_id()
         self.swarm = swarm
@@ -82,6 +87,8 @@ class SwarmExchange:
         self.pool: deque[PoolEntry] = deque()
         self.pool_max_groups = pool_max_groups
         self.pool_max_age_rounds = pool_max_age_rounds
+        self.pool_max_per_sender = pool_max_per_sender
+        self.sampling_policy = sampling_policy
         self.accept_sender_answers = accept_sender_answers
         self.seed = seed
         self.ingress = Ingress(limits or Limits())
@@ -126,7 +133,7 @@ class SwarmExchange:
                 continue
             received += 1
             if len(set(group.rewards)) > 1:  # SAPO: zero-variance groups carry no advantage signal
-                self.pool.append(PoolEntry(group, round_index))
+                self._add(PoolEntry(group, round_index))
             else:
                 dropped_flat += 1
         self._evict(round_index)
@@ -184,6 +191,13 @@ class SwarmExchange:
         return ScoredGroup(task=task, rollouts=rollouts, rewards=rewards, correct=correct, origin=sender,
                            meta={"sender_round": msg.round, "tokenizer": msg.model.tokenizer_fingerprint})
 
+    def _add(self, entry: PoolEntry) -> None:
+        mine = [e for e in self.pool if e.group.origin == entry.group.origin]
+        if len(mine) >= self.pool_max_per_sender:
+            self.pool.remove(mine[0])  # the sender's oldest: no peer holds more than its share
+            self.rejected["pool_sender_cap"] += 1
+        self.pool.append(entry)
+
     def _evict(self, round_index: int) -> None:
         while self.pool and round_index - self.pool[0].received_round > self.pool_max_age_rounds:
             self.pool.popleft()
@@ -191,9 +205,23 @@ class SwarmExchange:
             self.pool.popleft()  # oldest first
 
     def _sample(self, round_index: int) -> list[ScoredGroup]:
-        """SAPO: external groups are sampled uniformly from the pool."""
         rng = random.Random(f"{self.seed}/{round_index}")  # own stream: never perturbs training RNG
-        chosen = rng.sample(list(self.pool), min(self.external_per_round, len(self.pool)))
+        k = min(self.external_per_round, len(self.pool))
+        if self.sampling_policy == "uniform":
+            chosen = rng.sample(list(self.pool), k)
+        else:
+            by_sender: dict[str, list[PoolEntry]] = defaultdict(list)
+            for entry in self.pool:
+                by_sender[entry.group.origin].append(entry)
+            chosen = []
+            while len(chosen) < k:
+                senders = sorted(by_sender)
+                rng.shuffle(senders)
+                for sender in senders[: k - len(chosen)]:
+                    entries = by_sender[sender]
+                    chosen.append(entries.pop(rng.randrange(len(entries))))
+                    if not entries:
+                        del by_sender[sender]
         for entry in chosen:
             self.pool.remove(entry)  # a group is trained on once
         return [e.group for e in chosen]

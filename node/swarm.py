@@ -29,6 +29,7 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
     return SwarmExchange(transport, identity, cfg.swarm.name, node.source, node.verifier, retokenizer(node.policy),
                          model, sampling, external_per_round=cfg.swarm.external_per_round,
                          pool_max_groups=cfg.swarm.pool_max_groups, pool_max_age_rounds=cfg.swarm.pool_max_age_rounds,
+                         pool_max_per_sender=cfg.swarm.pool_max_per_sender, sampling_policy=cfg.swarm.sampling_policy,
                          accept_sender_answers=cfg.swarm.accept_sender_answers, seed=cfg.run.seed)
 
 

@@ -1,0 +1,153 @@
+"""The SAPO exchange inside a real tiny node, over the in-process bus: verification and mixing.
+
+A real Node (tiny preset) trains with a SwarmExchange on a MemoryBus; honest and hostile peers
+publish real signed envelopes onto the same bus."""
+import math
+import time
+
+import pytest
+
+from node.config import load_config
+from node.exchange import SwarmExchange, to_wire
+from node.loop import Node, ScoredGroup
+from node.metrics import RoundTable, read_metrics
+from node.swarm import build_exchange
+from policy.types import Rollout
+from proto import swarm_pb2
+from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, topic_name
+from protocol.testing import forge, seal_message, tamper_body
+
+SWARM = "t"
+TOPIC = topic_name(SWARM, "rollouts")
+
+
+@pytest.fixture()
+def bus():
+    return MemoryBus()
+
+
+@pytest.fixture()
+def node(tmp_path, bus):
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4"])
+    n = Node(cfg, tmp_path)
+    transport = MemoryTransport(bus, "receiver")
+    transport.start()
+    n.exchange = build_exchange(cfg, n, NodeIdentity.generate(), transport)
+    return n
+
+
+def peer(bus, name):
+    t = MemoryTransport(bus, name)
+    t.start()
+    return t
+
+
+def honest_group(node: Node, index: int, texts=None, rewards=None) -> swarm_pb2.RolloutGroup:
+    """A group a well-behaved peer would send: a real task, rewards it computed honestly."""
+    task = node.source.batch(1000 + index, 1)[0]
+    wrong = str((int(task.answer) + 1) % 10)
+    texts = texts or [task.answer, wrong, task.answer, wrong]
+    tok = node.policy.tokenizer
+    rollouts = [Rollout(prompt_ids=[], completion_ids=tok(t, add_special_tokens=False)["input_ids"], logprobs=[-0.7],
+                        text=t, offsets=[(0, len(t))], truncated=True) for t in texts]
+    scored = rewards or [node.verifier.score(task, node.source, t)[0] for t in texts]
+    group = ScoredGroup(task=task, rollouts=rollouts, rewards=scored, correct=[r == 1.0 for r in scored])
+    return to_wire(group, 0, 0, swarm_pb2.ModelCard(name="tiny"), swarm_pb2.SamplingParams(temperature=1.0, max_new_tokens=1))
+
+
+def test_honest_groups_are_rescored_retokenized_and_used(node, bus):
+    honest, identity = peer(bus, "honest"), NodeIdentity.generate()
+    outbox = Outbox(identity)
+    for i in range(3):
+        outbox.publish(honest, SWARM, honest_group(node, i))
+    all_wrong = honest_group(node, 9)
+    wrong_text = all_wrong.completions[1].text
+    outbox.publish(honest, SWARM, honest_group(node, 9, texts=[wrong_text] * 4))  # zero variance
+    groups = node.exchange.collect(0)
+    assert len(groups) == 3 and all(g.origin == identity.peer_id() for g in groups)
+    assert node.exchange.last_round["external_dropped_zero_variance"] == 1
+    g = groups[0]
+    assert g.rewards == [1.0, 0.0, 1.0, 0.0]  # recomputed by the receiver
+    assert g.rollouts[0].prompt_ids[0] == node.policy.tokenizer.bos_token_id  # local prompt rendering
+    assert g.rollouts[0].logprobs is None  # SAPO: trained as on-policy (ratio 1)
+    assert node.exchange.collect(1) == []  # each group is used once
+
+
+def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp_path):
+    honest, hostile = NodeIdentity.generate(), NodeIdentity.generate()
+    now_ms = int(time.time() * 1000)
+    good = seal_message(honest, honest_group(node, 0), sequence=10, timestamp_ms=now_ms)
+
+    def send(name, data):
+        peer(bus, name).publish(TOPIC, data)
+
+    send("relay-1", good)
+    send("relay-2", good)  # the same envelope again: replay
+    send("forger", forge(seal_message(hostile, honest_group(node, 1), 11, now_ms), claimed=honest, signer=hostile))
+    send("tamperer", tamper_body(seal_message(hostile, honest_group(node, 2), 12, now_ms)))
+    send("giant", b"\x0a" * (5 * 1024 * 1024))
+    send("garbage", b"\xff\x00not a protobuf\x13\x37")
+    liar = honest_group(node, 3)
+    liar.completions[1].claimed_reward = 1.0  # claims a wrong answer was right
+    send("liar", seal_message(hostile, liar, 13, now_ms))
+    unknown = honest_group(node, 4)
+    unknown.task_ref.source = "reasoning_gym"
+    unknown.task_ref.dataset = "leg_counting"  # not in this node's sources
+    send("stranger", seal_message(hostile, unknown, 14, now_ms))
+    for i, value in enumerate([math.nan, 0.5]):
+        bad = honest_group(node, 5 + i)
+        bad.completions[0].behavior_logprobs[0] = value
+        send(f"bad-logprob-{i}", seal_message(hostile, bad, 15 + i, now_ms))
+    flooder, flood_key = peer(bus, "flooder"), NodeIdentity.generate()
+    flood_body = honest_group(node, 7)
+    for i in range(260):  # valid, signed, but beyond the burst of 200 messages per peer
+        flooder.publish(TOPIC, seal_message(flood_key, flood_body, 100 + i, now_ms))
+
+    node.run(3, RoundTable("hostile", quiet=True))  # must not raise
+
+    status = node.exchange.status()
+    reasons = status["rejected_by_reason"]
+    for reason in ("replay", "bad_signature", "oversized", "malformed", "wrong_reward", "unknown_task",
+                   "nonfinite_logprob", "positive_logprob", "rate_limited"):
+        assert reasons.get(reason, 0) >= 1, (reason, reasons)
+    assert reasons["bad_signature"] >= 2  # forged and tampered
+    assert status["accepted"] >= 200 and honest.peer_id() in status["used_by_sender"]
+    assert [r["round"] for r in read_metrics(tmp_path)] == [0, 1, 2]
+    scores = {p.peer_id: p for p in status["peers"]}
+    assert scores[hostile.peer_id()].score < 0 < scores[honest.peer_id()].score
+
+
+def test_sender_answers_only_when_opted_in(node, bus):
+    unknown = honest_group(node, 0)
+    unknown.task_ref.source = "reasoning_gym"
+    unknown.task_ref.dataset = "leg_counting"
+    identity = NodeIdentity.generate()
+    strict = node.exchange
+    assert strict.verify_group(identity.peer_id(), unknown) is None
+    lenient = SwarmExchange(MemoryTransport(bus, "lenient"), NodeIdentity.generate(), SWARM, node.source,
+                            node.verifier, strict.retokenize, strict.model_card, strict.sampling,
+                            external_per_round=4, accept_sender_answers=True)
+    group = lenient.verify_group(identity.peer_id(), unknown)
+    assert group is not None and group.rewards == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_untokenizable_text_is_dropped_not_crashing(node):
+    group = honest_group(node, 0)
+    group.completions[1].text = "é"  # a wrong answer (claimed 0, scores 0) outside the tiny vocabulary
+    assert node.exchange.verify_group("someone", group) is None
+    assert node.exchange.rejected["untokenizable"] == 1
+
+
+def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus):
+    flood_key, honest_key = NodeIdentity.generate(), NodeIdentity.generate()
+    flood, honest = Outbox(flood_key), Outbox(honest_key)
+    flooder, good = peer(bus, "flooder"), peer(bus, "good")
+    for i in range(40):
+        flood.publish(flooder, SWARM, honest_group(node, 100 + i))
+    honest.publish(good, SWARM, honest_group(node, 0))
+    exchange = node.exchange
+    exchange.external_per_round = 2
+    used = exchange.collect(0)
+    assert {g.origin for g in used} == {flood_key.peer_id(), honest_key.peer_id()}  # one of each sender
+    assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool) <= exchange.pool_max_per_sender
+    assert exchange.rejected["pool_sender_cap"] == 40 - exchange.pool_max_per_sender
