@@ -111,6 +111,7 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"up {s.uptime_s} s  peers connected {len(s.connected_peers)}", highlight=False)
     for addr in s.listen_addrs:
         out.print(f"  listening on {addr}", highlight=False)
+    out.print("transport: " + ", ".join(f"{k}={v}" for k, v in sorted(s.transport_counters.items())), highlight=False)
     out.print(f"messages accepted {s.accepted}; rejected: "
               + (", ".join(f"{k}={v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"), highlight=False)
     peers = Table(title="peers")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from node.metrics import read_metrics
+from protocol import NodeIdentity
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -103,3 +104,26 @@ def test_three_nodes_share_survive_a_kill_and_rejoin(tmp_path):
         assert ids[b] in status.stdout and ids[c] in status.stdout and "recent rounds" in status.stdout
     finally:
         stop(procs)
+
+
+def test_a_node_whose_peer_is_unreachable_trains_alone_and_keeps_dialing(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ghost = f"/ip4/127.0.0.1/tcp/{port}/p2p/{NodeIdentity.generate().peer_id()}"
+    a = tmp_path / "alone"
+    procs = [start(a, [ghost])]
+    try:
+        wait_for(lambda: len(read_metrics(a)) >= 5, "5 rounds without any peer", procs, timeout=120)
+        status = subprocess.run([sys.executable, "-m", "node.cli", "status", "--run-dir", str(a)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert status.returncode == 0, status.stderr
+        assert "peers connected 0" in status.stdout
+        dial_failures = int(status.stdout.split("dial_failures=")[1].split(",")[0].split()[0])
+        assert dial_failures >= 2  # it keeps redialing (with backoff), it does not give up
+    finally:
+        stop(procs)
+    assert any(r.get("peers_connected") == 0 for r in read_metrics(a))
