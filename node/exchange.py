@@ -20,6 +20,7 @@ from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from typing import Callable
 
+from node.config import SwarmConfig
 from node.loop import ScoredGroup
 from node.tasks.base import Task, TaskRef, TaskSource
 from node.verifiers import Verifier
@@ -67,33 +68,22 @@ def to_wire(group: ScoredGroup, round_index: int, policy_version: int, model: sw
 class SwarmExchange:
     """Implements node.loop.Exchange over any protocol.Transport; never blocks the loop."""
 
-    def __init__(self, transport: Transport, identity: NodeIdentity, swarm: str, source: TaskSource,
+    def __init__(self, transport: Transport, identity: NodeIdentity, cfg: SwarmConfig, source: TaskSource,
                  verifier: Verifier, retokenize: Retokenize, model: swarm_pb2.ModelCard,
-                 sampling: swarm_pb2.SamplingParams, *, external_per_round: int, pool_max_groups: int = 256,
-                 pool_max_age_rounds: int = 5, pool_max_per_sender: int = 32,
-                 sampling_policy: str = "per_sender", accept_sender_answers: bool = False, seed: int = 0,
-                 limits: Limits | None = None):
-        if sampling_policy not in ("uniform", "per_sender"):
-            raise ValueError(f"unknown sampling policy {sampling_policy!r}: valid are 'uniform', 'per_sender'")
+                 sampling: swarm_pb2.SamplingParams, *, seed: int = 0, limits: Limits | None = None):
         self.transport = transport
         self.peer_id = identity.peer_id()
-        self.swarm = swarm
+        self.cfg = cfg
         self.source = source
         self.verifier = verifier
         self.retokenize = retokenize
         self.model_card = model
         self.sampling = sampling
-        self.external_per_round = external_per_round
-        self.pool: deque[PoolEntry] = deque()
-        self.pool_max_groups = pool_max_groups
-        self.pool_max_age_rounds = pool_max_age_rounds
-        self.pool_max_per_sender = pool_max_per_sender
-        self.sampling_policy = sampling_policy
-        self.accept_sender_answers = accept_sender_answers
         self.seed = seed
+        self.pool: deque[PoolEntry] = deque()
         self.ingress = Ingress(limits or Limits())
         self.outbox = Outbox(identity, limits=limits or Limits())
-        self.topic = topic_name(swarm, "rollouts")
+        self.topic = topic_name(cfg.name, "rollouts")
         self.rejected: Counter[str] = Counter()  # node-level reasons (Ingress counts its own)
         self.used_by_sender: Counter[str] = Counter()
         self.policy_version = 0
@@ -109,7 +99,7 @@ class SwarmExchange:
         for group in groups:
             msg = to_wire(group, round_index, self.policy_version, self.model_card, self.sampling)
             try:
-                self.outbox.publish(self.transport, self.swarm, msg)
+                self.outbox.publish(self.transport, self.cfg.name, msg)
             except ValueError as err:  # our own group breaks a limit peers enforce: skip, say why
                 log.warning("not sharing a group of %s: %s", group.task.ref.key, err)
                 self.rejected["outbound_invalid"] += 1
@@ -162,7 +152,7 @@ class SwarmExchange:
         try:
             task = self.source.rebuild(ref)
         except ValueError as err:  # UnknownTaskError / UnknownDatasetError: we cannot check it
-            if not (self.accept_sender_answers and msg.question and msg.answer):
+            if not (self.cfg.accept_sender_answers and msg.question and msg.answer):
                 self.rejected[UNKNOWN] += 1
                 self.ingress.report(sender, UNKNOWN_TASK)
                 log.debug("unknown task from %s: %s", sender, err)
@@ -193,21 +183,21 @@ class SwarmExchange:
 
     def _add(self, entry: PoolEntry) -> None:
         mine = [e for e in self.pool if e.group.origin == entry.group.origin]
-        if len(mine) >= self.pool_max_per_sender:
+        if len(mine) >= self.cfg.pool_max_per_sender:
             self.pool.remove(mine[0])  # the sender's oldest: no peer holds more than its share
             self.rejected["pool_sender_cap"] += 1
         self.pool.append(entry)
 
     def _evict(self, round_index: int) -> None:
-        while self.pool and round_index - self.pool[0].received_round > self.pool_max_age_rounds:
+        while self.pool and round_index - self.pool[0].received_round > self.cfg.pool_max_age_rounds:
             self.pool.popleft()
-        while len(self.pool) > self.pool_max_groups:
+        while len(self.pool) > self.cfg.pool_max_groups:
             self.pool.popleft()  # oldest first
 
     def _sample(self, round_index: int) -> list[ScoredGroup]:
         rng = random.Random(f"{self.seed}/{round_index}")  # own stream: never perturbs training RNG
-        k = min(self.external_per_round, len(self.pool))
-        if self.sampling_policy == "uniform":
+        k = min(self.cfg.external_per_round, len(self.pool))
+        if self.cfg.sampling_policy == "uniform":
             chosen = rng.sample(list(self.pool), k)
         else:
             by_sender: dict[str, list[PoolEntry]] = defaultdict(list)
@@ -231,7 +221,7 @@ class SwarmExchange:
         with self._lock:
             return {
                 "peer_id": self.peer_id,
-                "swarm": self.swarm,
+                "swarm": self.cfg.name,
                 "policy_version": self.policy_version,
                 "accepted": snap.accepted,
                 "rejected_by_reason": {**snap.rejected_by_reason, **self.rejected},

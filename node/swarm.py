@@ -26,11 +26,8 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
     model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=node.policy.tokenizer_fingerprint)
     sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                         max_new_tokens=cfg.sampling.max_new_tokens)
-    return SwarmExchange(transport, identity, cfg.swarm.name, node.source, node.verifier, retokenizer(node.policy),
-                         model, sampling, external_per_round=cfg.swarm.external_per_round,
-                         pool_max_groups=cfg.swarm.pool_max_groups, pool_max_age_rounds=cfg.swarm.pool_max_age_rounds,
-                         pool_max_per_sender=cfg.swarm.pool_max_per_sender, sampling_policy=cfg.swarm.sampling_policy,
-                         accept_sender_answers=cfg.swarm.accept_sender_answers, seed=cfg.run.seed)
+    return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, retokenizer(node.policy),
+                         model, sampling, seed=cfg.run.seed)
 
 
 def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:

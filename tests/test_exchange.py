@@ -124,9 +124,9 @@ def test_sender_answers_only_when_opted_in(node, bus):
     identity = NodeIdentity.generate()
     strict = node.exchange
     assert strict.verify_group(identity.peer_id(), unknown) is None
-    lenient = SwarmExchange(MemoryTransport(bus, "lenient"), NodeIdentity.generate(), SWARM, node.source,
-                            node.verifier, strict.retokenize, strict.model_card, strict.sampling,
-                            external_per_round=4, accept_sender_answers=True)
+    lenient = SwarmExchange(MemoryTransport(bus, "lenient"), NodeIdentity.generate(),
+                            strict.cfg.model_copy(update={"accept_sender_answers": True}), node.source,
+                            node.verifier, strict.retokenize, strict.model_card, strict.sampling)
     group = lenient.verify_group(identity.peer_id(), unknown)
     assert group is not None and group.rewards == [1.0, 0.0, 1.0, 0.0]
 
@@ -146,8 +146,8 @@ def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus):
         flood.publish(flooder, SWARM, honest_group(node, 100 + i))
     honest.publish(good, SWARM, honest_group(node, 0))
     exchange = node.exchange
-    exchange.external_per_round = 2
+    exchange.cfg = exchange.cfg.model_copy(update={"external_per_round": 2})
     used = exchange.collect(0)
     assert {g.origin for g in used} == {flood_key.peer_id(), honest_key.peer_id()}  # one of each sender
-    assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool) <= exchange.pool_max_per_sender
-    assert exchange.rejected["pool_sender_cap"] == 40 - exchange.pool_max_per_sender
+    assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool) <= exchange.cfg.pool_max_per_sender
+    assert exchange.rejected["pool_sender_cap"] == 40 - exchange.cfg.pool_max_per_sender
