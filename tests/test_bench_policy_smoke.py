@@ -1,0 +1,41 @@
+"""scripts/bench_policy.py runs end to end in its --quick mode (tiny model) and writes its report."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "bench_policy.py"
+
+
+@pytest.mark.slow
+def test_bench_policy_quick_writes_json_and_png(tmp_path):
+    args = [sys.executable, str(SCRIPT), "--quick", "--gen-reps", "1", "--steps", "1", "--out", str(tmp_path)]
+    with_trl = importlib.util.find_spec("trl") is not None
+    if not with_trl:
+        args.append("--skip-trl")
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "bench_policy.json").read_text())
+    assert (tmp_path / "bench_policy.png").stat().st_size > 0
+    gen = result["generation"]
+    assert gen["ratio"] > 0 and gen["ours_tokens"] == gen["plain_tokens"]  # forced full length on both
+    ours = result["training"]["ours"]
+    assert ours["tok_s_median"] > 0 and ours["tokens"] == [2 * 4 * 8]  # prompts x G x max_new_tokens
+    assert ours["samples_trained"] == [2 * 4]  # zero-advantage groups are trained too, as TRL does
+    if with_trl:
+        trl = result["training"]["trl"]
+        assert trl["tokens"] == ours["tokens"] and result["training"]["ratio"] > 0
+        assert result["training"]["prompts_identical"] is True
+
+
+def test_bench_policy_without_trl_exits_2_with_the_install_command(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("bench_policy", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "trl_available", lambda: False)
+    assert bench.main(["--quick", "--out", str(tmp_path)]) == 2
+    assert ".venv/bin/pip install trl==1.16.0" in capsys.readouterr().out
