@@ -157,6 +157,30 @@ class TaskSource(ABC):
             )
 
 
+class MixtureSource(TaskSource):
+    """A source that draws each batch slot from a weighted mixture of datasets. Subclasses set
+    `seed` and `_choice` (a WeightedChoice) and say how big each dataset is and how to build one."""
+
+    seed: int
+    _choice: WeightedChoice
+
+    def batch(self, round_index: int, n: int) -> list[Task]:
+        check_batch_args(round_index, n)
+        tasks = []
+        for slot in range(n):
+            rng = stable_rng(self.name, "batch", self.seed, round_index, slot)
+            dataset = self._choice.pick(rng.random())
+            tasks.append(self._build(dataset, self.seed, rng.randrange(self._index_space(dataset))))
+        return tasks
+
+    @abstractmethod
+    def _index_space(self, dataset: str) -> int:
+        """Indices of `dataset` are drawn from range(this)."""
+
+    @abstractmethod
+    def _build(self, dataset: str, seed: int, index: int) -> Task: ...
+
+
 # --- weighted mixtures ----------------------------------------------------------------------------
 
 

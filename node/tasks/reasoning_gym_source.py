@@ -24,14 +24,12 @@ from reasoning_gym.factory import DATASETS
 from .base import (
     Task,
     TaskRef,
-    TaskSource,
+    MixtureSource,
     UnknownDatasetError,
     UnknownTaskError,
     WeightedChoice,
-    check_batch_args,
     check_seed,
     config_digest,
-    stable_rng,
 )
 
 log = logging.getLogger(__name__)
@@ -110,7 +108,7 @@ def _parse_mixture_entry(name: str, value: float | Mapping[str, Any]) -> tuple[f
     return value.get("weight", 1.0), config
 
 
-class ReasoningGymSource(TaskSource):
+class ReasoningGymSource(MixtureSource):
     """E.g. ReasoningGymSource({"leg_counting": 1.0, "basic_arithmetic": {"weight": 2.0,
     "config": {"min_terms": 2, "max_terms": 3}}}, seed=0).
 
@@ -146,15 +144,8 @@ class ReasoningGymSource(TaskSource):
 
     # --- TaskSource -------------------------------------------------------------------------------
 
-    def batch(self, round_index: int, n: int) -> list[Task]:
-        check_batch_args(round_index, n)
-        tasks = []
-        for slot in range(n):
-            rng = stable_rng(self.name, "batch", self.seed, round_index, slot)
-            dataset = self._choice.pick(rng.random())
-            size = self._resolved(dataset, self.seed)[0].size
-            tasks.append(self._build(dataset, self.seed, rng.randrange(size)))
-        return tasks
+    def _index_space(self, dataset: str) -> int:
+        return self._resolved(dataset, self.seed)[0].size
 
     def rebuild(self, ref: TaskRef) -> Task:
         self._check_ref_source(ref)

@@ -13,11 +13,10 @@ from typing import Callable, Mapping
 from .base import (
     Task,
     TaskRef,
-    TaskSource,
+    MixtureSource,
     UnknownDatasetError,
     UnknownTaskError,
     WeightedChoice,
-    check_batch_args,
     check_seed,
     config_digest,
     stable_rng,
@@ -67,7 +66,7 @@ def dataset_digest(dataset: str) -> str:
     return config_digest({"dataset": dataset, "generator_version": GENERATOR_VERSION})
 
 
-class SyntheticSource(TaskSource):
+class SyntheticSource(MixtureSource):
     """A weighted mixture of the GENERATORS datasets, e.g. SyntheticSource({"succ": 1, "add": 1}, seed=0)."""
 
     name = "synthetic"
@@ -83,14 +82,8 @@ class SyntheticSource(TaskSource):
         self.weights = dict(datasets)
         self._choice = WeightedChoice(self.weights)
 
-    def batch(self, round_index: int, n: int) -> list[Task]:
-        check_batch_args(round_index, n)
-        tasks = []
-        for slot in range(n):
-            rng = stable_rng(self.name, "batch", self.seed, round_index, slot)
-            dataset = self._choice.pick(rng.random())
-            tasks.append(self._build(dataset, self.seed, rng.randrange(_INDEX_SPACE)))
-        return tasks
+    def _index_space(self, dataset: str) -> int:
+        return _INDEX_SPACE
 
     def rebuild(self, ref: TaskRef) -> Task:
         # Any synthetic dataset can be rebuilt, even one we do not draw: generation is trivial and
