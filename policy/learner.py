@@ -63,8 +63,8 @@ class Learner:
         self.cfg = cfg
         self.pad_id = pad_id
         self.temperature = temperature  # log-probs on logits / T, else the on-policy ratio is not 1
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self.params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.device = next(model.parameters()).device
 
     def _logprobs(self, input_ids, attention_mask, n_completion):
@@ -125,8 +125,7 @@ class Learner:
                     logp=logp, old_logp=old, behavior_logp=beh, mask=loss_mask[idx], advantages=adv_t[idx]))
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad], self.cfg.grad_clip)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
                 self.optimizer.step()
                 step_stats = {"loss": float(loss.detach()), "grad_norm": float(grad_norm), **step_stats}
                 for key, value in step_stats.items():

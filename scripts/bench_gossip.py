@@ -499,7 +499,6 @@ def run_one(n: int, args: argparse.Namespace, rng: random.Random, console: Any) 
     console.print(f"[bold]N = {n}[/bold]: topology (node -> bootstrap peers it dials): "
                   + ", ".join(f"{i}->{'/'.join(map(str, d))}" for i, d in enumerate(swarm.topology) if d))
     everyone = list(range(n))
-    others = [i for i in everyone if i != 0]
     pubs = sorted({max(1, min(n - 1, round(k * (n - 1) / max(1, args.publishers)))) for k in range(1, args.publishers + 1)}) if n > 1 else [0]
     senders = sorted({max(1, min(n - 1, round(k * (n - 1) / max(1, args.flood_senders)))) for k in range(1, args.flood_senders + 1)}) if n > 1 else []
     res["publishers"], res["flood_senders"] = pubs, senders

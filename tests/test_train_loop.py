@@ -1,5 +1,4 @@
 """End to end on the tiny preset: the real round loop, real checkpoints, real subprocesses."""
-import json
 import os
 import signal
 import subprocess
