@@ -8,22 +8,35 @@ Notation (kept in the names below):
     m      = mask, 1 on trainable completion tokens;   A = per-sequence advantage
     sg[.]  = stop-gradient (.detach())
 
+The menu (registry names; knobs are the pydantic fields):
+    grpo     clipped r against l_old, SMTM            dr_grpo  grpo with A = R - mean, CN
+    dapo     clip-higher, TM                          gspo     sequence ratio, mean over sequences
+    cispo    clipped detached rho weight, TM          minpro   pmin * rho weight, TM
+    prefix   truncated prefix product of rho, TM      ftis     truncated rho + KL filter on A < 0 rows
+    tis(x)   x times a truncated exp(l_old - b)       mc(x)    x with a median baseline (G + 1 samples)
+cispo / minpro / prefix / ftis already weight by the behavior ratio rho (uses_behavior_ratio), so
+tis(x) refuses them: tis belongs around grpo / dr_grpo / dapo / gspo, whose ratio is against l_old.
+
 Every objective splits into `token_loss` (per-token term [B, T], already in loss units, i.e.
 negated) and `aggregate` (TM / SMTM / CN / ...), so wrappers such as tis(x) can reweight the inner
-term before aggregation. `loss` = aggregate(token_loss).
+term before aggregation. `loss` = aggregate(token_loss) over the rows that `row_keep` keeps
+(all rows unless the objective filters, e.g. ftis).
+
+Log-ratios go through masked_log_ratio, whose value is clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO]
+(straight-through: the gradient is unchanged), so no exp overflows in float32.
 
 Ratio form: to get the gradient w * A * grad(l) from a detached weight w, the per-token loss is
 -sg[w / rho] * rho * A, whose value is -w * A. With all ratios 1 every objective then equals GRPO
 in value AND gradient.
 
-Usage:  obj = make_objective("tis(minpro)", C=2.0, inner={"eps_high": 0.28})
+Usage:  obj = make_objective("tis(dapo)", C=2.0, inner={"eps_high": 0.28})
         loss, stats = obj.loss(LossInputs(logp, old_logp, behavior_logp, mask, advantages))
 """
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -44,6 +57,8 @@ class LossInputs:
     behavior_logp [B, T]  b: behavior log-probs (tier 2 external: b = l^prox)
     mask          [B, T]  float, 1 on trainable completion tokens (prompt/hint/padding/pivot: 0)
     advantages    [B]     A_i per sequence
+    completion_budget     max new tokens the completions were sampled with (set by the learner;
+                          Dr. GRPO's CN aggregation divides by it unless l_norm is given)
     Values at mask == 0 may be anything (even inf/nan): every objective ignores them.
     """
 
@@ -52,6 +67,7 @@ class LossInputs:
     behavior_logp: Tensor
     mask: Tensor
     advantages: Tensor
+    completion_budget: float | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.logp.shape)
@@ -62,6 +78,8 @@ class LossInputs:
                 raise ValueError(f"{name} has shape {tuple(getattr(self, name).shape)}, expected {shape}")
         if tuple(self.advantages.shape) != shape[:1]:
             raise ValueError(f"advantages has shape {tuple(self.advantages.shape)}, expected {shape[:1]}")
+        if self.completion_budget is not None and not self.completion_budget > 0:
+            raise ValueError(f"completion_budget must be > 0, got {self.completion_budget}")
         self.old_logp = self.old_logp.detach()  # [B, T]
         self.behavior_logp = self.behavior_logp.detach()  # [B, T]
         self.mask = self.mask.detach().to(self.logp.dtype)  # [B, T]
@@ -73,10 +91,20 @@ class LossInputs:
 # --------------------------------------------------------------------------------------------
 
 
+MAX_LOG_RATIO = 20.0  # |log-ratio| bound before exp: float32 exp overflows past 88.7
+
+
 def masked_log_ratio(num: Tensor, den: Tensor, mask: Tensor) -> Tensor:
     """num - den on trainable tokens, exactly 0 elsewhere (so padding junk never reaches exp or a
-    gradient: torch.where routes a zero gradient to the unselected branch)."""
-    return torch.where(mask > 0, num - den, torch.zeros_like(num))  # [B, T]
+    gradient: torch.where routes a zero gradient to the unselected branch).
+
+    Straight-through clamp: the VALUE is clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO] so that exp of
+    it (or of a mean of it) cannot overflow, the GRADIENT is passed through unchanged. Written as
+    sg[clamp(x)] + (x - sg[x]) rather than x + sg[clamp(x) - x]: the same value and gradient, but
+    exact for any finite x (the latter rounds to 0 or past 88 once |x| > ~1e8). Where |x| <= MAX
+    the value is bit-for-bit x."""
+    x = torch.where(mask > 0, num - den, torch.zeros_like(num))  # [B, T]
+    return x.detach().clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO) + (x - x.detach())  # [B, T]
 
 
 def ratio_form(w: Tensor, log_rho: Tensor) -> Tensor:
@@ -179,10 +207,11 @@ class Objective(BaseModel):
     advantage: ClassVar[str] = "mean_std"  # "mean_std" | "mean" | "median"
     extra_samples: ClassVar[int] = 0  # completions per group beyond G (mc needs G + 1)
     wrapper: ClassVar[bool] = False
+    uses_behavior_ratio: ClassVar[bool] = False  # term already weighted by rho = exp(l - b)
 
     @property
     def spec(self) -> str:
-        """The registry spec that builds this objective, e.g. 'tis(minpro)'."""
+        """The registry spec that builds this objective, e.g. 'tis(mc(grpo))'."""
         return self.name
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
@@ -193,50 +222,77 @@ class Objective(BaseModel):
         """Reduce the per-token term to a scalar; token-mean unless the objective says otherwise."""
         return masked_token_mean(term, x.mask)
 
+    def row_keep(self, x: LossInputs) -> Tensor | None:
+        """Rows to train on, [B] bool, or None to keep every row. A dropped row's mask is zeroed
+        before aggregation (see apply_row_keep), so it gets no gradient and leaves every
+        denominator. Computed from detached values only."""
+        return None
+
     def loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
-        """Scalar loss to minimise, plus float diagnostics."""
-        term, stats = self.token_loss(x)  # [B, T]
-        loss = self.aggregate(term, x)  # []
+        """Scalar loss to minimise over the rows row_keep keeps, plus float diagnostics."""
+        kept, filtered_frac = apply_row_keep(self, x)
+        term, stats = self.token_loss(kept)  # [B, T]
+        loss = self.aggregate(term, kept)  # []
+        if kept is not x:  # the objective filters rows: report how many it dropped
+            stats["filtered_frac"] = filtered_frac
         stats["loss"] = float(loss.detach())
         return loss, stats
 
 
-class Grpo(Objective):
-    """GRPO: -min(r A, clip(r, 1-eps, 1+eps) A) [+ beta * k3], r = exp(l - l_old); SMTM by default.
+def apply_row_keep(objective: Objective, x: LossInputs) -> tuple[LossInputs, float]:
+    """x with the mask of the rows objective.row_keep drops set to 0, and the fraction of rows with
+    >= 1 trainable token that were dropped. Returns x itself (not a copy) and 0.0 when the
+    objective keeps every row. Idempotent: a row with no trainable token is never counted."""
+    keep = objective.row_keep(x)  # [B] bool or None
+    if keep is None:
+        return x, 0.0
+    has_tok = x.mask.sum(-1) > 0  # [B]
+    dropped = has_tok & ~keep  # [B]
+    mask = torch.where(keep[:, None], x.mask, torch.zeros_like(x.mask))  # [B, T]
+    frac = float(dropped.sum()) / max(float(has_tok.sum()), 1.0)
+    return replace(x, mask=mask), frac
 
-    beta > 0 adds the k3 KL estimator exp(l_old - l) - (l_old - l) - 1 against the OLD policy (a
-    trust-region penalty; this node keeps no frozen reference model). Its gradient is 0 at r = 1."""
+
+class Grpo(Objective):
+    """GRPO: -min(r A, clip(r, 1-eps, 1+eps) A), r = exp(l - l_old); SMTM by default.
+
+    No KL knob (beta): a k3 penalty against l_old (this node keeps no frozen reference model) is
+    exactly 0 in value and gradient with one optimizer step per round (l = l_old), so it silently
+    did nothing. l_norm: CN's constant (aggregation="cn"); None means LossInputs.completion_budget."""
 
     name: ClassVar[str] = "grpo"
     eps: float = Field(0.2, gt=0)
-    beta: float = Field(0.0, ge=0)
     aggregation: Literal["smtm", "tm", "cn"] = "smtm"
-    l_norm: float = Field(64.0, gt=0)  # only for aggregation="cn"
+    l_norm: float | None = Field(None, gt=0)  # only for aggregation="cn"
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
-        log_r = masked_log_ratio(x.logp, x.old_logp, x.mask)  # [B, T]
-        r = torch.exp(log_r)  # [B, T]
+        r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
         A = x.advantages[:, None]  # [B, 1]
         lo, hi = 1 - self.eps, 1 + self.eps
         term = -clipped_surrogate(r, A, lo, hi)  # [B, T]
         stats = {"clip_frac": _frac(ppo_clip_active(r.detach(), A, lo, hi), x.mask), **_ratio_stats(r, x.mask)}
-        if self.beta > 0:
-            k3 = torch.exp(-log_r) + log_r - 1  # [B, T]  KL(old || theta) estimator, >= 0
-            term = term + self.beta * k3  # [B, T]
-            stats["kl_k3"] = float(masked_token_mean(k3.detach(), x.mask))
         return term, stats
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
         if self.aggregation == "tm":
             return masked_token_mean(term, x.mask)
         if self.aggregation == "cn":
-            return constant_normalizer(term, x.mask, self.l_norm)
+            return constant_normalizer(term, x.mask, self.completion_norm(x))
         return sequence_mean_token_mean(term, x.mask)
+
+    def completion_norm(self, x: LossInputs) -> float:
+        """CN's L_norm: the l_norm knob if set, else the sampling budget the learner passes (so
+        dr_grpo inside tis(...) or mc(...) gets it too: the budget travels with the data)."""
+        if self.l_norm is not None:
+            return self.l_norm
+        if x.completion_budget is not None:
+            return x.completion_budget
+        raise ValueError("CN aggregation needs l_norm or LossInputs.completion_budget")
 
 
 class DrGrpo(Grpo):
     """Dr. GRPO: GRPO's clipped term, advantage R - mean (no std), CN aggregation with
-    L_norm = max new tokens (the node sets l_norm)."""
+    L_norm = max new tokens (LossInputs.completion_budget, unless l_norm is set)."""
 
     name: ClassVar[str] = "dr_grpo"
     advantage: ClassVar[str] = "mean"
@@ -296,6 +352,7 @@ class Cispo(Objective):
     Clipping the (detached) weight instead of the ratio keeps every token's gradient."""
 
     name: ClassVar[str] = "cispo"
+    uses_behavior_ratio: ClassVar[bool] = True
     eps_high: float = Field(0.28, ge=0)
 
     def weights(self, x: LossInputs) -> Tensor:
@@ -323,6 +380,7 @@ class MinPro(Objective):
     pmin_floor (e.g. 1e-3) optionally bounds pmin from below."""
 
     name: ClassVar[str] = "minpro"
+    uses_behavior_ratio: ClassVar[bool] = True
     eps_low: float = Field(1.0, ge=0, le=1)
     eps_high: float = Field(0.28, ge=0)
     pmin_floor: float | None = Field(None, gt=0)
@@ -353,12 +411,16 @@ class Prefix(Objective):
     token t, exponential variance; for study). Log space: cumsum of masked log rho. Ratio form, TM."""
 
     name: ClassVar[str] = "prefix"
+    uses_behavior_ratio: ClassVar[bool] = True
     C: float = Field(2.0, gt=0)
 
     def weights(self, x: LossInputs) -> Tensor:
-        """w = min(exp(cumsum_t m log rho), C), detached [B, T]."""
+        """w = min(exp(cumsum_t m log rho), C), detached [B, T]. The sum can pass 88 although each
+        term is clamped: its log is capped at MAX_LOG_RATIO before exp (no change unless
+        C > exp(MAX_LOG_RATIO), since w is truncated at C anyway; small sums underflow harmlessly)."""
         lam = masked_log_ratio(x.logp, x.behavior_logp, x.mask).detach()  # [B, T]  0 off-mask
-        return torch.exp(torch.cumsum(lam, dim=-1)).clamp(max=self.C)  # [B, T]
+        log_prefix = torch.cumsum(lam, dim=-1).clamp(max=MAX_LOG_RATIO)  # [B, T]
+        return torch.exp(log_prefix).clamp(max=self.C)  # [B, T]
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         log_rho = masked_log_ratio(x.logp, x.behavior_logp, x.mask)  # [B, T]
@@ -368,6 +430,50 @@ class Prefix(Objective):
             "clip_frac": _frac(w >= self.C, x.mask),
             **_ratio_stats(torch.exp(log_rho.detach()), x.mask),
             **_weight_stats(w, x.mask),
+        }
+        return term, stats
+
+
+class FTis(Objective):
+    """F-TIS (our reading of the outline in arXiv 2605.22537): truncated importance sampling on the
+    behavior ratio, w_t = sg[min(rho_t, C)], loss TM[-sg[w/rho] rho A], plus a filter: a row with
+    A_i < 0 whose KL estimate k_i = token-mean of the k3 term (rho - 1) - log rho exceeds kl_max is
+    dropped (a far off-policy negative sample mostly adds variance to the push-down gradient).
+    Positive-advantage rows are always kept. With rho = 1 it equals GRPO token-mean."""
+
+    name: ClassVar[str] = "ftis"
+    uses_behavior_ratio: ClassVar[bool] = True
+    C: float = Field(2.0, gt=0)
+    kl_max: float = Field(0.5, gt=0)
+
+    def weights(self, x: LossInputs) -> Tensor:
+        """w = min(rho, C), detached [B, T]."""
+        rho = torch.exp(masked_log_ratio(x.logp, x.behavior_logp, x.mask)).detach()  # [B, T]
+        return rho.clamp(max=self.C)  # [B, T]
+
+    def sequence_kl(self, x: LossInputs) -> Tensor:
+        """k_i = token-mean over row i's trainable tokens of (rho - 1) - log rho (k3, >= 0),
+        detached [B]; 0 for a row without trainable tokens."""
+        lam = masked_log_ratio(x.logp, x.behavior_logp, x.mask).detach()  # [B, T]  0 off-mask
+        k3 = (torch.expm1(lam) - lam).clamp_min(0.0)  # [B, T]  expm1: no cancellation near rho = 1
+        k3 = torch.where(x.mask > 0, k3, torch.zeros_like(k3))  # [B, T]
+        return k3.sum(-1) / x.mask.sum(-1).clamp_min(1.0)  # [B]
+
+    def row_keep(self, x: LossInputs) -> Tensor | None:
+        """Drop rows with A_i < 0 and k_i > kl_max; keep the rest [B]."""
+        return ~((x.advantages < 0) & (self.sequence_kl(x) > self.kl_max))  # [B]
+
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+        log_rho = masked_log_ratio(x.logp, x.behavior_logp, x.mask)  # [B, T]
+        w = self.weights(x)  # [B, T]
+        term = -ratio_form(w, log_rho) * x.advantages[:, None]  # [B, T]
+        rho = torch.exp(log_rho.detach())  # [B, T]
+        kl = self.sequence_kl(x)[x.mask.sum(-1) > 0]  # [B']  rows that reach the loss
+        stats = {
+            "clip_frac": _frac(rho > self.C, x.mask),
+            **_ratio_stats(rho, x.mask),
+            **_weight_stats(w, x.mask),
+            "kl_mean": float(kl.mean()) if kl.numel() else 0.0,
         }
         return term, stats
 
@@ -395,29 +501,59 @@ class Wrapper(Objective):
     def extra_samples(self) -> int:  # type: ignore[override]
         return self.inner.extra_samples
 
+    @property
+    def uses_behavior_ratio(self) -> bool:  # type: ignore[override]
+        return self.inner.uses_behavior_ratio
+
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         return self.inner.token_loss(x)
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
         return self.inner.aggregate(term, x)
 
+    def row_keep(self, x: LossInputs) -> Tensor | None:
+        return self.inner.row_keep(x)
+
 
 class Tis(Wrapper):
     """Truncated importance sampling for the generator/learner mismatch: multiplies the inner
     per-token term by sg[min(exp(l_old - b), C)].
     level="token": per-token ratio; level="sequence": exp(sum_t m (l_old - b)) per sequence.
-    mode="truncate": min(ratio, C); mode="mask": ratio where ratio <= C, else 0."""
+    mode="truncate": min(ratio, C); mode="mask": ratio where ratio <= C, else 0.
+
+    Only around PPO-style objectives whose ratio is against l_old (grpo, dr_grpo, dapo, gspo): an
+    inner objective that already weights by rho = exp(l - b) (uses_behavior_ratio) would correct
+    the mismatch twice, so it is refused. tis itself counts as weighting by a behavior ratio."""
 
     name: ClassVar[str] = "tis"
     C: float = Field(2.0, gt=0)
     level: Literal["token", "sequence"] = "token"
     mode: Literal["truncate", "mask"] = "truncate"
 
+    @field_validator("inner", mode="after")
+    @classmethod
+    def _refuse_behavior_ratio(cls, v: Objective) -> Objective:
+        if v.uses_behavior_ratio:
+            raise ValueError(
+                f"tis({v.spec}) corrects the sampler mismatch twice: {v.spec} already weights its term "
+                f"by a behavior ratio against b (e.g. rho = exp(l - b)) and tis multiplies by "
+                f"min(exp(l_old - b), C) on top, a weight ~ (pi_theta/pi_b)(pi_old/pi_b). Use {v.spec} "
+                f"alone (its own knobs bound the weight), or tis around a PPO-style objective whose "
+                f"ratio is against l_old: grpo, dr_grpo, dapo, gspo")
+        return v
+
+    @property
+    def uses_behavior_ratio(self) -> bool:  # type: ignore[override]
+        return True  # its weight is exp(l_old - b): tis(tis(x)) would double-correct as well
+
     def mismatch_ratio(self, x: LossInputs) -> Tensor:
-        """exp(l_old - b) per token, or its product over the sequence, detached [B, T]."""
+        """exp(l_old - b) per token, or its product over the sequence, detached [B, T]. The
+        sequence sum can pass 88 although each term is clamped: its log is capped at MAX_LOG_RATIO
+        before exp (no change to the weight unless C > exp(MAX_LOG_RATIO), since it is truncated or
+        masked at C anyway; small products underflow harmlessly)."""
         log_m = masked_log_ratio(x.old_logp, x.behavior_logp, x.mask)  # [B, T]
         if self.level == "sequence":
-            log_m = log_m.sum(-1, keepdim=True).expand_as(log_m)  # [B, T]
+            log_m = log_m.sum(-1, keepdim=True).clamp(max=MAX_LOG_RATIO).expand_as(log_m)  # [B, T]
         return torch.exp(log_m).detach()  # [B, T]
 
     def weights(self, x: LossInputs) -> Tensor:
@@ -458,16 +594,17 @@ class Mc(Wrapper):
 # --------------------------------------------------------------------------------------------
 
 OBJECTIVES: dict[str, type[Objective]] = {
-    cls.name: cls for cls in (Grpo, DrGrpo, Dapo, Gspo, Cispo, MinPro, Prefix, Tis, Mc)
+    cls.name: cls for cls in (Grpo, DrGrpo, Dapo, Gspo, Cispo, MinPro, Prefix, FTis, Tis, Mc)
 }
 _SPEC = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*$")
 
 
 def make_objective(spec: str, **knobs: Any) -> Objective:
-    """Build an objective from a spec such as "grpo", "tis(grpo)", "mc(dapo)", "tis(mc(minpro))".
+    """Build an objective from a spec such as "grpo", "tis(grpo)", "mc(dapo)", "tis(mc(dapo))".
 
     `knobs` go to the outermost objective; a wrapper's inner knobs go in `inner={...}` (nested
-    wrappers nest the dict). Unknown names and knobs raise ValueError listing the valid ones."""
+    wrappers nest the dict). Unknown names and knobs raise ValueError listing the valid ones; so
+    does tis around an objective that already weights by the behavior ratio."""
     match = _SPEC.match(spec)
     if match is None:
         raise ValueError(f"malformed objective spec {spec!r}; expected 'name' or 'wrapper(name)'")

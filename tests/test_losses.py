@@ -11,17 +11,21 @@ from hypothesis import strategies as st
 
 from policy.advantages import dynamic_sampling_keep, group_advantages, overlong_penalty
 from policy.losses import (
+    MAX_LOG_RATIO,
     OBJECTIVES,
     Cispo,
+    FTis,
     Gspo,
     LossInputs,
     MinPro,
     Objective,
     Prefix,
     Tis,
+    apply_row_keep,
     constant_normalizer,
     effective_sample_size,
     make_objective,
+    masked_log_ratio,
     masked_token_mean,
     min_prefix_ratio,
     sequence_mean_token_mean,
@@ -65,7 +69,9 @@ CHECK1_SPECS = [
     ("prefix", {}),
     ("tis(grpo)", {"C": 1.0, "inner": {"aggregation": "tm"}}),
     ("tis(grpo)", {"C": 2.0, "level": "sequence", "inner": {"aggregation": "tm"}}),
-    ("tis(minpro)", {"C": 1.0}),
+    ("tis(dapo)", {"C": 1.0}),
+    ("ftis", {}),
+    ("ftis", {"C": 1.0}),
 ]
 
 
@@ -102,13 +108,13 @@ def test_check1_is_discriminating_smtm_differs_from_tm():
     assert not torch.allclose(grad_of(loss, l), grad_of(reference_tm(A, l, MASK), l), atol=1e-4)
 
 
-def test_check1_kl_beta_adds_nothing_at_ratio_one():
-    l = random_logp(3)
-    A = torch.tensor([1.0, -1.0, 0.5])
-    x = LossInputs(l, l.detach(), l.detach(), MASK, A)
-    loss, stats = make_objective("grpo", aggregation="tm", beta=0.5).loss(x)
-    assert torch.allclose(grad_of(loss, l), grad_of(reference_tm(A, l, MASK), l), atol=1e-6)
-    assert stats["kl_k3"] == pytest.approx(0.0, abs=1e-7)
+@pytest.mark.parametrize("spec", ["grpo", "dr_grpo", "mc(grpo)"])
+def test_grpo_refuses_beta(spec):
+    """The k3 penalty was against l_old (no reference model): exactly 0 with one step per round,
+    so the knob is gone rather than silently doing nothing."""
+    knobs = {"inner": {"beta": 0.1}} if spec.startswith("mc") else {"beta": 0.1}
+    with pytest.raises(ValueError, match=r"unknown knob.*'beta'"):
+        make_objective(spec, **knobs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -343,7 +349,30 @@ def test_dr_grpo_uses_constant_normalizer():
     loss, _ = make_objective("dr_grpo", l_norm=10).loss(x)
     assert loss.item() == pytest.approx(-(3 * 1.0 - 2 * 0.5) / (2 * 10))  # -sum(A m) / (G L_norm)
     assert torch.allclose(grad_of(loss, l), -A[:, None] * mask / 20)
-    assert make_objective("dr_grpo").l_norm == 64
+    # no default L_norm: it comes from the knob or from the data's completion budget
+    assert make_objective("dr_grpo").l_norm is None
+    with pytest.raises(ValueError, match="CN aggregation needs l_norm or LossInputs.completion_budget"):
+        make_objective("dr_grpo").loss(x)
+    budget, _ = make_objective("dr_grpo").loss(LossInputs(l, l.detach(), l.detach(), mask, A, completion_budget=10))
+    assert torch.equal(budget, loss)
+    knob_wins, _ = make_objective("dr_grpo", l_norm=10).loss(LossInputs(l, l.detach(), l.detach(), mask, A, completion_budget=99))
+    assert torch.equal(knob_wins, loss)
+
+
+@pytest.mark.parametrize("spec", ["tis(dr_grpo)", "mc(dr_grpo)", "tis(mc(dr_grpo))"])
+def test_dr_grpo_inside_wrappers_uses_completion_budget(spec):
+    """The budget travels with the data, so wrapped dr_grpo no longer silently keeps L_norm = 64."""
+    R = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0])
+    _, keep = group_advantages(R, "median")  # mc's pivot: the learner zeroes its row
+    A = torch.tensor([0.5, -0.5, -0.5, 0.0, 0.5])
+    l = random_logp(9, (5, 4))
+    drift = 0.3 * torch.randn(5, 4, generator=torch.Generator().manual_seed(10))
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0]] * 3 + [[1.0, 1.0, 0.0, 0.0]] * 2) * keep[:, None]  # [5, 4]
+    old = l.detach() + drift  # b = l_old: tis's weight is exactly 1
+    loss, _ = make_objective(spec).loss(LossInputs(l, old, old, mask, A, completion_budget=10))
+    ref, _ = make_objective("dr_grpo", l_norm=10).loss(LossInputs(l, old, old, mask, A))  # the same rows
+    assert torch.equal(loss, ref)
+    assert torch.equal(grad_of(loss, l), grad_of(ref, l))
 
 
 def test_aggregators():
@@ -361,7 +390,7 @@ def test_make_objective_errors_name_the_valid_choices():
     with pytest.raises(ValueError, match=r"epsilon.*valid knobs.*eps"):
         make_objective("grpo", epsilon=0.1)
     with pytest.raises(ValueError, match=r"'C'.*valid knobs"):
-        make_objective("tis(minpro)", inner={"C": 3.0})  # C belongs to tis, not minpro
+        make_objective("tis(dapo)", inner={"C": 3.0})  # C belongs to tis, not dapo
     with pytest.raises(ValueError, match="wrapper"):
         make_objective("tis")
     with pytest.raises(ValueError, match="not a wrapper"):
@@ -371,15 +400,15 @@ def test_make_objective_errors_name_the_valid_choices():
 
 
 def test_make_objective_knobs_and_nesting():
-    obj = make_objective("tis(mc(minpro))", C=3.0, inner={"inner": {"eps_high": 0.5}})
-    assert obj.spec == "tis(mc(minpro))" and obj.C == 3.0 and obj.inner.inner.eps_high == 0.5
+    obj = make_objective("tis(mc(dapo))", C=3.0, inner={"inner": {"eps_high": 0.5}})
+    assert obj.spec == "tis(mc(dapo))" and obj.C == 3.0 and obj.inner.inner.eps_high == 0.5
     assert obj.advantage == "median" and obj.extra_samples == 1
     assert make_objective("tis(dr_grpo)").advantage == "mean"
 
 
 def _registry_specs() -> list[str]:
     return [f"{name}(grpo)" if cls.wrapper else name for name, cls in OBJECTIVES.items()] + [
-        "tis(minpro)", "mc(gspo)", "tis(prefix)"]
+        "tis(dapo)", "mc(gspo)", "tis(gspo)", "mc(minpro)", "mc(ftis)", "tis(mc(dr_grpo))"]
 
 
 @pytest.mark.parametrize("spec", _registry_specs())
@@ -393,9 +422,156 @@ def test_every_objective_finite_loss_and_gradient_with_junk_padding(spec):
     l = l0.requires_grad_(True)
     obj = make_objective(spec)
     assert isinstance(obj, Objective)
-    loss, stats = obj.loss(LossInputs(l, old, b, MASK, torch.tensor([1.0, -0.5, 2.0])))
+    loss, stats = obj.loss(LossInputs(l, old, b, MASK, torch.tensor([1.0, -0.5, 2.0]), completion_budget=6))
     grad = grad_of(loss, l)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
     assert torch.equal(grad[pad], torch.zeros_like(grad[pad]))
     assert grad[~pad].abs().sum() > 0 or "gspo" in spec  # gspo may clip every sequence
     assert all(math.isfinite(v) for v in stats.values()) and "loss" in stats and "clip_frac" in stats
+
+
+# ------------------------------------------------------------------------------------------
+# Overflow-safe log-ratios
+# ------------------------------------------------------------------------------------------
+
+def test_masked_log_ratio_straight_through_clamp():
+    num = torch.tensor([[100.0, -100.0, 3.0, 1e10, 50.0]], requires_grad=True)
+    den = torch.zeros(1, 5)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    out = masked_log_ratio(num, den, mask)
+    assert out.detach().tolist() == [[MAX_LOG_RATIO, -MAX_LOG_RATIO, 3.0, MAX_LOG_RATIO, 0.0]]  # exact, even at 1e10
+    (g,) = torch.autograd.grad((out * torch.arange(1.0, 6.0)).sum(), num)
+    assert g.tolist() == [[1.0, 2.0, 3.0, 4.0, 0.0]]  # gradient passed through, 0 off-mask
+
+
+OVERFLOW_SPECS = _registry_specs() + ["tis(grpo)+sequence", "tis(grpo)+mask", "tis(dapo)+sequence"]
+
+
+@pytest.mark.parametrize("spec", OVERFLOW_SPECS)
+def test_every_objective_finite_at_log_ratio_100(spec):
+    """l - l_old = +-100 and l - b = +-100 on trainable tokens: float32 exp(100) is inf, so without
+    the clamp ratios, weights and gradients overflow."""
+    spec, _, level = spec.partition("+")
+    knobs = {"level": level} if level == "sequence" else {"mode": level} if level else {}
+    l = random_logp(11)
+    sign = torch.tensor([[1.0, -1.0, 1.0, 1.0, -1.0, 1.0], [-1.0, 1.0, 1.0, -1.0, 0.0, 0.0], [0.0, 1.0, -1.0, 0.0, 0.0, 0.0]])
+    old = l.detach() - 100.0 * sign  # [3, 6]  l - l_old = +-100
+    b = l.detach() + 100.0 * sign.roll(1, dims=-1)  # [3, 6]  l - b = -+100 on a shifted pattern
+    A = torch.tensor([1.0, -0.5, 2.0])
+    loss, stats = make_objective(spec, **knobs).loss(LossInputs(l, old, b, MASK, A, completion_budget=6))
+    grad = grad_of(loss, l)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    assert all(math.isfinite(v) for v in stats.values())
+
+
+def test_long_prefix_and_sequence_sums_do_not_overflow():
+    """Each log-ratio is within the clamp but their sum passes 88: Prefix and sequence-level TIS cap
+    the summed log before exp; the weights are truncated at C as before."""
+    l = torch.zeros(1, 10)
+    x = LossInputs(l, l, l - 15.0, torch.ones(1, 10), torch.ones(1))  # l - b = l_old - b = 15; sums reach 150
+    assert torch.equal(Prefix(C=2.0).weights(x), torch.full((1, 10), 2.0))
+    tis = Tis(inner=make_objective("grpo"), level="sequence")
+    assert torch.equal(tis.mismatch_ratio(x), torch.exp(torch.full((1, 10), MAX_LOG_RATIO)))  # finite
+    assert torch.equal(tis.weights(x), torch.full((1, 10), 2.0))
+    assert torch.equal(Tis(inner=make_objective("grpo"), level="sequence", mode="mask").weights(x), torch.zeros(1, 10))
+
+
+# ------------------------------------------------------------------------------------------
+# tis refuses objectives that already weight by the behavior ratio
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["tis(minpro)", "tis(cispo)", "tis(prefix)", "tis(ftis)", "tis(mc(minpro))", "tis(tis(grpo))"])
+def test_tis_refuses_behavior_ratio_objectives(spec):
+    with pytest.raises(ValueError, match=r"twice.*grpo, dr_grpo, dapo, gspo"):
+        make_objective(spec)
+
+
+def test_tis_refuses_direct_construction_too():
+    with pytest.raises(ValueError, match="twice"):
+        Tis(inner=MinPro())
+
+
+def test_uses_behavior_ratio_flags_and_propagation():
+    flagged = {name for name, cls in OBJECTIVES.items() if not cls.wrapper and cls.uses_behavior_ratio}
+    assert flagged == {"cispo", "minpro", "prefix", "ftis"}
+    assert make_objective("mc(minpro)").uses_behavior_ratio and not make_objective("mc(grpo)").uses_behavior_ratio
+    assert make_objective("tis(mc(grpo))").uses_behavior_ratio  # tis's own weight is a behavior ratio
+
+
+# ------------------------------------------------------------------------------------------
+# Row filter hook
+# ------------------------------------------------------------------------------------------
+
+def test_apply_row_keep_without_filter_is_identity():
+    l = random_logp(12)
+    x = LossInputs(l, l.detach(), l.detach(), MASK, torch.tensor([1.0, -1.0, 0.5]))
+    for spec in ("grpo", "tis(dapo)", "mc(cispo)"):
+        obj = make_objective(spec)
+        assert obj.row_keep(x) is None
+        kept, frac = apply_row_keep(obj, x)
+        assert kept is x and frac == 0.0
+        assert "filtered_frac" not in obj.loss(x)[1]
+
+
+# ------------------------------------------------------------------------------------------
+# F-TIS
+# ------------------------------------------------------------------------------------------
+
+def test_ftis_truncates_behavior_ratio_three_to_two():
+    """Check 6 style: rho = [3, 1.5, 1] with C = 2 gives weights [2, 1.5, 1] and gradient
+    w A grad(l) (the loss, a token mean, has -w A / N)."""
+    l = torch.zeros(1, 3, requires_grad=True)
+    b = l.detach() - torch.log(torch.tensor([[3.0, 1.5, 1.0]]))  # rho = exp(l - b) = [3, 1.5, 1]
+    A = torch.tensor([0.7])
+    x = LossInputs(l, l.detach(), b, torch.ones(1, 3), A)
+    assert torch.allclose(FTis(C=2.0).weights(x), torch.tensor([[2.0, 1.5, 1.0]]))
+    loss, stats = FTis(C=2.0).loss(x)
+    assert torch.allclose(grad_of(loss, l), -0.7 * torch.tensor([[2.0, 1.5, 1.0]]) / 3)
+    assert loss.item() == pytest.approx(-0.7 * 4.5 / 3)
+    assert stats["clip_frac"] == pytest.approx(1 / 3) and stats["ratio_max"] == pytest.approx(3.0)
+    assert stats["weight_mean"] == pytest.approx(1.5) and stats["filtered_frac"] == 0.0
+
+
+def test_ftis_kl_filter_drops_only_far_negative_rows():
+    """Row 0: A < 0, k = 0.9016 > kl_max = 0.5 -> dropped. Row 1: same log rho but A > 0 -> kept.
+    Row 2: A < 0, k = 0.0120 -> kept. The dropped row gets no gradient and leaves the denominator."""
+    lam = torch.tensor([[1.5, -1.5, 0.0, 0.0], [1.5, -1.5, 0.0, 0.0], [0.1, -0.2, 0.0, 0.0]])  # log rho
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    A = torch.tensor([-1.0, 2.0, -0.5])
+    l = torch.zeros(3, 4, requires_grad=True)
+    b = l.detach() - lam
+    b[mask == 0] = 80.0  # junk
+    x = LossInputs(l, l.detach(), b, mask, A)
+    e = math.exp
+    k_far = ((e(1.5) - 1 - 1.5) + (e(-1.5) - 1 + 1.5) + 0.0) / 3  # 0.90161
+    k_near = ((e(0.1) - 1 - 0.1) + (e(-0.2) - 1 + 0.2)) / 2  # 0.01195
+    obj = FTis()  # C = 2, kl_max = 0.5
+    assert torch.allclose(obj.sequence_kl(x), torch.tensor([k_far, k_far, k_near]), atol=1e-6)
+    assert obj.row_keep(x).tolist() == [False, True, True]
+    assert make_objective("mc(ftis)").row_keep(x).tolist() == [False, True, True]  # wrappers delegate
+    loss, stats = obj.loss(x)
+    w1 = [min(e(1.5), 2.0), e(-1.5), 1.0]  # row 1 weights (truncated at C)
+    w2 = [e(0.1), e(-0.2)]  # row 2 weights
+    expected = -(2.0 * sum(w1) - 0.5 * sum(w2)) / 5  # token mean over the 3 + 2 kept tokens
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    g = grad_of(loss, l)
+    assert torch.equal(g[0], torch.zeros(4))
+    assert torch.allclose(g[1, :3], -2.0 * torch.tensor(w1) / 5) and torch.allclose(g[2, :2], 0.5 * torch.tensor(w2) / 5)
+    assert stats["filtered_frac"] == pytest.approx(1 / 3)
+    assert stats["kl_mean"] == pytest.approx((k_far + k_near) / 2, rel=1e-5)
+    assert stats["clip_frac"] == pytest.approx(1 / 5)  # only row 1's rho = e^1.5 > 2, among kept tokens
+    # the learner may pre-filter with apply_row_keep: same loss, and nothing left to drop
+    kept, frac = apply_row_keep(obj, x)
+    assert frac == pytest.approx(1 / 3) and kept.mask[0].sum() == 0 and torch.equal(kept.mask[1:], mask[1:])
+    again, stats_again = obj.loss(kept)
+    assert torch.equal(again, loss) and stats_again["filtered_frac"] == 0.0
+    # a looser threshold keeps row 0: the denominator is back to 8 tokens
+    loose, _ = FTis(kl_max=1.0).loss(x)
+    assert loose.item() == pytest.approx(-(-1.0 * sum(w1) + 2.0 * sum(w1) - 0.5 * sum(w2)) / 8, rel=1e-6)
+
+
+def test_ftis_knobs_validated():
+    with pytest.raises(ValueError):
+        make_objective("ftis", kl_max=0.0)
+    with pytest.raises(ValueError, match="unknown knob"):
+        make_objective("ftis", eps_high=0.2)
