@@ -1,13 +1,19 @@
-"""Rollout allocation: which prompts get more samples (ALGORITHMS.md, "Rollout allocation").
+"""Rollout allocation: which prompts get more samples (policy/ALGORITHMS.md, "Rollout allocation").
 
 DARS (arXiv 2508.13755) adds rollouts to hard prompts so that their total advantage mass matches
-an easy prompt's; BetaPassRate is the per-prompt pass-rate posterior (also used by hint annealing).
+an easy prompt's; BetaPassRate is the pass-rate posterior, kept per prompt and per task family by
+PassRates (also read by hint annealing and the weak_tasks sampler).
 """
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from node.tasks.base import Task
 
 _CEIL_EPS = 1e-9  # ceil(x - eps): 24.000000000001 from float rounding must give 24, not 25
 
@@ -100,3 +106,66 @@ class BetaPassRate:
     def prob_above(self, threshold: float) -> float:
         """P(pass rate > threshold) under the posterior."""
         return 1.0 - beta_cdf(threshold, self.alpha, self.beta)
+
+
+class AllocationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scheme: Literal["off", "equal", "hardness"] = Field(
+        "off", description="DARS extra rollouts for hard prompts: off, equal-treatment or hardness-weighted")
+    max_rollouts: int = Field(32, ge=2, description="N_max: completions per prompt at most, base + extra")
+    accuracy: Literal["measured", "posterior"] = Field(
+        "measured", description="accuracy a that DARS uses: this round's base rollouts (as in the paper) or "
+                                "the prompt's pass-rate posterior mean after them (pools earlier rounds)")
+    posterior_decay: float = Field(0.9, gt=0, le=1, description="pass-rate posteriors forget: counts are "
+                                   "multiplied by this before each new observation (1 = never forget)")
+
+
+class PassRates:
+    """Beta pass-rate posteriors per prompt (Task.prompt_key) and per task family (dataset), with
+    forgetting so they follow a policy that learns; bounded (least recently seen prompts go)."""
+
+    def __init__(self, decay: float = 0.9, max_prompts: int = 50_000):
+        self.decay = decay
+        self.max_prompts = max_prompts
+        self.by_prompt: OrderedDict[str, BetaPassRate] = OrderedDict()
+        self.by_dataset: dict[str, BetaPassRate] = {}
+
+    def observe(self, task: Task, correct: list[bool]) -> None:
+        if not correct:
+            return
+        for table, key in ((self.by_prompt, task.prompt_key), (self.by_dataset, task.ref.dataset)):
+            post = table.get(key)
+            if post is None:
+                post = table[key] = BetaPassRate()
+            else:  # forget toward the uniform prior
+                post.alpha = 1.0 + (post.alpha - 1.0) * self.decay
+                post.beta = 1.0 + (post.beta - 1.0) * self.decay
+            post.update(sum(correct), len(correct))
+        self.by_prompt.move_to_end(task.prompt_key)
+        while len(self.by_prompt) > self.max_prompts:
+            self.by_prompt.popitem(last=False)
+
+    def mean_with(self, task: Task, correct: list[bool]) -> float:
+        """The prompt's posterior mean if `correct` were observed now (nothing is stored)."""
+        post = self.by_prompt.get(task.prompt_key)
+        alpha = beta = 1.0
+        if post is not None:
+            alpha, beta = 1.0 + (post.alpha - 1.0) * self.decay, 1.0 + (post.beta - 1.0) * self.decay
+        return (alpha + sum(correct)) / (alpha + beta + len(correct))
+
+    def prompt(self, key: str) -> BetaPassRate | None:
+        return self.by_prompt.get(key)
+
+    def estimate(self, task: Task) -> float | None:
+        """Posterior mean for the prompt if seen, else for its family, else None."""
+        post = self.by_prompt.get(task.prompt_key) or self.by_dataset.get(task.ref.dataset)
+        return None if post is None else post.mean
+
+    def state_dict(self) -> dict:
+        return {"prompt": [(k, p.alpha, p.beta) for k, p in self.by_prompt.items()],
+                "dataset": [(k, p.alpha, p.beta) for k, p in self.by_dataset.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.by_prompt = OrderedDict((k, BetaPassRate(a, b)) for k, a, b in state.get("prompt", []))
+        self.by_dataset = {k: BetaPassRate(a, b) for k, a, b in state.get("dataset", [])}

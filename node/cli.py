@@ -5,6 +5,7 @@
     swarm-node keygen [--out FILE]
     swarm-node status [--run-dir DIR | --control HOST:PORT]
     swarm-node report RUN_DIR
+    swarm-node config [--preset ...] [--set ...] [--explain]
 """
 from __future__ import annotations
 
@@ -114,6 +115,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     out.print("transport: " + ", ".join(f"{k}={v}" for k, v in sorted(s.transport_counters.items())), highlight=False)
     out.print(f"messages accepted {s.accepted}; rejected: "
               + (", ".join(f"{k}={v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"), highlight=False)
+    out.print("external rollouts trained by behavior tier: "
+              + (", ".join(f"tier {k}={v}" for k, v in sorted(s.tier_rollouts.items())) or "none yet")
+              + "  (0 exact, 1 aligned, 2 proxy)", highlight=False)
+    out.print("observed: " + (", ".join(f"{k}={v}" for k, v in sorted(s.observed.items())) or "nothing"),
+              highlight=False)
+    out.print("hints: " + (", ".join(f"{k}={v}" for k, v in sorted(s.hint_counters.items())) or "none"),
+              highlight=False)
     peers = Table(title="peers")
     for col in ("peer", "connected", "score", "banned", "ban left s", "accepted", "rejected"):
         peers.add_column(col)
@@ -122,12 +130,28 @@ def cmd_status(args: argparse.Namespace) -> int:
                       str(p.accepted), str(p.rejected))
     out.print(peers)
     rounds = Table(title="recent rounds")
-    for col in ("round", "local", "ext received", "ext used", "ext dropped"):
+    for col in ("round", "local", "ext received", "ext used", "ext dropped", "tier 0/1/2"):
         rounds.add_column(col, justify="right")
     for r in s.rounds:
         rounds.add_row(*(str(v) for v in (r.round, r.local_groups, r.external_groups_received,
-                                          r.external_groups_used, r.external_groups_dropped)))
+                                          r.external_groups_used, r.external_groups_dropped)),
+                       f"{r.tier0_rollouts}/{r.tier1_rollouts}/{r.tier2_rollouts}")
     out.print(rounds)
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The resolved configuration, one `section.key = value` line per knob (TOML values);
+    --explain adds what each knob does."""
+    import json
+
+    from node.config import explain
+
+    cfg = _config(args)
+    for key, value, description in explain(cfg):
+        shown = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
+        line = f"{key} = {shown}"
+        print(f"{line:<48} # {description}" if args.explain and description else line)
     return 0
 
 
@@ -178,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--timeout", type=float, default=5.0)
     status.set_defaults(func=cmd_status)
 
+    config = sub.add_parser("config", help="print the resolved configuration (--explain: what each knob does)")
+    common(config, "runs/latest")
+    config.add_argument("--explain", action="store_true", help="describe every knob next to its value")
+    config.set_defaults(func=cmd_config)
+
     report = sub.add_parser("report", help="plot a run's metrics (PNG) and print a summary")
     report.add_argument("run_dir")
     report.set_defaults(func=cmd_report)
@@ -206,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except _user_errors() as err:
-        console.print(f"[red]error:[/] {err}")
+        console.print(f"[red]error:[/] {err}", soft_wrap=True, highlight=False)
         return 2
 
 

@@ -10,10 +10,13 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from node.allocation import AllocationConfig
+from node.hints import HintConfig
 from node.verifiers import Verifier
-from policy.learner import OptimConfig
+from policy.learner import OffPolicyConfig, OptimConfig
+from policy.losses import make_objective
 from policy.models import ModelConfig
 
 
@@ -22,30 +25,47 @@ class Section(BaseModel):
 
 
 class TaskConfig(Section):
-    source: Literal["synthetic", "reasoning_gym"] = "synthetic"
-    # dataset name -> weight, or -> {"weight": w, "config": {...}} (reasoning-gym config overrides)
-    datasets: dict[str, Any] = Field(default_factory=lambda: {"copy": 1.0, "succ": 1.0, "max": 1.0})
-    seed: int = 0
-    prompts_per_round: int = Field(16, ge=1)
+    source: Literal["synthetic", "reasoning_gym"] = Field("synthetic", description="task source kind")
+    datasets: dict[str, Any] = Field(default_factory=lambda: {"copy": 1.0, "succ": 1.0, "max": 1.0},
+                                     description="dataset -> weight, or -> {weight, config} (reasoning-gym "
+                                                 "config overrides); weight 0 = never drawn, still rebuildable")
+    seed: int = Field(0, description="task stream seed: draws depend only on (seed, round, slot)")
+    prompts_per_round: int = Field(16, ge=1, description="I: local prompts per round (--mix I/J)")
 
 
 class SamplingConfig(Section):
     group_size: int = Field(8, ge=2, description="G: completions per prompt")
-    temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int = Field(64, ge=1)
-    backend: Literal["auto", "hf", "vllm"] = "auto"
+    temperature: float = Field(1.0, gt=0, description="sampling temperature; log-probs are taken at it")
+    max_new_tokens: int = Field(64, ge=1, description="completion budget (also Dr. GRPO's L_norm)")
+    backend: Literal["auto", "hf", "vllm"] = Field("auto", description="generation backend; auto = vllm when it "
+                                                   "is installed and CUDA is present, else hf")
 
 
 class LossConfig(Section):
-    name: str = "grpo"  # a registry name, or a wrapper such as "tis(minpro)" / "mc(grpo)"
-    knobs: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field("grpo", description="objective for this node's own samples: a registry name or a "
+                      "wrapper such as tis(grpo) / mc(dapo) (policy/ALGORITHMS.md)")
+    knobs: dict[str, Any] = Field(default_factory=dict, description="knobs of `name`, e.g. {eps = 0.2}")
+    external: str = Field("minpro", description="objective for peers' samples (any of the menu)")
+    external_knobs: dict[str, Any] = Field(default_factory=dict, description="knobs of `external`")
+    off_policy: OffPolicyConfig = Field(default_factory=OffPolicyConfig)
+
+    @model_validator(mode="after")
+    def _objectives_exist(self) -> "LossConfig":
+        """An unknown objective or knob is a config error before any model loads."""
+        for field_name, spec, knobs in (("name", self.name, self.knobs), ("external", self.external,
+                                                                        self.external_knobs)):
+            try:
+                make_objective(spec, **knobs)
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"loss.{field_name} = {spec!r}: {err}") from None
+        return self
 
 
 class RunConfig(Section):
-    rounds: int = Field(100, ge=1)
-    seed: int = 0
-    checkpoint_every: int = Field(10, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
+    rounds: int = Field(100, ge=1, description="total rounds (a resumed run continues the count)")
+    seed: int = Field(0, description="torch / python / numpy seed of this node")
+    checkpoint_every: int = Field(10, ge=1, description="rounds between atomic checkpoints")
+    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
     threads: int | None = Field(None, ge=1, description="torch CPU threads; None = all cores")
 
 
@@ -53,15 +73,21 @@ class SwarmConfig(Section):
     """Networking for `swarm-node join` (ignored by `swarm-node train`)."""
 
     name: str = Field("main", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="swarm name: the gossip topics")
-    listen: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/4001"])
+    listen: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/4001"], description="listen multiaddrs")
     peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
-    pool_max_groups: int = Field(256, ge=1)
-    pool_max_age_rounds: int = Field(5, ge=0)
+    pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")
+    pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group older than this many rounds is dropped")
     pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
-    sampling_policy: Literal["uniform", "per_sender"] = Field(
-        "per_sender", description="uniform over groups (SAPO paper) or fair across senders first")
+    max_external_factor: int = Field(4, ge=1, description="refuse a peer completion longer than this many times "
+                                     "sampling.max_new_tokens in our tokens (it would bloat every padded batch)")
+    sampling_policy: Literal["uniform", "per_sender", "weak_tasks"] = Field(
+        "per_sender", description="which J pooled groups to train on: uniform (SAPO paper), per_sender (fair "
+                                  "across senders) or weak_tasks (favour families this node fails, sender-fair)")
+    composition: Literal["sapo", "cross_actor"] = Field(
+        "sapo", description="sapo: a peer's group trains as its own group; cross_actor: a peer's group for a "
+                            "prompt we sampled this round joins our group (one baseline over the union)")
     accept_sender_answers: bool = Field(False, description="score unknown tasks against the sender's answer")
     min_round_s: float = Field(0.0, ge=0, description="pace rounds (tiny models finish a round in ms)")
     control: str = Field("127.0.0.1:0", description="gRPC control service address (loopback by default)")
@@ -76,12 +102,14 @@ class NodeConfig(Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)
+    hints: HintConfig = Field(default_factory=HintConfig)
+    allocation: AllocationConfig = Field(default_factory=AllocationConfig)
 
 
 # Presets are plain override dicts on top of the defaults, so a reader sees exactly what differs.
 PRESETS: dict[str, dict[str, Any]] = {
     # A 2-layer, 64-wide Qwen2 with a 16-token vocabulary learning one-token arithmetic from scratch
-    # (DESIGN.md: copy learns in ~300 rounds, succ/max reach >= 0.99 within 1,500 at lr 1e-3).
+    # (node/tasks/synthetic.py: copy learns in ~300 rounds, succ/max reach >= 0.99 within 1,500 at lr 1e-3).
     "tiny": {
         "model": {"name": "tiny"},
         "tasks": {"source": "synthetic", "datasets": {"copy": 1.0, "succ": 1.0, "max": 1.0},
@@ -93,7 +121,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # SmolLM2-135M-Instruct (offline GGUF, converted once to bf16) on real reasoning-gym tasks.
     "smollm2": {
-        # float32 master weights + bf16 autocast: an lr of 1e-6 would vanish in bf16 weights
+        # float32 master weights (an lr of 1e-6 would vanish in bf16 weights); bf16 autocast where the
+        # hardware has native bf16 (emulated bf16 on an AVX2-only CPU made generation ~5x slower)
         "model": {"name": "smollm2", "dtype": "float32"},
         "tasks": {"source": "reasoning_gym",
                   "datasets": {"basic_arithmetic": {"weight": 1.0, "config": {"min_terms": 2, "max_terms": 2,
@@ -102,7 +131,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                   "prompts_per_round": 4},
         "sampling": {"group_size": 4, "temperature": 1.0, "max_new_tokens": 96},
         "verifier": {"fmt": "lenient", "format_weight": 0.1},
-        "optim": {"lr": 1e-6, "autocast_bf16": True},
+        "optim": {"lr": 1e-6, "autocast_bf16": "auto"},
         "run": {"rounds": 20, "checkpoint_every": 1},
     },
 }
@@ -182,5 +211,18 @@ def load_config(preset: str | None = None, file: str | Path | None = None,
                 except ConfigError as named:  # names the valid keys at that level
                     problems.append(str(named))
             else:
-                problems.append(f"{loc}: {e['msg']}")
+                problems.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def explain(model: BaseModel, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, current value, description) of every knob, sections walked depth first."""
+    rows: list[tuple[str, Any, str]] = []
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        key = f"{prefix}{name}"
+        if isinstance(value, BaseModel):
+            rows += explain(value, key + ".")
+        else:
+            rows.append((key, value, field.description or ""))
+    return rows

@@ -34,6 +34,9 @@ def status_reply(s: dict) -> swarm_pb2.StatusReply:
         round=s["round"], policy_version=s["policy_version"], uptime_s=int(s["uptime_s"]), accepted=s["accepted"])
     reply.rejected_by_reason.update({k: int(v) for k, v in s["rejected_by_reason"].items()})
     reply.transport_counters.update({k: int(v) for k, v in s["transport"].items()})
+    reply.tier_rollouts.update({k: int(v) for k, v in s.get("tiers_used", {}).items()})
+    reply.hint_counters.update({k: int(v) for k, v in s.get("hints", {}).items()})
+    reply.observed.update({k: int(v) for k, v in s.get("observed", {}).items()})
     connected = set(s["connected"])
     for info in s["peers"]:
         reply.peers.add(**dataclasses.asdict(info), connected=info.peer_id in connected)

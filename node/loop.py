@@ -1,6 +1,7 @@
-"""The round loop of one node (DESIGN.md "One round on one node"), plain synchronous code.
+"""The round loop of one node, plain synchronous code (README "How a round works").
 
-    tasks -> generate -> score -> share/collect -> mix -> update -> metrics -> checkpoint
+    tasks (+ hinted revisits) -> generate (plain, hinted, DARS extra) -> score -> share / collect
+    -> compose (SAPO groups or cross-actor merge) -> update -> hints -> metrics -> checkpoint
 
 `share`/`collect` go through an `Exchange` (None when training alone): the SAPO network layer
 plugs in there without reshaping the loop.
@@ -10,36 +11,28 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import torch
 
+from node.allocation import PassRates
 from node.config import NodeConfig
+from node.groups import ScoredGroup, compose
+from node.hint_writer import HintWriter
+from node.hints import LEVELS, HintBook
 from node.metrics import MetricsLog, RoundTable
+from node.prompts import Retokenizer
+from node.rollouts import RolloutSampler
 from node.tasks import make_source
 from node.tasks.base import Task
-from node.verifiers import SYSTEM_PROMPT
 from policy.checkpoint import latest_checkpoint, load_weights, restore_rng, save_checkpoint
-from policy.generation import make_generator
+from policy.generation import eos_token_ids, make_generator
 from policy.learner import Learner, apply_lora, autocast_context
 from policy.losses import make_objective
-from policy.models import LoadedPolicy, load_policy
-from policy.types import Rollout, SamplingParams, TrainGroup, TrainSample
-
-
-@dataclass
-class ScoredGroup:
-    """The G completions of one task with rewards recomputed by this node's verifier."""
-
-    task: Task
-    rollouts: list[Rollout]
-    rewards: list[float]
-    correct: list[bool]
-    origin: str = "local"  # "local" or the sender's peer id
-    meta: dict = field(default_factory=dict)
+from policy.models import load_policy
+from policy.types import SamplingParams
 
 
 class Exchange(Protocol):
@@ -47,36 +40,15 @@ class Exchange(Protocol):
 
     def share(self, round_index: int, groups: list[ScoredGroup]) -> None: ...
 
-    def collect(self, round_index: int) -> list[ScoredGroup]: ...
+    def collect(self, round_index: int, local: list[ScoredGroup]) -> list[ScoredGroup]: ...
 
+    def request_hints(self, tasks: list[Task]) -> None: ...
 
-def render_prompt(policy: LoadedPolicy, question: str) -> list[int]:
-    """Prompt token ids: the chat template with our answer-format instructions for chat models,
-    bos + raw text for the tiny from-scratch model."""
-    tok = policy.tokenizer
-    if policy.chat:
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return tok(text, add_special_tokens=False)["input_ids"]
-    return [tok.bos_token_id] + tok(question, add_special_tokens=False)["input_ids"]
+    def take_hints(self) -> list: ...
 
+    def take_hint_requests(self, k: int) -> list[tuple[Task, str]]: ...
 
-def to_train_group(group: ScoredGroup) -> TrainGroup:
-    samples = [TrainSample(prompt_ids=r.prompt_ids, completion_ids=r.completion_ids,
-                           behavior_logprobs=r.logprobs, reward=reward)
-               for r, reward in zip(group.rollouts, group.rewards)]
-    return TrainGroup(samples=samples, external=group.origin != "local", meta={"task": group.task.ref.key})
-
-
-def retokenizer(policy: LoadedPolicy):
-    """(question, text, truncated) -> (prompt ids, completion ids) in this node's tokenizer."""
-    tok = policy.tokenizer
-
-    def retokenize(question: str, text: str, truncated: bool) -> tuple[list[int], list[int]]:
-        ids = tok(text, add_special_tokens=False)["input_ids"]
-        return render_prompt(policy, question), ids if truncated else ids + [tok.eos_token_id]
-
-    return retokenize
+    def publish_hints(self, task: Task, levels: dict[str, str]) -> None: ...
 
 
 def seed_everything(seed: int) -> None:
@@ -95,19 +67,36 @@ class Node:
         seed_everything(cfg.run.seed)
         self.policy = load_policy(cfg.model)
         self.model = apply_lora(self.policy.model, cfg.optim)
-        knobs = dict(cfg.loss.knobs)
-        if cfg.loss.name == "dr_grpo":  # CN aggregation normalizes by the max completion length
-            knobs.setdefault("l_norm", cfg.sampling.max_new_tokens)
-        self.objective = make_objective(cfg.loss.name, **knobs)
+        self.objective = make_objective(cfg.loss.name, **cfg.loss.knobs)
         self.source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed)
         self.verifier = cfg.verifier
         self.generator = make_generator(cfg.sampling.backend, self.policy)
         self.learner = Learner(self.model, self.objective, cfg.optim, pad_id=self.policy.tokenizer.pad_token_id,
-                               temperature=cfg.sampling.temperature)
+                               temperature=cfg.sampling.temperature,
+                               external_objective=make_objective(cfg.loss.external, **cfg.loss.external_knobs),
+                               off_policy=cfg.loss.off_policy, completion_budget=cfg.sampling.max_new_tokens)
         self.sampling = SamplingParams(temperature=cfg.sampling.temperature,
                                        max_new_tokens=cfg.sampling.max_new_tokens)
+        self.retokenizer = Retokenizer(self.policy, eos_token_ids(self.policy.model, self.policy.tokenizer))
+        self.pass_rates = PassRates(cfg.allocation.posterior_decay)
+        self.hints = HintBook(cfg.hints, self.pass_rates, LEVELS if self.policy.chat else ("prefix",))
+        autocast = lambda: autocast_context(cfg.optim.autocast_bf16, self.learner.device)  # noqa: E731
+        n = cfg.sampling.group_size + self.objective.extra_samples  # mc needs G+1
+        self.sampler = RolloutSampler(self.policy, self.generator, self.verifier, self.source, self.sampling, n,
+                                      cfg.allocation, self.pass_rates, self.objective.advantage == "mean_std",
+                                      autocast)
+        self.hint_writer = HintWriter(self.policy, self.generator, self.verifier, self.source, self.sampling,
+                                      cfg.sampling.group_size, cfg.hints, autocast)
         self.metrics = MetricsLog(self.run_dir)
         self.next_round = 0
+
+    def use_generator(self, generator) -> None:
+        """Swap the rollout backend everywhere it is used (benchmarks force full-length sampling)."""
+        self.generator = self.sampler.generator = self.hint_writer.generator = generator
+
+    @property
+    def hinting(self) -> bool:
+        return self.exchange is not None and self.cfg.hints.enabled
 
     # -- checkpoints -------------------------------------------------------------------------
     def resume(self) -> int | None:
@@ -118,62 +107,103 @@ class Node:
         load_weights(self.model, ckpt)
         self.learner.optimizer.load_state_dict(ckpt.state["optimizer"])
         restore_rng(ckpt.state["rng"])
+        extra = ckpt.state.get("extra", {})
+        self.learner.policy_version = int(extra.get("policy_version", 0))
+        self.pass_rates.load_state_dict(extra.get("pass_rates", {}))
+        self.hints.load_state_dict(extra.get("hints", {}))
         self.generator.refresh()
         self.next_round = ckpt.round_index + 1
         self.metrics.truncate_after(ckpt.round_index)
         return ckpt.round_index
 
     def checkpoint(self, round_index: int) -> Path:
+        extra = {"policy_version": self.learner.policy_version, "pass_rates": self.pass_rates.state_dict(),
+                 "hints": self.hints.state_dict()}
         return save_checkpoint(self.run_dir, round_index, self.model, self.policy.tokenizer,
-                               self.learner.optimizer, self.cfg.model_dump(mode="json"),
+                               self.learner.optimizer, self.cfg.model_dump(mode="json"), extra=extra,
                                keep=self.cfg.run.keep_checkpoints)
 
     # -- one round ---------------------------------------------------------------------------
+    def _tasks(self, round_index: int) -> list[Task]:
+        tasks = self.source.batch(round_index, self.cfg.tasks.prompts_per_round)
+        if self.hinting:  # prompts we failed and now hold hints for come back until they anneal
+            drawn = {t.prompt_key for t in tasks}
+            tasks += [self.source.rebuild(ref) for ref in self.hints.revisits(round_index, drawn)]
+        return tasks
+
     def run_round(self, round_index: int) -> dict:
         t0 = time.perf_counter()
-        tasks = self.source.batch(round_index, self.cfg.tasks.prompts_per_round)
-        prompts = [render_prompt(self.policy, t.question) for t in tasks]
-        n = self.cfg.sampling.group_size + self.objective.extra_samples  # mc needs G+1
-        with autocast_context(self.cfg.optim.autocast_bf16, self.learner.device):
-            completions = self.generator.generate(prompts, n, self.sampling)  # [prompts][n]
+        tasks = self._tasks(round_index)
+        hints = [self.hints.current(t) if self.hinting else None for t in tasks]
+        local, sample_stats = self.sampler.sample(tasks, hints, self.learner.policy_version)
+        for group in local:
+            self.pass_rates.observe(group.task, group.unhinted())
+            self.hints.observe(group)
+            self.hint_writer.remember(group)
         t1 = time.perf_counter()
 
-        local = []
-        for task, rollouts in zip(tasks, completions):
-            scored = [self.verifier.score(task, self.source, r.text) for r in rollouts]
-            local.append(ScoredGroup(task=task, rollouts=rollouts, rewards=[s[0] for s in scored],
-                                     correct=[bool(s[1]["correct"]) for s in scored]))
-        t2 = time.perf_counter()
-
         external: list[ScoredGroup] = []
+        hint_stats: dict = {}
         if self.exchange is not None:
             self.exchange.share(round_index, local)
-            external = self.exchange.collect(round_index)
-        groups = [to_train_group(g) for g in local + external]
+            if self.hinting:
+                self.exchange.request_hints(self.hints.requests(local, round_index))
+            external = self.exchange.collect(round_index, local)
+            if self.hinting:
+                hint_stats = self._exchange_hints()
+        t2 = time.perf_counter()
+
+        groups, merged = compose(local, external, self.cfg.swarm.composition)
         stats = self.learner.update(groups)
         self.generator.refresh()  # the generator must sample from the updated weights next round
         t3 = time.perf_counter()
+        return self._row(round_index, tasks, local, external, merged, {**sample_stats, **hint_stats, **stats},
+                         (t0, t1, t2, t3))
 
-        rewards = [r for g in local for r in g.rewards]
-        correct = [c for g in local for c in g.correct]
-        n_tokens = sum(len(r.completion_ids) for rs in completions for r in rs)
+    def _exchange_hints(self) -> dict:
+        """Keep the hints we asked for; answer a few peers' requests (may cost a generate call)."""
+        accepted = sum(self.hints.add(h.task, h.level, h.text) for h in self.exchange.take_hints())
+        served = 0
+        for task, _sender in self.exchange.take_hint_requests(self.cfg.hints.serve_per_round):
+            levels = self.hint_writer.hints_for(task)
+            if levels:
+                self.exchange.publish_hints(task, levels)
+                served += 1
+        return {"hints_accepted": float(accepted), "hint_requests_served": float(served)}
+
+    def _row(self, round_index: int, tasks: list[Task], local: list[ScoredGroup], external: list[ScoredGroup],
+             merged: int, stats: dict, times: tuple[float, float, float, float]) -> dict:
+        """The metrics line of one round: own unhinted samples define reward and pass rate."""
+        t0, t1, t2, t3 = times
+        rewards = [r for g in local for r, h in zip(g.rewards, g.hinted or [False] * len(g.rewards)) if not h]
+        correct = [c for g in local for c in g.unhinted()]
+        n_rollouts = sum(len(g.rollouts) for g in local)
+        n_tokens = sum(len(r.completion_ids) - r.hint_tokens for g in local for r in g.rollouts)
         per_dataset: dict[str, list[bool]] = {}
         for g in local:
-            per_dataset.setdefault(g.task.ref.dataset, []).extend(g.correct)
+            per_dataset.setdefault(g.task.ref.dataset, []).extend(g.unhinted())
+        hinted = [g for g in local if g.hint is not None]
         return {
             "round": round_index,
-            "reward_mean": sum(rewards) / len(rewards),
-            "pass_rate": sum(correct) / len(correct),
-            "pass_rate_by_dataset": {k: sum(v) / len(v) for k, v in per_dataset.items()},
+            "policy_version": self.learner.policy_version,
+            "reward_mean": sum(rewards) / max(1, len(rewards)),
+            "pass_rate": sum(correct) / max(1, len(correct)),
+            "pass_rate_by_dataset": {k: sum(v) / len(v) for k, v in per_dataset.items() if v},
+            "correct_per_rollout": sum(c for g in local for c in g.correct) / max(1, n_rollouts),
             "groups_local": len(local),
+            "groups_hinted": len(hinted),
+            "hinted_pass_rate": (sum(c for g in hinted for c, h in zip(g.correct, g.hinted) if h)
+                                 / max(1, sum(sum(g.hinted) for g in hinted))) if hinted else None,
             "groups_external": len(external),
-            "groups_trained": len(groups) - int(stats.get("groups_zero_adv", 0)),
+            "groups_merged": merged,
+            "groups_trained": len(local) + len(external) - merged - int(stats.get("groups_zero_adv", 0)),
+            "rollouts_generated": n_rollouts,
             "tokens_generated": n_tokens,
-            "completion_len_mean": n_tokens / max(1, len(rewards)),
-            "truncated_frac": sum(r.truncated for rs in completions for r in rs) / max(1, len(rewards)),
+            "completion_len_mean": n_tokens / max(1, n_rollouts),
+            "truncated_frac": sum(r.truncated for g in local for r in g.rollouts) / max(1, n_rollouts),
             "tokens_per_s": n_tokens / max(t3 - t0, 1e-9),
-            "t_generate": t1 - t0,
-            "t_score": t2 - t1,
+            "t_generate": t1 - t0 - stats.get("t_score", 0.0),
+            "t_exchange": t2 - t1,
             "t_train": t3 - t2,
             "t_round": t3 - t0,
             "tasks_digest": hashlib.sha256("|".join(t.ref.key for t in tasks).encode()).hexdigest()[:16],

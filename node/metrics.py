@@ -55,6 +55,8 @@ COLUMNS = [  # (header, key, format)
     ("clip", "clip_frac", "{:.3f}"),
     ("groups", "groups_trained", "{:d}"),
     ("ext used", "external_used", "{:d}"),
+    ("tiers 0/1/2", "external_tiers", "{}"),
+    ("hinted", "groups_hinted", "{:d}"),
     ("peers", "peers_connected", "{:d}"),
     ("tok/s", "tokens_per_s", "{:.0f}"),
     ("gen s", "t_generate", "{:.2f}"),
@@ -67,6 +69,8 @@ def _cell(row: dict, key: str, fmt: str) -> str:
     value = row.get(key)
     if value is None:
         return "-"
+    if isinstance(value, dict):  # e.g. rollouts per behavior tier: "3/0/1"
+        return "/".join(str(value[k]) for k in sorted(value))
     try:
         return fmt.format(int(value) if fmt == "{:d}" else value)
     except (TypeError, ValueError):

@@ -36,6 +36,7 @@ def summarize(rows: list[dict]) -> dict:
         "seconds_generate": sum(r["t_generate"] for r in rows),
         "seconds_score": sum(r["t_score"] for r in rows),
         "seconds_train": sum(r["t_train"] for r in rows),
+        "seconds_exchange": sum(r.get("t_exchange", 0.0) for r in rows),
     }
 
 
@@ -47,7 +48,7 @@ def summary_text(s: dict) -> str:
         f"pass rate (last 10 rounds): {s['pass_rate_last10']:.3f}\n"
         f"throughput: {s['tokens_per_s_mean']:.1f} generated tokens/s (mean over rounds)\n"
         f"time: {s['seconds_total']:.1f} s total = generate {s['seconds_generate']:.1f} s + score "
-        f"{s['seconds_score']:.1f} s + train {s['seconds_train']:.1f} s\n"
+        f"{s['seconds_score']:.1f} s + exchange {s['seconds_exchange']:.1f} s + train {s['seconds_train']:.1f} s\n"
     )
 
 
@@ -79,8 +80,8 @@ def write_report(run_dir: Path) -> tuple[Path, Path, str]:
     ax.set(title="throughput (generated tokens / round seconds)", xlabel="round", ylabel="tokens/s")
 
     ax = axes[1][1]
-    gen, score, train = ([r[k] for r in rows] for k in ("t_generate", "t_score", "t_train"))
-    ax.stackplot(x, gen, score, train, labels=["generate", "score", "train"], alpha=0.8)
+    parts = ("t_generate", "t_score", "t_exchange", "t_train")
+    ax.stackplot(x, *([r.get(k, 0.0) for r in rows] for k in parts), labels=[k[2:] for k in parts], alpha=0.8)
     ax.set(title="seconds per round", xlabel="round")
     ax.legend(loc="upper left")
 

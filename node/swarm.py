@@ -10,7 +10,7 @@ from rich.console import Console
 from node.config import NodeConfig
 from node.control import start_control_server, write_node_file
 from node.exchange import SwarmExchange
-from node.loop import Node, retokenizer
+from node.loop import Node
 from node.metrics import RoundTable
 from proto import swarm_pb2
 from protocol import NodeIdentity, topic_name
@@ -26,8 +26,21 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
     model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=node.policy.tokenizer_fingerprint)
     sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                         max_new_tokens=cfg.sampling.max_new_tokens)
-    return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, retokenizer(node.policy),
-                         model, sampling, seed=cfg.run.seed)
+
+    def weakness(group) -> float:  # weak_tasks sampler: 1 - our pass rate on the group's prompt/family
+        estimate = node.pass_rates.estimate(group.task)
+        return 0.5 if estimate is None else 1.0 - estimate
+
+    return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, node.retokenizer,
+                         model, sampling, seed=cfg.run.seed, weakness=weakness,
+                         max_completion_tokens=cfg.swarm.max_external_factor * cfg.sampling.max_new_tokens)
+
+
+def snapshot(node: Node, exchange: SwarmExchange, started: float) -> dict:
+    """Everything `swarm-node status` shows."""
+    return {**exchange.status(), "round": node.next_round, "uptime_s": time.monotonic() - started,
+            "policy_version": node.learner.policy_version,
+            "hints": {**node.hints.counters, **node.hint_writer.counters}}
 
 
 def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:
@@ -48,10 +61,7 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     node.exchange = exchange
     started = time.monotonic()
 
-    def snapshot() -> dict:
-        return {**exchange.status(), "round": node.next_round, "uptime_s": time.monotonic() - started}
-
-    server, control = start_control_server(cfg.swarm.control, snapshot)
+    server, control = start_control_server(cfg.swarm.control, lambda: snapshot(node, exchange, started))
     addrs = transport.listen_addrs()
     write_node_file(run_dir, {"peer_id": identity.peer_id(), "listen_addrs": addrs, "control": control,
                               "pid": os.getpid(), "swarm": cfg.swarm.name})

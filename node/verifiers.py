@@ -7,6 +7,8 @@ because they use signals, which only work on the main thread.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 import threading
@@ -189,10 +191,19 @@ class Verifier(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    fmt: AnswerFormat = "tagged"
-    format_weight: float = Field(default=0.0, ge=0.0)
-    scorer: Literal["auto", "exact", "math", "dataset"] = "auto"
-    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0.0)
+    fmt: AnswerFormat = Field("tagged", description="answer extraction: tagged (<answer>..</answer>), lenient "
+                              "(tag, else the last number) or raw (the whole completion)")
+    format_weight: float = Field(default=0.0, ge=0.0, description="reward added for a well-formed answer tag")
+    scorer: Literal["auto", "exact", "math", "dataset"] = Field(
+        "auto", description="auto/dataset: the task source's scorer; exact / math (math-verify) compare with the "
+                            "reference answer")
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0.0, description="wall-clock cap per scorer call")
+
+    @property
+    def digest(self) -> str:
+        """16 hex digits naming these settings: peers with equal digests compute equal rewards."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
 
     def score(self, task: Task, source: TaskSource, completion: str) -> tuple[float, dict[str, Any]]:
         extracted = extract_answer(completion, self.fmt)

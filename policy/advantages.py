@@ -1,4 +1,4 @@
-"""Group advantages and DAPO's data-level filters (notation: /work/shared/ALGORITHMS.md).
+"""Group advantages and DAPO's data-level filters (notation: policy/ALGORITHMS.md).
 
 All functions are pure: tensors in, tensors (or a bool) out, nothing is modified in place.
 """

@@ -1,4 +1,4 @@
-"""Behavior log-probs for rollouts sampled by a peer (ALGORITHMS.md, "Shared (external) rollouts").
+"""Behavior log-probs for rollouts sampled by a peer (policy/ALGORITHMS.md, "Shared rollouts").
 
 Tier 1 (different tokenizer; the sender shipped its log-probs and character offsets): the sender's
 log-probs cannot be mapped token by token, but on every character boundary that BOTH tokenizations
@@ -11,10 +11,37 @@ difference evenly over the receiver tokens of the segment:
 
 so every segment sum of b equals the sender's, hence the prefix products of rho at every shared
 boundary (and the total sequence log-ratio) are exact.
+
+The work splits in two: `plan_alignment` needs only offsets and the sender's numbers, so the node
+runs it once when a peer's rollout arrives; `apply_alignment` needs l^prox (the receiver's own
+log-probs at the start of the update), so the learner runs it, with no extra forward pass.
 """
 from __future__ import annotations
 
+import bisect
 import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    """Tier-1 alignment of one external completion, fixed at ingest.
+
+    token_segment[t] is the segment k of receiver token t, or -1 for tokens past the last shared
+    boundary (they keep the proxy b_t = l^prox_t); sender_sums[k] is the sender's log-prob sum
+    over segment k; n_bytes is the UTF-8 length of the text (for the trust gate)."""
+
+    token_segment: tuple[int, ...]
+    sender_sums: tuple[float, ...]
+    n_bytes: int
+
+    @property
+    def sender_total(self) -> float:
+        """Sum of the sender's log-probs over the covered segments."""
+        return math.fsum(self.sender_sums)
 
 
 def _effective_ends(offsets: list[tuple[int, int]]) -> list[int]:
@@ -34,46 +61,71 @@ def _effective_ends(offsets: list[tuple[int, int]]) -> list[int]:
     return ends
 
 
+def plan_alignment(
+    sender_offsets: list[tuple[int, int]],
+    sender_logprobs: list[float],
+    receiver_offsets: list[tuple[int, int]],
+    n_bytes: int = 0,
+) -> SegmentPlan:
+    """The segment of each receiver token and the sender's log-prob sum per segment.
+
+    Segment k is (B_{k-1}, B_k] for the sorted shared end positions B_1 < B_2 < ...; a token
+    belongs to the segment containing its (effective) end. Unmatched trailing sender tokens are
+    ignored. Raises ValueError when the sender's offsets and log-probs differ in length."""
+    if len(sender_offsets) != len(sender_logprobs):
+        raise ValueError(f"sender has {len(sender_offsets)} offsets but {len(sender_logprobs)} log-probs")
+    s_ends, r_ends = _effective_ends(sender_offsets), _effective_ends(receiver_offsets)
+    shared = sorted(set(s_ends) & set(r_ends))  # B_1 < B_2 < ...
+
+    def segment_of(end: int) -> int:
+        """k of the segment (B_{k-1}, B_k] holding `end`; -1 past the last boundary."""
+        k = bisect.bisect_left(shared, end)
+        return k if k < len(shared) else -1
+
+    sums = [0.0] * len(shared)
+    for end, lp in zip(s_ends, sender_logprobs):
+        k = segment_of(end)
+        if k >= 0:
+            sums[k] += lp
+    return SegmentPlan(tuple(segment_of(end) for end in r_ends), tuple(sums), n_bytes)
+
+
+def apply_alignment(plan: SegmentPlan, prox: Tensor) -> Tensor:
+    """b [n] for the receiver's proxy log-probs prox [n] (detached): b_t = prox_t + Delta_k / |V_k|."""
+    if prox.shape != (len(plan.token_segment),):
+        raise ValueError(f"receiver has {len(plan.token_segment)} tokens but {tuple(prox.shape)} log-probs")
+    n_segments = len(plan.sender_sums)
+    segment = torch.tensor(plan.token_segment, dtype=torch.long)  # [n]
+    covered = segment >= 0  # [n]
+    index = segment.clamp_min(0)  # [n]
+    dtype = prox.dtype
+    prox = prox.detach().double()  # [n]
+    receiver_sum = torch.zeros(n_segments, dtype=torch.float64).index_add_(0, index[covered], prox[covered])  # [K]
+    count = torch.bincount(index[covered], minlength=n_segments).double()  # [K]
+    sender_sum = torch.tensor(plan.sender_sums, dtype=torch.float64)  # [K]
+    delta = torch.where(count > 0, (sender_sum - receiver_sum) / count.clamp_min(1), 0.0)  # [K]
+    return (prox + torch.where(covered, delta[index], 0.0)).to(dtype)  # [n], prox's dtype
+
+
 def align_behavior_logprobs(
     sender_offsets: list[tuple[int, int]],
     sender_logprobs: list[float],
     receiver_offsets: list[tuple[int, int]],
     receiver_prox_logprobs: list[float],
 ) -> list[float]:
-    """Tier-1 behavior log-probs b_t for the receiver's tokens (see module docstring).
-
-    Segment k is (B_{k-1}, B_k] for the sorted shared end positions B_1 < B_2 < ...; a token
-    belongs to the segment containing its (effective) end. Receiver tokens after the last shared
-    boundary (the two texts are not covered to the same end, e.g. one side truncated) cannot be
-    corrected and keep the tier-2 proxy b_t = l^prox_t; unmatched trailing sender tokens are
-    ignored. Raises ValueError when offsets and log-probs differ in length."""
-    if len(sender_offsets) != len(sender_logprobs):
-        raise ValueError(f"sender has {len(sender_offsets)} offsets but {len(sender_logprobs)} log-probs")
+    """Tier-1 behavior log-probs b_t for the receiver's tokens: plan_alignment, then apply_alignment.
+    Receiver tokens after the last shared boundary keep the tier-2 proxy b_t = l^prox_t."""
     if len(receiver_offsets) != len(receiver_prox_logprobs):
         raise ValueError(f"receiver has {len(receiver_offsets)} offsets but {len(receiver_prox_logprobs)} log-probs")
-    s_ends, r_ends = _effective_ends(sender_offsets), _effective_ends(receiver_offsets)
-    shared = sorted(set(s_ends) & set(r_ends))  # B_1 < B_2 < ...
+    plan = plan_alignment(sender_offsets, sender_logprobs, receiver_offsets)
+    prox = torch.tensor(receiver_prox_logprobs, dtype=torch.float64)  # [n]
+    return apply_alignment(plan, prox).tolist()
 
-    def segment_of(end: int) -> int | None:
-        """Index k of the segment (B_{k-1}, B_k] holding `end`; None past the last boundary."""
-        for k, boundary in enumerate(shared):  # short lists: linear scan is clearest
-            if end <= boundary:
-                return k
-        return None
 
-    sender_sum = [0.0] * len(shared)  # sum of sender log-probs per segment
-    for end, lp in zip(s_ends, sender_logprobs):
-        k = segment_of(end)
-        if k is not None:
-            sender_sum[k] += lp
-    receiver_sum, receiver_count = [0.0] * len(shared), [0] * len(shared)
-    r_segment = [segment_of(end) for end in r_ends]
-    for k, lp in zip(r_segment, receiver_prox_logprobs):
-        if k is not None:
-            receiver_sum[k] += lp
-            receiver_count[k] += 1
-    delta = [(s - r) / n if n else 0.0 for s, r, n in zip(sender_sum, receiver_sum, receiver_count)]
-    return [lp + (delta[k] if k is not None else 0.0) for k, lp in zip(r_segment, receiver_prox_logprobs)]
+def covered_prox_total(plan: SegmentPlan, prox: Tensor) -> float:
+    """Sum of the receiver's proxy log-probs over the tokens the plan covers."""
+    covered = torch.tensor(plan.token_segment, dtype=torch.long) >= 0  # [n]
+    return float(prox.detach().double()[covered].sum())
 
 
 def sequence_trust_ok(
@@ -85,7 +137,12 @@ def sequence_trust_ok(
 
     i.e. drop it when the receiver finds the text far less likely than the sender claims (a lying
     or badly mismatched sender). Non-finite sums are untrusted; n_bytes < 1 is treated as 1."""
-    gap = math.fsum(prox_logprobs) - math.fsum(sender_logprobs)
+    return trust_gap_ok(math.fsum(prox_logprobs), math.fsum(sender_logprobs), n_bytes, lambda_min)
+
+
+def trust_gap_ok(prox_total: float, sender_total: float, n_bytes: int, lambda_min: float) -> bool:
+    """The trust gate on precomputed sums (see sequence_trust_ok)."""
+    gap = prox_total - sender_total
     if not math.isfinite(gap):
         return False
     return gap / max(n_bytes, 1) >= lambda_min

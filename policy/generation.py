@@ -1,7 +1,7 @@
 """Rollout generation backends: HF `generate` (default, CPU or GPU) and vLLM (GPU, optional).
 
 Every backend returns, per completion, the token ids, the behavior log-probs b_t at the sampling
-temperature (ALGORITHMS.md: computed on logits / T, so the on-policy ratio is exactly 1), the
+temperature (policy/ALGORITHMS.md: computed on logits / T, so the on-policy ratio is exactly 1), the
 decoded text and each token's character span in that text.
 
 Temperature 0 means greedy decoding; its log-probs are those of the untempered model (T = 1),

@@ -2,40 +2,69 @@
 
 One call of `Learner.update` is one round's training:
   1. advantages per group (the objective says which kind: mean/std, mean only, median + pivot);
+     negative advantages of peers' samples are damped per behavior tier;
   2. pad everything into one [B, P+C] batch (prompts left-padded, completions right-padded);
   3. l^old: this node's log-probs at the start of the update (skipped when there is exactly one
-     minibatch step, where l^old == sg[l] exactly, as TRL does);
+     minibatch step, where l^old == sg[l] exactly, as TRL does); it is also l^prox, from which
+     tier-1 and tier-2 behavior log-probs of peers' samples are derived;
   4. `epochs` passes over `minibatches` shuffled minibatches, one optimizer step each, so ratios
-     really leave 1 after the first step.
+     really leave 1 after the first step. This node's samples get the local objective, peers'
+     samples the external one (per tier, for the statistics); one aggregation over both.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from policy.advantages import group_advantages
+from policy.behavior import apply_alignment, covered_prox_total, trust_gap_ok
 from policy.logprobs import completion_logprobs, pad_batch
-from policy.losses import LossInputs, Objective
-from policy.types import TrainGroup
+from policy.losses import LossInputs, Objective, apply_row_keep
+from policy.types import TIER_ALIGNED, TIER_PROXY, TIERS, TrainGroup, TrainSample
+
+LOCAL = -1  # tier code of this node's own samples in the per-row tier tensor
 
 
 class OptimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    lr: float = Field(1e-3, gt=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    epochs: int = Field(1, ge=1)
-    minibatches: int = Field(1, ge=1)
-    autocast_bf16: bool = Field(False, description="bf16 autocast for forward passes (CPU AVX512-BF16 / GPU)")
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(1.0, gt=0, description="max gradient norm per optimizer step")
+    epochs: int = Field(1, ge=1, description="passes over each round's batch (ratios leave 1 after the first step)")
+    minibatches: int = Field(1, ge=1, description="optimizer steps per epoch")
+    autocast_bf16: bool | Literal["auto"] = Field(
+        False, description="bf16 autocast for forward passes; auto = only where bf16 is native (a GPU that "
+                           "supports it, or a CPU with AVX512-BF16 / AMX: elsewhere it is several times slower)")
     skip_zero_advantage: bool = Field(True, description="drop groups whose advantages are all 0 (no signal)")
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning; > 0 wraps the model with peft LoRA")
-    lora_alpha: int = 16
-    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    lora_alpha: int = Field(16, description="LoRA scaling")
+    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                    description="modules LoRA wraps")
+
+
+class OffPolicyConfig(BaseModel):
+    """How peers' samples are corrected (policy/ALGORITHMS.md, "Shared rollouts")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sender_logprobs: bool = Field(True, description="use peers' behavior log-probs (tiers 0/1); false treats "
+                                  "every peer sample as tier 2, i.e. on-policy with ratio 1 as SAPO does")
+    proximal: Literal["receiver", "behavior"] = Field(
+        "receiver", description="l^old of peers' samples: this node's log-probs at the start of the update, or "
+                                "the behavior log-probs (then grpo/dapo clip the ratio to the sampler, as PPO does "
+                                "with stale data)")
+    neg_damping: tuple[float, float, float] = Field(
+        (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: A <- kappa * A for external samples with A < 0")
+    trust_lambda_min: float | None = Field(
+        -1.0, description="tier-1 trust gate in nats per byte: (sum l^prox - sum sender logp) / bytes below "
+                          "this demotes the sample to tier 2; None disables the gate")
 
 
 def apply_lora(model: torch.nn.Module, cfg: OptimConfig) -> torch.nn.Module:
@@ -49,7 +78,24 @@ def apply_lora(model: torch.nn.Module, cfg: OptimConfig) -> torch.nn.Module:
     return get_peft_model(model, lora)
 
 
-def autocast_context(enabled: bool, device: torch.device):
+def bf16_is_native(device: torch.device) -> bool:
+    """Does this device compute bf16 in hardware? (AVX2-only CPUs emulate it, about 6x slower.)"""
+    return torch.cuda.is_bf16_supported() if device.type == "cuda" else _cpu_has_bf16()
+
+
+@functools.cache
+def _cpu_has_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = fh.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def autocast_context(enabled: bool | Literal["auto"], device: torch.device):
+    if enabled == "auto":
+        enabled = bf16_is_native(device)
     if not enabled:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
@@ -57,35 +103,95 @@ def autocast_context(enabled: bool, device: torch.device):
 
 class Learner:
     def __init__(self, model: torch.nn.Module, objective: Objective, cfg: OptimConfig, pad_id: int,
-                 temperature: float):
+                 temperature: float, *, external_objective: Objective | None = None,
+                 off_policy: OffPolicyConfig = OffPolicyConfig(), completion_budget: int | None = None):
         self.model = model
         self.objective = objective
+        self.external_objective = external_objective or objective
+        self.off_policy = off_policy
         self.cfg = cfg
         self.pad_id = pad_id
         self.temperature = temperature  # log-probs on logits / T, else the on-policy ratio is not 1
+        self.completion_budget = completion_budget  # max new tokens: Dr. GRPO's L_norm
         self.params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.device = next(model.parameters()).device
+        self.policy_version = 0  # optimizer steps taken so far (saved in checkpoints)
 
     def _logprobs(self, input_ids, attention_mask, n_completion):
         with autocast_context(self.cfg.autocast_bf16, self.device):
             return completion_logprobs(self.model, input_ids, attention_mask, n_completion,
                                        self.temperature).float()
 
-    def update(self, groups: list[TrainGroup]) -> dict[str, float]:
-        """Train on `groups`; returns averaged loss/ratio statistics of all optimizer steps."""
-        samples, advantages = [], []
-        n_zero = 0
+    def _advantages(self, groups: list[TrainGroup]) -> tuple[list[TrainSample], list[float], int]:
+        """Trainable samples with their advantages, and the number of zero-advantage groups skipped.
+        A group of peers' samples only uses the external objective's advantage kind; a merged group
+        (local + peer samples) uses the local one."""
+        samples, advantages, n_zero = [], [], 0
         for group in groups:
+            objective = self.external_objective if group.external else self.objective
             rewards = torch.tensor([s.reward for s in group.samples], dtype=torch.float32)  # [G]
-            adv, keep = group_advantages(rewards, self.objective.advantage)  # [G], [G] bool
+            adv, keep = group_advantages(rewards, objective.advantage)  # [G], [G] bool
             if self.cfg.skip_zero_advantage and bool((adv == 0).all()):
                 n_zero += 1
                 continue
             for sample, a, k in zip(group.samples, adv.tolist(), keep.tolist()):
-                if k:  # mc: the pivot sample is excluded from backprop
-                    samples.append(sample)
-                    advantages.append(a)
+                if not k:  # mc: the pivot sample is excluded from backprop
+                    continue
+                if sample.tier is not None and a < 0:
+                    a *= self.off_policy.neg_damping[sample.tier]  # a peer's failure counts for less
+                samples.append(sample)
+                advantages.append(a)
+        return samples, advantages, n_zero
+
+    def _resolve_behavior(self, samples: list[TrainSample], behavior: torch.Tensor, tier: torch.Tensor,
+                          prox: torch.Tensor) -> dict[str, float]:
+        """Fill tier-1 rows of behavior [B, C] from the receiver's proxy log-probs prox [B, C] (in
+        place); rows failing the trust gate are demoted to tier 2 in `tier` [B]. Rows left NaN
+        (tier 2, unknown) take l^old in the loss."""
+        demoted = 0
+        for row, sample in enumerate(samples):
+            if int(tier[row]) != TIER_ALIGNED:
+                continue
+            n = len(sample.completion_ids)
+            row_prox = prox[row, :n]  # [n]
+            gate = self.off_policy.trust_lambda_min
+            plan = sample.alignment
+            if plan is None or (gate is not None and not trust_gap_ok(
+                    covered_prox_total(plan, row_prox), plan.sender_total, plan.n_bytes, gate)):
+                tier[row] = TIER_PROXY
+                demoted += 1
+                continue
+            behavior[row, :n] = apply_alignment(plan, row_prox)  # [n]
+        return {"ext_trust_demoted": float(demoted)} if demoted else {}
+
+    def _loss(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """This node's rows through the local objective, each tier's peer rows through the external
+        one; one aggregation (the local objective's) over the whole minibatch."""
+        term = torch.zeros_like(x.logp)  # [b, C]
+        mask = x.mask.clone()  # [b, C]
+        stats: dict[str, float] = {}
+        parts = [(self.objective, LOCAL, "")]
+        parts += [(self.external_objective, t, f"ext_t{t}_") for t in TIERS]
+        for objective, code, prefix in parts:
+            rows = (tier == code).nonzero().squeeze(-1)  # [b']
+            if rows.numel() == 0:
+                continue
+            part = _rows(x, rows)
+            sub, filtered = apply_row_keep(objective, part)  # F-TIS: drops far off-policy negatives
+            part_term, part_stats = objective.token_loss(sub)  # [b', C]
+            term[rows] = part_term
+            mask[rows] = sub.mask
+            if sub is not part:  # the objective filters rows
+                part_stats["filtered_frac"] = filtered
+            stats.update({prefix + k: v for k, v in part_stats.items()})
+        loss = self.objective.aggregate(term, LossInputs(x.logp, x.old_logp, x.behavior_logp, mask, x.advantages,
+                                                         completion_budget=x.completion_budget))
+        return loss, stats
+
+    def update(self, groups: list[TrainGroup]) -> dict[str, float]:
+        """Train on `groups`; returns loss/ratio statistics averaged over the optimizer steps."""
+        samples, advantages, n_zero = self._advantages(groups)
         stats: dict[str, float] = {"groups_zero_adv": float(n_zero), "samples_trained": float(len(samples))}
         if not samples:
             return stats
@@ -96,42 +202,66 @@ class Learner:
         n_completion = completion_mask.shape[1]
         loss_mask = completion_mask.clone().float()  # [B, C]
         behavior = torch.full(loss_mask.shape, float("nan"))  # [B, C]; NaN = unknown (use l^old)
+        use_sender = self.off_policy.sender_logprobs
+        tier = torch.tensor([LOCAL if s.tier is None else s.tier if use_sender else TIER_PROXY
+                             for s in samples])  # [B]
         for i, s in enumerate(samples):
             n = len(s.completion_ids)
             if s.loss_mask is not None:
                 loss_mask[i, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)  # hint tokens -> 0
-            if s.behavior_logprobs is not None:
+            if s.behavior_logprobs is not None and (s.tier is None or use_sender):
                 behavior[i, :n] = torch.tensor(s.behavior_logprobs, dtype=torch.float32)
         adv_t = torch.tensor(advantages, dtype=torch.float32)  # [B]
+        needs_prox = bool((tier == TIER_ALIGNED).any())
+        # the batch is built on the CPU; everything the loss touches moves to the model's device
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)  # [B, P+C]
 
         n_steps = self.cfg.epochs * self.cfg.minibatches
         old_logp = None
-        if n_steps > 1:  # l^old must be frozen at the start of the update
+        if n_steps > 1 or needs_prox:  # l^old must be frozen at the start of the update
             with torch.no_grad():
                 old_logp = self._logprobs(input_ids, attention_mask, n_completion)  # [B, C]
+            stats.update(self._resolve_behavior(samples, behavior, tier, old_logp.cpu()))
+        loss_mask, behavior, adv_t, tier = (t.to(self.device) for t in (loss_mask, behavior, adv_t, tier))
+
+        for t in TIERS:  # after the trust gate: a demoted tier-1 sample counts as tier 2
+            if (n_tier := int((tier == t).sum())) > 0:
+                stats[f"ext_t{t}_samples"] = float(n_tier)
 
         self.model.train()
-        totals: dict[str, float] = {}
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
         b_size = len(samples)
         for _ in range(self.cfg.epochs):
-            order = torch.randperm(b_size)  # [B]
+            order = torch.randperm(b_size).to(self.device)  # [B]
             for idx in order.chunk(self.cfg.minibatches):
                 ids, am = input_ids[idx], attention_mask[idx]  # [b, P+C]
                 logp = self._logprobs(ids, am, n_completion)  # [b, C]
                 old = old_logp[idx] if old_logp is not None else logp.detach()  # [b, C]
                 beh = behavior[idx]  # [b, C]
                 beh = torch.where(torch.isnan(beh), old, beh)  # [b, C] tier 2 / unknown -> l^old
-                loss, step_stats = self.objective.loss(LossInputs(
-                    logp=logp, old_logp=old, behavior_logp=beh, mask=loss_mask[idx], advantages=adv_t[idx]))
+                if self.off_policy.proximal == "behavior":  # peers' ratios measured against the sampler
+                    old = torch.where((tier[idx] != LOCAL)[:, None], beh, old)  # [b, C]
+                x = LossInputs(logp=logp, old_logp=old, behavior_logp=beh, mask=loss_mask[idx],
+                               advantages=adv_t[idx], completion_budget=self.completion_budget)
+                loss, step_stats = self._loss(x, tier[idx])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
                 self.optimizer.step()
-                step_stats = {"loss": float(loss.detach()), "grad_norm": float(grad_norm), **step_stats}
+                self.policy_version += 1
+                step_stats = {**step_stats, "loss": float(loss.detach()), "grad_norm": float(grad_norm)}
                 for key, value in step_stats.items():
                     if isinstance(value, (int, float)) and math.isfinite(value):
-                        totals[key] = totals.get(key, 0.0) + value / n_steps
-        stats.update(totals)
+                        sums[key] = sums.get(key, 0.0) + value
+                        counts[key] = counts.get(key, 0) + 1
+        stats.update({key: sums[key] / counts[key] for key in sums})  # mean over the steps that had the key
         stats["optimizer_steps"] = float(n_steps)
         stats["tokens_trained"] = float(loss_mask.sum())
         return stats
+
+
+def _rows(x: LossInputs, rows: torch.Tensor) -> LossInputs:
+    """The minibatch restricted to `rows` [b'] (logp keeps its gradient)."""
+    return LossInputs(logp=x.logp[rows], old_logp=x.old_logp[rows], behavior_logp=x.behavior_logp[rows],
+                      mask=x.mask[rows], advantages=x.advantages[rows], completion_budget=x.completion_budget)

@@ -1,4 +1,4 @@
-"""Per-token log-probs of completions: l_t = log pi(a_t | x, a_<t) on logits / T (ALGORITHMS.md).
+"""Per-token log-probs of completions: l_t = log pi(a_t | x, a_<t) on logits / T (policy/ALGORITHMS.md).
 
 Batch layout (the one TRL uses): prompts LEFT-padded to P, completions RIGHT-padded to C, so every
 completion starts at column P and the logits that predict it sit in one contiguous block.

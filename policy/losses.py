@@ -1,4 +1,4 @@
-"""The loss menu: GRPO-family objectives as small named pydantic models (spec: ALGORITHMS.md).
+"""The loss menu: GRPO-family objectives as small named pydantic models (spec: policy/ALGORITHMS.md).
 
 Notation (kept in the names below):
     l      = log pi_theta(a_t | ...)           current policy, the ONLY tensor carrying a gradient
@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from torch import Tensor
 
 # --------------------------------------------------------------------------------------------
@@ -620,10 +620,20 @@ def make_objective(spec: str, **knobs: Any) -> Objective:
         if inner_spec is not None:
             raise ValueError(f"{name!r} is not a wrapper and takes no inner objective; wrappers: "
                              f"{', '.join(sorted(n for n, c in OBJECTIVES.items() if c.wrapper))}")
-        return cls(**knobs)
+        return _build(cls, spec, knobs)
     if not inner_spec:
         raise ValueError(f"{name!r} is a wrapper; write {name}(<objective>), e.g. {name}(grpo)")
     inner_knobs = knobs.pop("inner", None) or {}
     if not isinstance(inner_knobs, dict):
         raise ValueError(f"inner knobs for {name!r} must be a dict, got {type(inner_knobs).__name__}")
-    return cls(inner=make_objective(inner_spec, **inner_knobs), **knobs)
+    return _build(cls, spec, {"inner": make_objective(inner_spec, **inner_knobs), **knobs})
+
+
+def _build(cls: type[Objective], spec: str, knobs: dict[str, Any]) -> Objective:
+    """cls(**knobs), with pydantic's report flattened into one ValueError line naming the spec."""
+    try:
+        return cls(**knobs)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or spec}: {e['msg'].removeprefix('Value error, ')}"
+                             for e in err.errors())
+        raise ValueError(f"{spec}: {problems}") from None

@@ -30,7 +30,7 @@ import huggingface_hub
 import torch
 import transformers
 from huggingface_hub.constants import HF_HUB_CACHE
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -70,13 +70,18 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "tiny"  # "tiny" | "smollm2" | HF id already in the local HF cache | local directory
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    init_seed: int = 0
-    cache_dir: str | None = None  # default: $SWARM_NODE_CACHE or ~/.cache/swarm-node
+    name: str = Field("tiny", description="tiny | smollm2 | a local model directory | an HF id already in the "
+                      "local HF cache (nothing is downloaded)")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="weights' dtype (float32 masters + "
+                                                  "optim.autocast_bf16 keep small learning rates alive)")
+    hidden_size: int = Field(64, description="tiny only: width")
+    num_layers: int = Field(2, description="tiny only: layers")
+    num_heads: int = Field(4, description="tiny only: attention heads")
+    init_seed: int = Field(0, description="tiny only: the initial weights are a function of this seed")
+    cache_dir: str | None = Field(None, description="converted models (smollm2); default $SWARM_NODE_CACHE or "
+                                  "~/.cache/swarm-node")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the policy lives and trains; auto = "
+                                                   "cuda when torch sees a GPU, else cpu")
 
 
 @dataclass
@@ -99,6 +104,10 @@ def load_policy(cfg: ModelConfig) -> LoadedPolicy:
     if tokenizer.pad_token is None:
         # Batching needs a pad id; eos is the usual stand-in and is always masked out anyway.
         tokenizer.pad_token = tokenizer.eos_token
+    device = cfg.device if cfg.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelNotFoundError("model.device = cuda, but torch sees no GPU: use model.device = cpu (or auto)")
+    model = model.to(device)
     return LoadedPolicy(
         model=model,
         tokenizer=tokenizer,

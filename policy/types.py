@@ -2,6 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from policy.behavior import SegmentPlan
+
+# Behavior tiers of an external (peer-sampled) completion; policy/ALGORITHMS.md "Shared rollouts".
+TIER_EXACT = 0    # same tokenizer, same token ids: the sender's log-probs are b exactly
+TIER_ALIGNED = 1  # other tokenizer: sender log-probs redistributed over shared character boundaries
+TIER_PROXY = 2    # nothing usable (or untrusted): b = the receiver's own l^prox (SAPO's ratio 1)
+TIERS = (TIER_EXACT, TIER_ALIGNED, TIER_PROXY)
 
 
 @dataclass(frozen=True)
@@ -25,24 +35,35 @@ class Rollout:
     text: str  # decoded completion, special tokens skipped
     offsets: list[tuple[int, int]]  # character span of each completion token inside `text`
     truncated: bool  # hit max_new_tokens without emitting eos
+    hint_tokens: int = 0  # leading completion tokens forced from a hint (context, never trained)
+    tier: int | None = None  # None: sampled by this node; else the behavior tier of a peer's rollout
+    alignment: SegmentPlan | None = None  # tier 1 only: how the sender's log-probs map onto our tokens
 
 
 @dataclass
 class TrainSample:
     """One completion as the learner sees it. `behavior_logprobs` is None when the sampler's
-    log-probs are unknown (tier 2: the learner then uses its own recomputation)."""
+    log-probs are unknown (tier 2: the learner then uses its own recomputation) or must be derived
+    from it (tier 1: `alignment`). `tier` is None for this node's own samples."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
     behavior_logprobs: list[float] | None
     reward: float
     loss_mask: list[int] | None = None  # per completion token; None means all 1 (hint tokens get 0)
+    tier: int | None = None
+    alignment: SegmentPlan | None = None
 
 
 @dataclass
 class TrainGroup:
-    """The G completions of one prompt; advantages are computed within a group."""
+    """The completions of one prompt; advantages are computed within a group. A group may mix this
+    node's samples with a peer's (cross-actor composition): the baseline is over all of them."""
 
     samples: list[TrainSample]
-    external: bool = False
     meta: dict = field(default_factory=dict)
+
+    @property
+    def external(self) -> bool:
+        """True when every sample came from a peer (SAPO's external group)."""
+        return all(s.tier is not None for s in self.samples)

@@ -15,7 +15,7 @@ transfer engines (WeightTransferConfig with the "ipc" or "nccl" backend).
 
 Behavior log-probs: vLLM's default `logprobs_mode` returns log-probs of the RAW logits (before
 temperature). We start the engine with logprobs_mode="processed_logprobs", i.e. after temperature
-(and top-k/top-p/penalties, all disabled here), which is log_softmax(logits / T) as ALGORITHMS.md
+(and top-k/top-p/penalties, all disabled here), which is log_softmax(logits / T) as policy/ALGORITHMS.md
 requires. `generation_config="vllm"` keeps the model's generation_config.json (top_k, repetition
 penalty...) from changing the sampling distribution.
 """

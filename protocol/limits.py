@@ -123,6 +123,7 @@ def validate_rollout_group(msg: swarm_pb2.RolloutGroup, limits: Limits) -> None:
     _check_label(model.name, "model.name", limits)
     _check_label(model.tokenizer_fingerprint, "model.tokenizer_fingerprint", limits)
     _check_label(model.weights_version, "model.weights_version", limits)
+    _check_label(msg.verifier_digest, "verifier_digest", limits)
     if len(msg.hint_text) > limits.max_hint_chars:
         _reject(Reason.TEXT_TOO_LONG, f"RolloutGroup.hint_text has {len(msg.hint_text)} chars > {limits.max_hint_chars}")
 

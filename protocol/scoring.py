@@ -1,7 +1,8 @@
 """Peer reputation: a score per peer that events move, that decays toward 0, and temporary bans.
 
 Events are plain strings: "accepted", every rejection Reason, and evidence that only node/ can
-see ("wrong_reward": claimed reward disagrees with the locally recomputed one; "unknown_task").
+see ("wrong_reward": claimed reward disagrees with the locally recomputed one; "unknown_task";
+"hint_leaks_answer": a hint that contains the task's answer).
 A score below `ban_threshold` bans the peer for `ban_base_s * 2^(bans so far)` (capped), resets
 its score to 0 and, after the ban, lets it earn its way back. Scores decay exponentially toward
 0 (half-life `half_life_s`), so old sins and old merit both fade; positive scores are capped so
@@ -22,11 +23,13 @@ from .errors import Reason
 ACCEPTED = "accepted"
 WRONG_REWARD = "wrong_reward"
 UNKNOWN_TASK = "unknown_task"
+HINT_LEAK = "hint_leaks_answer"
 
 DEFAULT_WEIGHTS: Mapping[str, float] = {
     ACCEPTED: 0.1,
     WRONG_REWARD: -2.0,
     UNKNOWN_TASK: -0.2,     # could be an honest peer with a dataset we lack
+    HINT_LEAK: -2.0,        # a hint that gives the answer away: poisoned, or a careless writer
     # pre-authentication: charged to the transport peer
     Reason.RATE_LIMITED: -0.5,
     Reason.OVERSIZED: -5.0,

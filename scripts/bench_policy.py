@@ -284,7 +284,7 @@ def build_trl_dataset(node, n_steps: int):
             if node.policy.chat:
                 prompt = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.question}]
             else:  # the exact text of our rendered ids (the tiny tokenizer parses "<bos>" back to bos)
-                from node.loop import render_prompt
+                from node.prompts import render_prompt
 
                 prompt = tok.decode(render_prompt(node.policy, task.question), skip_special_tokens=False)
             rows.append({"prompt": prompt, "task_key": task.ref.key})
@@ -349,7 +349,7 @@ def run_trl(node, args, console, n_steps: int, run_ours) -> tuple[list[dict], di
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from node.loop import render_prompt
+    from node.prompts import render_prompt
     from policy.models import load_policy
 
     cfg = node.cfg
@@ -581,7 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
-    from node.loop import Node, render_prompt
+    from node.loop import Node
+    from node.prompts import render_prompt
 
     load_start = load_average()
     cfg = build_config(args)
@@ -592,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         node = Node(cfg, Path(node_dir))
         load_s = time.perf_counter() - t0
-        node.generator = make_full_length_generator(node.policy, force=not args.natural_length)
+        node.use_generator(make_full_length_generator(node.policy, force=not args.natural_length))
         probe = DtypeProbe(node.model)
         console.log(f"loaded {cfg.model.name} in {load_s:.1f} s; torch threads {torch.get_num_threads()}")
 

@@ -1,4 +1,4 @@
-"""DARS allocation (ALGORITHMS.md numeric check 5) and the Beta pass-rate posterior."""
+"""DARS allocation (policy/ALGORITHMS.md numeric check 5) and the Beta pass-rate posterior."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tier-1 behavior alignment (ALGORITHMS.md numeric check 8) and the sequence trust gate."""
+"""Tier-1 behavior alignment (policy/ALGORITHMS.md numeric check 8) and the sequence trust gate."""
 from __future__ import annotations
 
 import math

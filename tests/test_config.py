@@ -1,7 +1,7 @@
 """Config: presets, TOML, --set overrides, and errors that name the valid choices."""
 import pytest
 
-from node.config import PRESETS, ConfigError, load_config, parse_override
+from node.config import PRESETS, ConfigError, explain, load_config, parse_override
 
 
 def test_presets_validate_and_differ():
@@ -58,3 +58,26 @@ def test_cli_preset_choices_match_presets():
     action = next(a for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions
                   if a.dest == "preset")
     assert sorted(action.choices) == sorted(PRESETS)
+
+
+def test_objectives_are_checked_when_the_config_loads_in_one_line():
+    for override, expected in (("loss.name=grpoo", "unknown objective 'grpoo'"),
+                               ("loss.external=nope", "unknown objective 'nope'"),
+                               ("loss.name=tis(minpro)", "corrects the sampler mismatch twice"),
+                               ("loss.knobs={beta = 0.1}", "unknown knob(s) ['beta']"),
+                               ("loss.external_knobs={kl_max = -1}", "kl_max")):
+        with pytest.raises(ConfigError) as err:
+            load_config("tiny", None, [override, "loss.external=ftis"] if "kl_max" in override else [override])
+        assert expected in str(err.value) and "\n" not in str(err.value), override
+
+
+def test_every_knob_is_documented_and_explained(capsys):
+    from node.cli import main
+
+    for preset in PRESETS:
+        undocumented = [key for key, _, description in explain(load_config(preset)) if not description]
+        assert undocumented == [], f"{preset}: knobs without a description: {undocumented}"
+    assert main(["config", "--explain", "--set", "loss.external=ftis"]) == 0
+    out = capsys.readouterr().out
+    assert 'loss.external = "ftis"' in out and "# objective for peers' samples" in out
+    assert "hints.anneal_threshold = 0.35" in out and "allocation.scheme = \"off\"" in out

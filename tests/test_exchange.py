@@ -9,7 +9,8 @@ import pytest
 
 from node.config import load_config
 from node.exchange import SwarmExchange, to_wire
-from node.loop import Node, ScoredGroup
+from node.groups import ScoredGroup
+from node.loop import Node
 from node.metrics import RoundTable, read_metrics
 from node.swarm import build_exchange
 from policy.types import Rollout
@@ -42,7 +43,7 @@ def peer(bus, name):
     return t
 
 
-def honest_group(node: Node, index: int, texts=None, rewards=None) -> swarm_pb2.RolloutGroup:
+def honest_group(node: Node, index: int, texts=None, rewards=None, fingerprint="") -> swarm_pb2.RolloutGroup:
     """A group a well-behaved peer would send: a real task, rewards it computed honestly."""
     task = node.source.batch(1000 + index, 1)[0]
     wrong = str((int(task.answer) + 1) % 10)
@@ -52,7 +53,8 @@ def honest_group(node: Node, index: int, texts=None, rewards=None) -> swarm_pb2.
                         text=t, offsets=[(0, len(t))], truncated=True) for t in texts]
     scored = rewards or [node.verifier.score(task, node.source, t)[0] for t in texts]
     group = ScoredGroup(task=task, rollouts=rollouts, rewards=scored, correct=[r == 1.0 for r in scored])
-    return to_wire(group, 0, 0, swarm_pb2.ModelCard(name="tiny"), swarm_pb2.SamplingParams(temperature=1.0, max_new_tokens=1))
+    return to_wire(group, 0, swarm_pb2.ModelCard(name="tiny", tokenizer_fingerprint=fingerprint),
+                   swarm_pb2.SamplingParams(temperature=1.0, max_new_tokens=1))
 
 
 def test_honest_groups_are_rescored_retokenized_and_used(node, bus):
@@ -65,11 +67,14 @@ def test_honest_groups_are_rescored_retokenized_and_used(node, bus):
     outbox.publish(honest, SWARM, honest_group(node, 9, texts=[wrong_text] * 4))  # zero variance
     groups = node.exchange.collect(0)
     assert len(groups) == 3 and all(g.origin == identity.peer_id() for g in groups)
-    assert node.exchange.last_round["external_dropped_zero_variance"] == 1
+    assert node.exchange.last_round["external_zero_variance"] == 1
     g = groups[0]
     assert g.rewards == [1.0, 0.0, 1.0, 0.0]  # recomputed by the receiver
     assert g.rollouts[0].prompt_ids[0] == node.policy.tokenizer.bos_token_id  # local prompt rendering
-    assert g.rollouts[0].logprobs is None  # SAPO: trained as on-policy (ratio 1)
+    # no tokenizer fingerprint on the card: the sender's log-probs are aligned on character boundaries
+    assert all(r.tier == 1 and r.logprobs is None for r in g.rollouts)
+    assert [r.alignment.sender_sums for r in g.rollouts] == [pytest.approx((-0.7,))] * 4
+    assert node.exchange.last_round["external_tiers"] == {"0": 0, "1": 12, "2": 0}
     assert node.exchange.collect(1) == []  # each group is used once
 
 
@@ -88,6 +93,7 @@ def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp
     send("giant", b"\x0a" * (5 * 1024 * 1024))
     send("garbage", b"\xff\x00not a protobuf\x13\x37")
     liar = honest_group(node, 3)
+    liar.verifier_digest = node.verifier.digest  # claims our verifier, so it must match our rewards
     liar.completions[1].claimed_reward = 1.0  # claims a wrong answer was right
     send("liar", seal_message(hostile, liar, 13, now_ms))
     unknown = honest_group(node, 4)
@@ -126,7 +132,7 @@ def test_sender_answers_only_when_opted_in(node, bus):
     assert strict.verify_group(identity.peer_id(), unknown) is None
     lenient = SwarmExchange(MemoryTransport(bus, "lenient"), NodeIdentity.generate(),
                             strict.cfg.model_copy(update={"accept_sender_answers": True}), node.source,
-                            node.verifier, strict.retokenize, strict.model_card, strict.sampling)
+                            node.verifier, strict.retokenizer, strict.model_card, strict.sampling)
     group = lenient.verify_group(identity.peer_id(), unknown)
     assert group is not None and group.rewards == [1.0, 0.0, 1.0, 0.0]
 
@@ -149,5 +155,5 @@ def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus):
     exchange.cfg = exchange.cfg.model_copy(update={"external_per_round": 2})
     used = exchange.collect(0)
     assert {g.origin for g in used} == {flood_key.peer_id(), honest_key.peer_id()}  # one of each sender
-    assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool) <= exchange.cfg.pool_max_per_sender
-    assert exchange.rejected["pool_sender_cap"] == 40 - exchange.cfg.pool_max_per_sender
+    assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool.entries) <= exchange.cfg.pool_max_per_sender
+    assert exchange.observed["pool_sender_cap"] == 40 - exchange.cfg.pool_max_per_sender

@@ -1,4 +1,4 @@
-"""Loss menu and advantages: ALGORITHMS.md numeric checks 1, 2, 3, 4, 6, 7 (5 is in
+"""Loss menu and advantages: policy/ALGORITHMS.md numeric checks 1, 2, 3, 4, 6, 7 (5 is in
 test_allocation.py, 8 in test_behavior.py) plus behaviour tests of each objective."""
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from policy.models import (
 from policy.tiny_tokenizer import CHARACTERS, build_tiny_tokenizer
 
 # Golden fingerprints: a change means peers with the old code would no longer count as sharing
-# our tokenizer (tier 0 in ALGORITHMS.md) -- bump only on purpose.
+# our tokenizer (tier 0 in policy/ALGORITHMS.md) -- bump only on purpose.
 TINY_FINGERPRINT = "6c4f3104dae25e3c"
 SMOLLM2_FINGERPRINT = "8f427c68dde41dab"
 

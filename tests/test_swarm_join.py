@@ -20,8 +20,8 @@ ARGS = ["join", "--preset", "tiny", "--rounds", "400", "--quiet", "--listen", "/
         "--swarm", "test"]
 
 
-def start(run_dir: Path, peers=()):
-    cmd = [sys.executable, "-m", "node.cli", *ARGS, "--run-dir", str(run_dir)]
+def start(run_dir: Path, peers=(), args=ARGS):
+    cmd = [sys.executable, "-m", "node.cli", *args, "--run-dir", str(run_dir)]
     if peers:
         cmd += ["--peers", *peers]
     log = open(run_dir.parent / f"{run_dir.name}.log", "ab")
@@ -76,6 +76,11 @@ def test_three_nodes_share_survive_a_kill_and_rejoin(tmp_path):
             wait_for(lambda d=d, others=others: others <= senders_used(d), f"{d.name} to use groups from both peers",
                      procs)
         wait_for(lambda: all(len(read_metrics(d)) >= 5 for d in (a, b, c)), "5 rounds on every node", procs)
+        # same tokenizer: peers' rollouts are tier 0 (their own log-probs), and their behavior ratios
+        # are real ones (the peers' policies differ from ours), not SAPO's ratio 1
+        tier0 = [r for d in (a, b, c) for r in read_metrics(d) if r.get("ext_t0_samples", 0) > 0]
+        assert tier0 and all(r["external_tiers"]["0"] > 0 for r in tier0)
+        assert max(abs(r["ext_t0_ratio_mean"] - 1.0) for r in tier0) > 1e-3
 
         # SIGKILL C mid-run: A and B keep training
         procs[2].send_signal(signal.SIGKILL)
@@ -127,3 +132,39 @@ def test_a_node_whose_peer_is_unreachable_trains_alone_and_keeps_dialing(tmp_pat
     finally:
         stop(procs)
     assert any(r.get("peers_connected") == 0 for r in read_metrics(a))
+
+
+TINY_SMALL = ["join", "--preset", "tiny", "--rounds", "5000", "--quiet", "--listen", "/ip4/127.0.0.1/tcp/0",
+              "--mix", "4/4", "--set", "swarm.min_round_s=0.4", "--set", "run.threads=1", "--swarm", "mixed"]
+SMOL_ON_SYNTHETIC = ["join", "--preset", "smollm2", "--rounds", "400", "--quiet", "--listen", "/ip4/127.0.0.1/tcp/0",
+                     "--mix", "2/4", "--set", "tasks.source=synthetic",
+                     "--set", "tasks.datasets={copy = 1.0, succ = 1.0, max = 1.0}",
+                     "--set", "sampling.group_size=4", "--set", "sampling.max_new_tokens=12",
+                     "--set", "verifier.format_weight=0.0", "--set", "run.checkpoint_every=50",
+                     "--set", "run.threads=1", "--swarm", "mixed"]
+
+
+def test_tiny_and_smollm2_share_across_tokenizers(tmp_path):
+    """Different tokenizers: the tiny node's one-character answers reach the SmolLM2 node as tier 1
+    (log-probs aligned on shared character boundaries, or demoted by the trust gate: counted);
+    SmolLM2's prose is not in the tiny vocabulary and is refused as untokenizable, never trained."""
+    tiny, smol = tmp_path / "tiny", tmp_path / "smol"
+    procs = [start(tiny, args=TINY_SMALL)]
+    try:
+        wait_for(lambda: (tiny / "node.json").exists(), "the tiny node to listen", procs, timeout=90)
+        procs.append(start(smol, node_info(tiny)["listen_addrs"], args=SMOL_ON_SYNTHETIC))
+
+        def smol_used_tier1() -> bool:
+            return any(r.get("external_tiers", {}).get("1", 0) > 0 for r in read_metrics(smol))
+
+        wait_for(smol_used_tier1, "the SmolLM2 node to train on tier-1 rollouts", procs, timeout=240)
+        rows = [r for r in read_metrics(smol) if r.get("external_tiers", {}).get("1", 0) > 0]
+        assert all(r["external_tier_reasons"].get("other_tokenizer", 0) > 0 for r in rows)
+        # in the learner a tier-1 sample is either aligned or demoted by the trust gate, never lost
+        assert all(r.get("ext_t1_samples", 0) + r.get("ext_trust_demoted", 0) > 0 for r in rows)
+        status = subprocess.run([sys.executable, "-m", "node.cli", "status", "--run-dir", str(smol)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert status.returncode == 0 and "tier 1=" in status.stdout, status.stdout + status.stderr
+    finally:
+        stop(procs)

@@ -23,7 +23,7 @@ from node.tasks.base import (
 from node.tasks.synthetic import ALPHABET, GENERATORS, SyntheticSource
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-ALL_SYNTHETIC = {"copy": 1.0, "succ": 1.0, "max": 1.0, "add": 1.0}
+ALL_SYNTHETIC = {"copy": 1.0, "succ": 1.0, "max": 1.0, "add": 1.0, "count": 1.0}
 RG_MIX = {"basic_arithmetic": 1.0, "leg_counting": 1.0, "chain_sum": 1.0}
 
 
@@ -101,13 +101,14 @@ def test_synthetic_questions_use_only_the_tiny_alphabet_and_answers_are_right():
     assert {t.ref.dataset for t in tasks} == set(GENERATORS)
     for t in tasks:
         assert set(t.question + t.answer) <= set(ALPHABET), t
-        assert len(t.answer) == 1 and t.question.endswith("=")
+        assert len(t.answer) == (4 if t.ref.dataset == "count" else 1) and t.question.endswith("=")
         body = t.question[:-1]
         expected = {
             "copy": lambda: int(body),
             "succ": lambda: (int(body[0]) + 1) % 10,
             "max": lambda: max(int(body[1]), int(body[2])),
             "add": lambda: (int(body[0]) + int(body[2])) % 10,
+            "count": lambda: "".join(str((int(body[0]) + k) % 10) for k in range(4)),
         }[t.ref.dataset]()
         assert t.answer == str(expected)
 
@@ -122,7 +123,7 @@ def test_synthetic_mixture_weights_are_respected():
 
 
 def test_synthetic_errors_name_the_valid_options():
-    with pytest.raises(UnknownDatasetError, match="valid: \\['add', 'copy', 'max', 'succ'\\]"):
+    with pytest.raises(UnknownDatasetError, match="valid: \\['add', 'copy', 'count', 'max', 'succ'\\]"):
         SyntheticSource({"mul": 1.0}, seed=0)
     source = SyntheticSource(ALL_SYNTHETIC, seed=0)
     ref = source.batch(0, 1)[0].ref
@@ -273,7 +274,7 @@ _DUMP_TASKS = """
 import json
 from node.tasks import make_source
 out = []
-for kind, mix in [("synthetic", {"copy": 1, "succ": 1, "max": 1, "add": 1}),
+for kind, mix in [("synthetic", {"copy": 1, "succ": 1, "max": 1, "add": 1, "count": 1}),
                   ("reasoning_gym", {"basic_arithmetic": 1, "leg_counting": 1, "chain_sum": 1})]:
     for t in make_source(kind, mix, seed=21).batch(5, 24):
         out.append([t.ref.key, t.question, t.answer])

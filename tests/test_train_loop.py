@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from node.config import load_config
+from node.hints import HintState
 from node.loop import Node
 from node.metrics import RoundTable, read_metrics
 from node.report import write_report
@@ -50,6 +51,39 @@ def test_resume_in_process_is_exact(tmp_path):
         assert a["tasks_digest"] == b["tasks_digest"]
         assert a["reward_mean"] == b["reward_mean"]
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["policy_version"] == b["policy_version"]  # optimizer steps, kept in the checkpoint
+    assert resumed[-1]["policy_version"] == 12  # 6 rounds x 2 epochs x 1 minibatch
+
+
+def test_checkpoint_keeps_pass_rates_and_hint_state(tmp_path):
+    cfg = tiny_cfg("run.checkpoint_every=2")
+    node = Node(cfg, tmp_path)
+    node.run(2, RoundTable("test", quiet=True))
+    task = node.source.batch(0, 1)[0]
+    node.hints.states[task.prompt_key] = HintState(ref=task.ref.to_dict())  # as if we had asked for hints
+    node.hints.add(task, "prefix", "7")
+    node.checkpoint(1)
+    again = Node(cfg, tmp_path)
+    assert again.resume() == 1
+    assert again.learner.policy_version == node.learner.policy_version == 2
+    assert again.pass_rates.state_dict() == node.pass_rates.state_dict() and again.pass_rates.by_prompt
+    assert again.hints.current(task) == node.hints.current(task) is not None
+
+
+def test_dars_gives_low_accuracy_prompts_more_rollouts(tmp_path):
+    from node.allocation import dars_extra_rollouts
+
+    node = Node(tiny_cfg("allocation.scheme=equal", "allocation.max_rollouts=24"), tmp_path)
+    tasks = node.source.batch(0, 16)
+    groups, stats = node.sampler.sample(tasks, [None] * 16, 0)
+    extras = [len(g.rollouts) - 8 for g in groups]
+    assert stats["dars_extra_rollouts"] == sum(extras) > 0  # an untrained model fails most prompts
+    for g, extra in zip(groups, extras):
+        base = g.correct[:8]
+        assert extra == dars_extra_rollouts(sum(base) / 8, 8, 24, "equal", std_normalized=True)
+        assert len(g.rewards) == len(g.correct) == len(g.rollouts)
+    row = node.run_round(0)
+    assert row["rollouts_generated"] > 16 * 8 and row["dars_extra_rollouts"] > 0
 
 
 def _wait_for_round(run_dir: Path, round_index: int, proc, timeout=120.0):
@@ -97,3 +131,7 @@ def test_cli_refuses_to_overwrite_a_run_and_names_bad_config(tmp_path):
     bad = subprocess.run(CLI + ["train", "--set", 'tasks.datasets={ nope = 1.0 }', "--run-dir", str(tmp_path)],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "nope" in bad.stderr and "copy" in bad.stderr
+    bad = subprocess.run(CLI + ["train", "--set", "loss.name=grpoo", "--run-dir", str(tmp_path)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and "unknown objective 'grpoo'" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "metrics.jsonl").exists()  # refused before any model was built

@@ -119,6 +119,14 @@ class Task:
     metadata: dict = field(default_factory=dict, hash=False)
 
     @property
+    def prompt_key(self) -> str:
+        """Identifies the prompt rather than the draw: two refs whose rebuilt questions are equal
+        (the tiny families have only 10-100 distinct questions) share one key. Used to merge a
+        peer's group with ours (cross-actor), to keep pass-rate posteriors and to match hints."""
+        digest = hashlib.sha256(self.question.encode("utf-8")).hexdigest()[:16]
+        return f"{self.ref.source}/{self.ref.dataset}/{self.ref.config_digest}/{digest}"
+
+    @property
     def reference_answer(self) -> str | None:
         """An answer that scores 1.0: the stored answer, else reasoning-gym's `example_answer`."""
         if self.answer is not None:

@@ -1,9 +1,12 @@
 """Built-in graded tasks that a tiny from-scratch model can learn with RL alone.
 
-Every answer is one digit, so it is one token for the tiny character-level tokenizer, whose whole
-alphabet is ALPHABET. Difficulty is graded (measured, see DESIGN.md): "copy" is learned in about
-300 rounds, "succ" and "max" in about 1,500, "add" stays near 0.5 after 1,500: the spread that
-lets a node that cracks a hard task first pass the "aha" on to its peers.
+Every answer but "count"'s is one digit, so it is one token for the tiny character-level
+tokenizer, whose whole alphabet is ALPHABET. Difficulty is graded (measured with the tiny preset):
+"copy" is learned in about 300 rounds, "succ" and "max" in about 1,500, "add" stays near 0.5 after
+1,500: the spread that lets a node that cracks a hard task first pass the "aha" on to its peers.
+"count" ("3++=" -> "3456") needs four right tokens in a row (a random policy succeeds about once
+in 65,000 samples, so from scratch its pass rate stays 0): the family for hints, whose solution
+prefixes let a node learn it one token at a time (set sampling.max_new_tokens >= 4).
 """
 from __future__ import annotations
 
@@ -53,13 +56,19 @@ def _add(rng: random.Random) -> tuple[str, str]:
     return f"{a}+{b}=", f"{(a + b) % 10}"
 
 
+def _count(rng: random.Random) -> tuple[str, str]:
+    a = rng.randrange(10)
+    return f"{a}++=", "".join(str((a + k) % 10) for k in range(4))
+
+
 GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "copy": _copy,
     "succ": _succ,
     "max": _max,
     "add": _add,
+    "count": _count,
 }
-DIFFICULTY = {"copy": "easy", "succ": "medium", "max": "medium", "add": "hard"}
+DIFFICULTY = {"copy": "easy", "succ": "medium", "max": "medium", "add": "hard", "count": "multi-token"}
 
 
 def dataset_digest(dataset: str) -> str:

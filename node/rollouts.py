@@ -1,0 +1,131 @@
+"""Sampling and scoring this round's groups: plain groups, hinted groups, DARS extra rollouts.
+
+    plain     G completions of the prompt (one batched generate call for all plain prompts)
+    hinted    1 completion of the plain prompt + G-1 conditioned on the prompt's current hint:
+              an abstract level (l1-l3) is appended to the question; a prefix is forced as the
+              first completion tokens, which the loss never sees (Rollout.hint_tokens)
+    DARS      prompts whose base accuracy is low get extra completions (node/allocation.py)
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+from node.allocation import AllocationConfig, PassRates, dars_extra_rollouts
+from node.groups import HintUse, ScoredGroup
+from node.prompts import render_prompt
+from node.tasks.base import Task, TaskSource
+from node.verifiers import Verifier
+from policy.generation import Generator, decode_with_offsets
+from policy.models import LoadedPolicy
+from policy.types import Rollout, SamplingParams
+
+
+@dataclass
+class RolloutSampler:
+    policy: LoadedPolicy
+    generator: Generator
+    verifier: Verifier
+    source: TaskSource
+    sampling: SamplingParams
+    group_size: int  # completions per plain group (G, or G+1 for mc)
+    allocation: AllocationConfig
+    pass_rates: PassRates
+    std_normalized: bool  # the local objective scales advantages by std (DARS's S(a) depends on it)
+    autocast: Callable[[], ContextManager]
+    _score_seconds: float = 0.0
+
+    def sample(self, tasks: list[Task], hints: list[HintUse | None], policy_version: int) -> tuple[list[ScoredGroup], dict]:
+        """One scored group per task, in task order, and sampling statistics."""
+        n = self.group_size
+        plain = [i for i, h in enumerate(hints) if h is None]
+        hinted = [i for i, h in enumerate(hints) if h is not None]
+        prompts = [render_prompt(self.policy, t.question) for t in tasks]
+        rollouts: dict[int, list[Rollout]] = {}
+        flags: dict[int, list[bool]] = {}
+        with self.autocast():
+            for i, rs in zip(plain, self._generate([prompts[i] for i in plain], n)):
+                rollouts[i], flags[i] = rs, [False] * n
+            for i, rs in zip(hinted, self._generate([prompts[i] for i in hinted], 1)):
+                rollouts[i], flags[i] = rs, [False]
+            for i, rs in zip(hinted, self._generate_hinted([tasks[i] for i in hinted], [prompts[i] for i in hinted],
+                                                           [hints[i] for i in hinted], n - 1)):
+                rollouts[i] += rs
+                flags[i] += [True] * len(rs)
+        self._score_seconds = 0.0
+        groups = [self._score(task, rollouts[i], policy_version, hints[i], flags[i]) for i, task in enumerate(tasks)]
+        extra = self._allocate([groups[i] for i in plain], [prompts[i] for i in plain], policy_version)
+        stats = {"t_score": self._score_seconds}
+        if self.allocation.scheme != "off":
+            stats["dars_extra_rollouts"] = float(extra)
+        return groups, stats
+
+    def _generate(self, prompts: list[list[int]], n: int) -> list[list[Rollout]]:
+        if not prompts or n < 1:
+            return [[] for _ in prompts]
+        return self.generator.generate(prompts, n, self.sampling)
+
+    def _generate_hinted(self, tasks: list[Task], prompts: list[list[int]], hints: list[HintUse],
+                         n: int) -> list[list[Rollout]]:
+        """n completions per task conditioned on its hint, in task order."""
+        out: list[list[Rollout]] = [[] for _ in tasks]
+        abstract = [i for i, h in enumerate(hints) if h.level != "prefix"]
+        prefixed = [i for i, h in enumerate(hints) if h.level == "prefix"]
+        hinted_prompts = [render_prompt(self.policy, tasks[i].question, hints[i].text) for i in abstract]
+        for i, rs in zip(abstract, self._generate(hinted_prompts, n)):
+            out[i] = rs
+        tok = self.policy.tokenizer
+        prefix_ids = {i: tok(hints[i].text, add_special_tokens=False)["input_ids"] for i in prefixed}
+        by_room: dict[int, list[int]] = defaultdict(list)  # tokens left after the prefix -> tasks
+        for i in prefixed:
+            by_room[max(1, self.sampling.max_new_tokens - len(prefix_ids[i]))].append(i)
+        for room, indices in by_room.items():
+            params = SamplingParams(self.sampling.temperature, room, self.sampling.seed)
+            generated = self.generator.generate([prompts[i] + prefix_ids[i] for i in indices], n, params)
+            for i, rs in zip(indices, generated):
+                out[i] = [self._with_prefix(prompts[i], prefix_ids[i], r) for r in rs]
+        return out
+
+    def _with_prefix(self, prompt: list[int], prefix: list[int], rollout: Rollout) -> Rollout:
+        """The prefix becomes the first completion tokens (masked from the loss by hint_tokens)."""
+        ids = prefix + rollout.completion_ids
+        text, offsets = decode_with_offsets(self.policy.tokenizer, ids)
+        return Rollout(prompt_ids=prompt, completion_ids=ids, logprobs=[0.0] * len(prefix) + list(rollout.logprobs),
+                       text=text, offsets=offsets, truncated=rollout.truncated, hint_tokens=len(prefix))
+
+    def _score(self, task: Task, rollouts: list[Rollout], policy_version: int, hint: HintUse | None,
+               hinted: list[bool]) -> ScoredGroup:
+        started = time.perf_counter()
+        scored = [self.verifier.score(task, self.source, r.text) for r in rollouts]
+        self._score_seconds += time.perf_counter() - started
+        return ScoredGroup(task=task, rollouts=rollouts, rewards=[s[0] for s in scored],
+                           correct=[bool(s[1]["correct"]) for s in scored], policy_version=policy_version,
+                           hint=hint, hinted=hinted if hint is not None else [])
+
+    def _allocate(self, groups: list[ScoredGroup], prompts: list[list[int]], policy_version: int) -> int:
+        """DARS: extra completions for low-accuracy prompts, appended to their groups in place."""
+        cfg = self.allocation
+        if cfg.scheme == "off" or not groups:
+            return 0
+        by_extra: dict[int, list[int]] = defaultdict(list)
+        for i, group in enumerate(groups):
+            n = len(group.rollouts)
+            if cfg.accuracy == "posterior":
+                accuracy = self.pass_rates.mean_with(group.task, group.correct)
+            else:
+                accuracy = sum(group.correct) / n
+            extra = dars_extra_rollouts(accuracy, n, max(n, cfg.max_rollouts), cfg.scheme, self.std_normalized)
+            if extra:
+                by_extra[extra].append(i)
+        total = 0
+        with self.autocast():
+            for extra, indices in sorted(by_extra.items()):
+                for i, rs in zip(indices, self._generate([prompts[i] for i in indices], extra)):
+                    more = self._score(groups[i].task, rs, policy_version, None, [])
+                    groups[i].rollouts += more.rollouts
+                    groups[i].rewards += more.rewards
+                    groups[i].correct += more.correct
+                    total += len(rs)
+        return total
