@@ -222,10 +222,10 @@ class SwarmExchange:
             self.rejected[HINTED] += 1
             return None
         verifier = self.verifier
-        task = self._rebuild(sender, msg.task_ref, blame=not (self.cfg.accept_sender_answers and msg.question
-                                                              and msg.answer))
+        use_sender_answer = bool(self.cfg.accept_sender_answers and msg.question and msg.answer)
+        task = self._rebuild(sender, msg.task_ref, blame=not use_sender_answer)
         if task is None:
-            if not (self.cfg.accept_sender_answers and msg.question and msg.answer):
+            if not use_sender_answer:
                 return None
             # opt-in, as rl-swarm does: score against the sender's own answer
             task = Task(ref=local_task_ref(msg.task_ref), question=msg.question, answer=msg.answer, metadata={})

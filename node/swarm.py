@@ -36,6 +36,17 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
                          max_completion_tokens=cfg.swarm.max_external_factor * cfg.sampling.max_new_tokens)
 
 
+def join_memory_bus(node: Node, bus, name: str, identity: NodeIdentity | None = None) -> SwarmExchange:
+    """Connect an in-process node to a protocol.MemoryBus as peer `name` (tests, experiments, and
+    simulations that run many nodes in one process): the same exchange as `join`, another transport."""
+    from protocol import MemoryTransport
+
+    transport = MemoryTransport(bus, name)
+    transport.start()
+    node.exchange = build_exchange(node.cfg, node, identity or NodeIdentity.generate(), transport)
+    return node.exchange
+
+
 def snapshot(node: Node, exchange: SwarmExchange, started: float) -> dict:
     """Everything `swarm-node status` shows."""
     return {**exchange.status(), "round": node.next_round, "uptime_s": time.monotonic() - started,

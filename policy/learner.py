@@ -14,6 +14,7 @@ One call of `Learner.update` is one round's training:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from typing import Literal
@@ -185,9 +186,7 @@ class Learner:
             if sub is not part:  # the objective filters rows
                 part_stats["filtered_frac"] = filtered
             stats.update({prefix + k: v for k, v in part_stats.items()})
-        loss = self.objective.aggregate(term, LossInputs(x.logp, x.old_logp, x.behavior_logp, mask, x.advantages,
-                                                         completion_budget=x.completion_budget))
-        return loss, stats
+        return self.objective.aggregate(term, dataclasses.replace(x, mask=mask)), stats
 
     def update(self, groups: list[TrainGroup]) -> dict[str, float]:
         """Train on `groups`; returns loss/ratio statistics averaged over the optimizer steps."""

@@ -12,7 +12,7 @@ from node.exchange import SwarmExchange, to_wire
 from node.groups import ScoredGroup
 from node.loop import Node
 from node.metrics import RoundTable, read_metrics
-from node.swarm import build_exchange
+from node.swarm import join_memory_bus
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, topic_name
@@ -31,9 +31,7 @@ def bus():
 def node(tmp_path, bus):
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4"])
     n = Node(cfg, tmp_path)
-    transport = MemoryTransport(bus, "receiver")
-    transport.start()
-    n.exchange = build_exchange(cfg, n, NodeIdentity.generate(), transport)
+    join_memory_bus(n, bus, "receiver")
     return n
 
 

@@ -13,7 +13,7 @@ from node.hint_writer import solution_prefix
 from node.hints import HintBook, HintConfig, leaks_answer
 from node.loop import Node
 from node.metrics import read_metrics
-from node.swarm import build_exchange
+from node.swarm import join_memory_bus
 from node.tasks.base import TaskRef
 from node.tasks.synthetic import SyntheticSource
 from policy.types import Rollout
@@ -84,9 +84,7 @@ def count_node(tmp_path, name, bus, extra=()):
                                      "tasks.prompts_per_round=4", "sampling.max_new_tokens=4",
                                      "hints.revisits_per_round=4", *extra])
     node = Node(cfg, tmp_path / name)
-    transport = MemoryTransport(bus, name)
-    transport.start()
-    node.exchange = build_exchange(cfg, node, NodeIdentity.generate(), transport)
+    join_memory_bus(node, bus, name)
     return node
 
 
