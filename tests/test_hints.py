@@ -166,3 +166,20 @@ def test_prefix_curriculum_ends_then_a_failing_prompt_starts_over():
     rates.observe(task, [False] * 8)
     assert book.requests([scored(task, [False] * 4)], 1) == []  # no request: it still holds the hint
     assert book.current(task) == HintUse("prefix", "34") and book.counters["prompts_reengaged"] == 1
+
+
+@pytest.mark.slow
+def test_smollm2_writes_abstract_levels_that_never_give_the_answer_away(tmp_path):
+    """A chat model writes l1-l3 from a correct solution; every level it keeps is answer-free."""
+    cfg = load_config("smollm2", None, ["tasks.source=synthetic", "tasks.datasets={add = 1.0}",
+                                        "hints.max_hint_tokens=48"])
+    node = Node(cfg, tmp_path)
+    task = node.source.batch(0, 1)[0]
+    solution = f"{task.question[0]} plus {task.question[2]} is {int(task.question[0]) + int(task.question[2])}, " \
+               f"and the last digit of that is the answer: <answer>{task.answer}</answer>"
+    levels = node.hint_writer.write(task, solution)
+    leaked = sum(v for k, v in node.hint_writer.counters.items() if k.startswith("rejected_leak_"))
+    assert len(levels) + leaked >= 3  # each abstract level was written, and kept or refused
+    assert all(not leaks_answer(text, task.answer) for text in levels.values())
+    assert levels.get("prefix") and solution.startswith(levels["prefix"])
+    assert set(levels) <= {"l1", "l2", "l3", "prefix"}
