@@ -282,6 +282,8 @@ class SwarmExchange:
                 self.rejected[LEAK] += 1
                 self.ingress.report(verified.sender, HINT_LEAK)
                 continue
+            if not self._encodable(hint.text):  # it would be fed to our model: check it fits now
+                continue
             self._hints.append(ReceivedHint(task, LEVEL_NAMES[hint.level], hint.text, verified.sender))
         for verified in self.ingress.accept_many(self.transport.drain(self.topics["hint-requests"])):
             if verified.kind != Kind.HINT_REQUEST or verified.sender == self.peer_id:
@@ -292,6 +294,20 @@ class SwarmExchange:
                 continue
             if all(t.prompt_key != task.prompt_key for t, _ in self._requests):
                 self._requests.append((task, verified.sender))
+
+    def _encodable(self, text: str) -> bool:
+        """Peer text our tokenizer can encode within our length cap; refusals are counted, never
+        blamed (another model's alphabet is not a fault)."""
+        try:
+            ids, _ = self.retokenizer.encode_text(text)
+        except Exception as err:  # e.g. a character outside the tiny vocabulary
+            self.rejected[UNTOKENIZABLE] += 1
+            log.debug("cannot tokenize peer text: %s", err)
+            return False
+        if len(ids) > self.max_completion_tokens:
+            self.rejected[TOO_LONG] += 1
+            return False
+        return True
 
     def take_hints(self) -> list[ReceivedHint]:
         """Verified hints received since the last call (the caller decides which it wants)."""

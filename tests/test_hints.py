@@ -138,18 +138,23 @@ def test_hints_are_verified_like_every_message(tmp_path):
     other = next(t for i in range(100) for t in node.source.batch(50 + i, 1) if t.prompt_key not in node.hints.states)
     sender.publish(hints_topic, seal_message(honest, swarm_pb2.Hint(
         task_ref=swarm_pb2.TaskRef(**other.ref.to_dict()), level=swarm_pb2.Hint.PREFIX, text="1"), 2, now))
+    # another model's prefix, in words: the tiny tokenizer cannot encode it (it once crashed a node)
     sender.publish(hints_topic, seal_message(honest, swarm_pb2.Hint(task_ref=ref, level=swarm_pb2.Hint.PREFIX,
-                                                                    text=task.answer[:2]), 3, now))
+                                                                    text="The first digit is"), 3, now))
+    sender.publish(hints_topic, seal_message(honest, swarm_pb2.Hint(task_ref=ref, level=swarm_pb2.Hint.PREFIX,
+                                                                    text=task.answer[:2]), 4, now))
     unknown = swarm_pb2.TaskRef(source="reasoning_gym", dataset="leg_counting", config_digest="0" * 16, seed=0, index=1)
-    sender.publish(requests_topic, seal_message(honest, swarm_pb2.HintRequest(task_ref=unknown), 4, now))
+    sender.publish(requests_topic, seal_message(honest, swarm_pb2.HintRequest(task_ref=unknown), 5, now))
     node.metrics.append(node.run_round(1))
     status = node.exchange.status()
     assert status["rejected_by_reason"]["hint_leaks_answer"] == 1
     assert status["rejected_by_reason"]["hint_request_unknown_task"] == 1
+    assert status["rejected_by_reason"]["untokenizable"] == 1  # words: not in the tiny vocabulary, no blame
     assert node.hints.counters["hints_unsolicited"] == 1 and node.hints.counters["hints_accepted"] == 1
     scores = {p.peer_id: p.score for p in status["peers"]}
     assert scores[hostile.peer_id()] < 0 < scores[honest.peer_id()]
     assert node.hints.current(task) == HintUse("prefix", task.answer[:2])
+    node.metrics.append(node.run_round(2))  # and the node trains with the hint it kept
 
 
 def test_prefix_curriculum_ends_then_a_failing_prompt_starts_over():
