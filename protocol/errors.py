@@ -18,7 +18,8 @@ class Reason(enum.StrEnum):
     VERSION = "version"                    # protocol_version we do not speak
     UNKNOWN_KIND = "unknown_kind"          # kind outside the closed set
     BAD_SIGNATURE = "bad_signature"        # signature does not verify for the claimed key
-    # after authentication (attributed to the signing key)
+    # after authentication (attributed to the signing key, except the delivery faults expired,
+    # replay and stale: anyone can re-send a signed message, so those go to the peer that delivered it)
     CLOCK_SKEW = "clock_skew"              # timestamp too far in the future (only the signer can do that)
     EXPIRED = "expired"                    # timestamp too old: a late relay or a replay
     REPLAY = "replay"                      # (sender, sequence) already seen (relay's fault, see ingress)

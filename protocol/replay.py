@@ -15,7 +15,9 @@ recently active evicted first) and at most `seen_capacity` message ids, each exp
 structures are only updated for authenticated messages, so nobody can poison another's window.
 What bounded memory costs: if more than `max_senders` keys are active, an evicted sender's
 message could be replayed once its id has also left the seen-cache; the Ingress' timestamp
-window (Limits.max_age_s, equal to the default TTL) still refuses it once it is old.
+window still refuses it once it is old (Limits.max_age_s = 600 s; the seen-cache TTL the Ingress
+sets is max_age_s + max_clock_skew_s = 720 s, so an id is remembered as long as its timestamp
+could pass).
 
 A message id is (sender key, sequence), not a hash of the content: a sender that signs two
 different bodies under one sequence is equivocating, and the second one is refused as a replay.

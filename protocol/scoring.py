@@ -37,11 +37,11 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     Reason.VERSION: -0.5,   # an honest peer running another protocol version
     Reason.UNKNOWN_KIND: -0.5,
     Reason.BAD_SIGNATURE: -5.0,
-    # post-authentication: charged to the signing key
+    # post-authentication: charged to the signing key (expired / replay / stale: to the relay)
     Reason.CLOCK_SKEW: -0.5,
     Reason.EXPIRED: -0.2,   # charged to the relay that delivered it
-    Reason.REPLAY: -0.5,    # gossip can legitimately deliver a duplicate now and then
-    Reason.STALE: -0.2,
+    Reason.REPLAY: -0.5,    # to the relay; gossip can legitimately deliver a duplicate now and then
+    Reason.STALE: -0.2,     # charged to the relay that delivered it
     Reason.SCHEMA: -3.0,
     Reason.NONFINITE_LOGPROB: -3.0,
     Reason.POSITIVE_LOGPROB: -3.0,
