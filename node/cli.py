@@ -164,6 +164,66 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Held-out pass@1 / pass@k of a run's latest checkpoint (node/eval.py): a table on stdout and
+    RUN_DIR/eval-round-NNNNNN.json."""
+    import json
+
+    from pydantic import ValidationError
+    from rich.table import Table
+
+    from node.config import ConfigError, NodeConfig
+    from policy.checkpoint import LATEST
+
+    run_dir = Path(args.run_dir)
+    marker = run_dir / "checkpoints" / LATEST
+    config_file = run_dir / "checkpoints" / marker.read_text().strip() / "config.json" if marker.is_file() else None
+    if config_file is None or not config_file.is_file():
+        raise FileNotFoundError(f"no checkpoint in {run_dir}/checkpoints: is this a run directory? "
+                                "(`swarm-node train --run-dir DIR` writes checkpoints)")
+    data = json.loads(config_file.read_text())
+    data.setdefault("eval", {})
+    if args.tasks is not None:
+        data["eval"]["tasks_per_family"] = args.tasks
+    if args.k is not None:
+        data["eval"]["k"] = args.k
+    try:
+        cfg = NodeConfig.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"invalid configuration in {config_file} (with --tasks/--k): {problems}") from None
+
+    from node.loop import Node
+
+    node = Node(cfg, run_dir)
+    round_index = node.resume(truncate_metrics=False)  # reading the run, not continuing it
+    if round_index is None:  # the checkpoint went away since we read its config
+        raise FileNotFoundError(f"no checkpoint in {run_dir}/checkpoints any more")
+    result = node.evaluate()
+    evaluation = {"round": round_index, "policy_version": node.learner.policy_version,
+                  "checkpoint": config_file.parent.name, "tasks_per_family": cfg.eval.tasks_per_family,
+                  "heldout_seed": node.evaluator.seed, "sampling_seed": node.evaluator.sampling_seed,
+                  "temperature": cfg.sampling.temperature, "ood": cfg.eval.ood, **result}
+    out_path = run_dir / f"eval-round-{round_index:06d}.json"
+    out_path.write_text(json.dumps(evaluation, indent=2, default=str) + "\n")
+
+    k = result["heldout_k"]
+    table = Table(title=f"held-out evaluation of {run_dir} "
+                        f"(round {round_index}, policy v{evaluation['policy_version']})")
+    for col in ("family", "pass@1", f"pass@{k}", "tasks"):
+        table.add_column(col, justify="left" if col == "family" else "right")
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for family, v in result["heldout_by_family"].items():
+        table.add_row(family, fmt(v["pass1"]), fmt(v["passk"]), str(v["tasks"]))
+    inside = sum(v["tasks"] for f, v in result["heldout_by_family"].items() if not f.startswith("ood:"))
+    table.add_row("all (in-distribution)", fmt(result["heldout_pass1"]), fmt(result["heldout_passk"]), str(inside),
+                  style="bold")
+    Console().print(table)
+    console.print(f"pass@1 greedy; pass@{k}: {k} samples at temperature {cfg.sampling.temperature} (fixed seed); "
+                  f"{result['t_eval']:.1f} s -> wrote {out_path}", highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarm-node", description="Decentralized RL post-training node.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -210,6 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="plot a run's metrics (PNG) and print a summary")
     report.add_argument("run_dir")
     report.set_defaults(func=cmd_report)
+
+    evaluate = sub.add_parser("eval", help="held-out pass@1 / pass@k of a run's latest checkpoint")
+    evaluate.add_argument("run_dir")
+    evaluate.add_argument("--tasks", type=int,
+                          help="held-out tasks per family (default: the run's eval.tasks_per_family)")
+    evaluate.add_argument("--k", type=int, help="samples per task for pass@k (default: the run's eval.k)")
+    evaluate.set_defaults(func=cmd_eval)
     return parser
 
 

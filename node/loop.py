@@ -1,7 +1,7 @@
 """The round loop of one node, plain synchronous code (README "How a round works").
 
     tasks (+ hinted revisits) -> generate (plain, hinted, DARS extra) -> score -> share / collect
-    -> compose (SAPO groups or cross-actor merge) -> update -> hints -> metrics -> checkpoint
+    -> compose (SAPO groups or cross-actor merge) -> update -> [held-out eval] -> metrics -> checkpoint
 
 `share`/`collect` go through an `Exchange` (None when training alone): the SAPO network layer
 plugs in there without reshaping the loop.
@@ -19,6 +19,7 @@ import torch
 
 from node.allocation import PassRates
 from node.config import NodeConfig
+from node.eval import Evaluator
 from node.groups import ScoredGroup, compose
 from node.hint_writer import HintWriter
 from node.hints import LEVELS, HintBook
@@ -87,20 +88,24 @@ class Node:
                                       autocast)
         self.hint_writer = HintWriter(self.policy, self.generator, self.verifier, self.source, self.sampling,
                                       cfg.sampling.group_size, cfg.hints, autocast)
+        ood = make_source(cfg.tasks.source, cfg.eval.ood, cfg.tasks.seed) if cfg.eval.ood else None
+        self.evaluator = Evaluator(cfg.eval, self.policy, self.generator, self.verifier, self.source, ood,
+                                   self.sampling, autocast)
         self.metrics = MetricsLog(self.run_dir)
         self.next_round = 0
 
     def use_generator(self, generator) -> None:
         """Swap the rollout backend everywhere it is used (benchmarks force full-length sampling)."""
-        self.generator = self.sampler.generator = self.hint_writer.generator = generator
+        self.generator = self.sampler.generator = self.hint_writer.generator = self.evaluator.generator = generator
 
     @property
     def hinting(self) -> bool:
         return self.exchange is not None and self.cfg.hints.enabled
 
     # -- checkpoints -------------------------------------------------------------------------
-    def resume(self) -> int | None:
-        """Load the newest checkpoint in run_dir, if any; returns its round."""
+    def resume(self, truncate_metrics: bool = True) -> int | None:
+        """Load the newest checkpoint in run_dir, if any; returns its round. truncate_metrics=False
+        leaves metrics.jsonl alone (`swarm-node eval` reads a run, it does not continue it)."""
         ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
             return None
@@ -113,7 +118,8 @@ class Node:
         self.hints.load_state_dict(extra.get("hints", {}))
         self.generator.refresh()
         self.next_round = ckpt.round_index + 1
-        self.metrics.truncate_after(ckpt.round_index)
+        if truncate_metrics:
+            self.metrics.truncate_after(ckpt.round_index)
         return ckpt.round_index
 
     def checkpoint(self, round_index: int) -> Path:
@@ -157,8 +163,20 @@ class Node:
         stats = self.learner.update(groups)
         self.generator.refresh()  # the generator must sample from the updated weights next round
         t3 = time.perf_counter()
-        return self._row(round_index, tasks, local, external, merged, {**sample_stats, **hint_stats, **stats},
-                         (t0, t1, t2, t3))
+        row = self._row(round_index, tasks, local, external, merged, {**sample_stats, **hint_stats, **stats},
+                        (t0, t1, t2, t3))
+        return {**row, **self.maybe_evaluate(round_index)}  # after the update; not in t_round
+
+    # -- held-out evaluation -----------------------------------------------------------------
+    def evaluate(self, tasks_per_family: int | None = None, k: int | None = None) -> dict:
+        """Greedy pass@1 and pass@k on the held-out set now (node/eval.py); touches no training
+        state and no RNG."""
+        return self.evaluator.evaluate(tasks_per_family, k)
+
+    def maybe_evaluate(self, round_index: int) -> dict:
+        """The held-out metrics when round `round_index` is an evaluation round
+        ((round_index + 1) % eval.every == 0), else {}."""
+        return self.evaluate() if self.evaluator.due(round_index) else {}
 
     def _exchange_hints(self) -> dict:
         """Keep the hints we asked for; answer a few peers' requests (may cost a generate call)."""
@@ -211,16 +229,21 @@ class Node:
             **(getattr(self.exchange, "last_round", None) or {}),
         }
 
+    def run_one(self, rounds: int) -> dict:
+        """The next round: train, log, and checkpoint when due (`rounds` is the run's total)."""
+        round_index = self.next_round
+        row = self.run_round(round_index)
+        self.metrics.append(row)
+        self.next_round = round_index + 1
+        if (round_index + 1) % self.cfg.run.checkpoint_every == 0 or round_index + 1 == rounds:
+            self.checkpoint(round_index)
+        return row
+
     def run(self, rounds: int, table: RoundTable) -> None:
         """Run until `rounds` rounds are complete in total (a resumed run continues the count)."""
         with table:
-            for round_index in range(self.next_round, rounds):
+            while self.next_round < rounds:
                 started = time.monotonic()
-                row = self.run_round(round_index)
-                self.metrics.append(row)
-                table.add(row)
-                self.next_round = round_index + 1
-                if (round_index + 1) % self.cfg.run.checkpoint_every == 0 or round_index + 1 == rounds:
-                    self.checkpoint(round_index)
+                table.add(self.run_one(rounds))
                 if self.exchange is not None:  # pace rounds so peers' gossip can arrive in between
                     time.sleep(max(0.0, self.cfg.swarm.min_round_s - (time.monotonic() - started)))

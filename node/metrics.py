@@ -32,6 +32,8 @@ class MetricsLog:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.last: dict | None = None  # the newest row this process wrote (dashboards)
+        self.last_heldout: float | None = None  # the newest held-out pass@1 this process measured
 
     def truncate_after(self, round_index: int) -> None:
         """On resume: drop rounds after the checkpoint (they will be run again, identically)."""
@@ -39,6 +41,8 @@ class MetricsLog:
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def append(self, row: dict) -> None:
+        self.last = row
+        self.last_heldout = row.get("heldout_pass1", self.last_heldout)
         with self.path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
             fh.flush()
@@ -49,6 +53,7 @@ COLUMNS = [  # (header, key, format)
     ("round", "round", "{:d}"),
     ("reward", "reward_mean", "{:.3f}"),
     ("pass", "pass_rate", "{:.2f}"),
+    ("held-out", "heldout_pass1", "{:.2f}"),  # greedy pass@1 on held-out tasks; "-" between evaluations
     ("loss", "loss", "{:+.4f}"),
     ("ratio", "ratio_mean", "{:.3f}"),
     ("ratio max", "ratio_max", "{:.3f}"),

@@ -37,7 +37,33 @@ def summarize(rows: list[dict]) -> dict:
         "seconds_score": sum(r["t_score"] for r in rows),
         "seconds_train": sum(r["t_train"] for r in rows),
         "seconds_exchange": sum(r.get("t_exchange", 0.0) for r in rows),
+        **_last_heldout(rows),
     }
+
+
+def _last_heldout(rows: list[dict]) -> dict:
+    """The last held-out evaluation of the run (node/eval.py), if there was one."""
+    evaluated = [r for r in rows if r.get("heldout_pass1") is not None or r.get("heldout_by_family")]
+    if not evaluated:
+        return {}
+    last = evaluated[-1]
+    return {"heldout_round": last["round"], "heldout_pass1": last.get("heldout_pass1"),
+            "heldout_passk": last.get("heldout_passk"), "heldout_k": last.get("heldout_k"),
+            "heldout_by_family": last.get("heldout_by_family", {}), "heldout_evaluations": len(evaluated)}
+
+
+def _heldout_text(s: dict) -> str:
+    """One summary line about the last held-out evaluation; empty when the run had none."""
+    if "heldout_round" not in s:
+        return ""
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    line = (f"held-out (last evaluation, round {s['heldout_round']}): pass@1 {fmt(s['heldout_pass1'])}, "
+            f"pass@{s['heldout_k']} {fmt(s['heldout_passk'])}")
+    families = ", ".join(f"{f} {fmt(v.get('pass1'))}" for f, v in s["heldout_by_family"].items())
+    return line + (f"; pass@1 by family: {families}" if families else "") + "\n"
 
 
 def summary_text(s: dict) -> str:
@@ -46,10 +72,29 @@ def summary_text(s: dict) -> str:
         f"rounds: {s['rounds']}\n"
         f"reward: first 10 rounds {s['reward_first10']:.3f} -> last 10 rounds {s['reward_last10']:.3f} ({ratio})\n"
         f"pass rate (last 10 rounds): {s['pass_rate_last10']:.3f}\n"
+        f"{_heldout_text(s)}"
         f"throughput: {s['tokens_per_s_mean']:.1f} generated tokens/s (mean over rounds)\n"
         f"time: {s['seconds_total']:.1f} s total = generate {s['seconds_generate']:.1f} s + score "
         f"{s['seconds_score']:.1f} s + exchange {s['seconds_exchange']:.1f} s + train {s['seconds_train']:.1f} s\n"
     )
+
+
+def _plot_heldout(ax, rows: list[dict]) -> None:
+    """Held-out pass@1 / pass@k per evaluated round (markers), OOD families' pass@1 dotted."""
+    evaluated = [r for r in rows if r.get("heldout_by_family")]
+    if not evaluated:
+        return
+    x = [r["round"] for r in evaluated]
+    nan = lambda v: float("nan") if v is None else v  # noqa: E731
+    if any(r.get("heldout_pass1") is not None for r in evaluated):
+        k = evaluated[-1].get("heldout_k")
+        ax.plot(x, [nan(r.get("heldout_pass1")) for r in evaluated], "o-", color="C4", label="held-out pass@1")
+        ax.plot(x, [nan(r.get("heldout_passk")) for r in evaluated], "s--", color="C5", alpha=0.8,
+                label=f"held-out pass@{k}")
+    oods = sorted({f for r in evaluated for f in r["heldout_by_family"] if f.startswith("ood:")})
+    for i, family in enumerate(oods):
+        ax.plot(x, [nan(r["heldout_by_family"].get(family, {}).get("pass1")) for r in evaluated], "^:",
+                color=f"C{6 + i % 4}", label=f"{family} pass@1")
 
 
 def write_report(run_dir: Path) -> tuple[Path, Path, str]:
@@ -66,6 +111,7 @@ def write_report(run_dir: Path) -> tuple[Path, Path, str]:
     ax.plot(x, [r["reward_mean"] for r in rows], alpha=0.3, color="C0")
     ax.plot(x, rolling_mean([r["reward_mean"] for r in rows], window), color="C0", label="reward", lw=2.5)
     ax.plot(x, rolling_mean([r["pass_rate"] for r in rows], window), color="C2", label="pass rate", ls="--")
+    _plot_heldout(ax, rows)
     ax.set(title=f"reward and pass rate (rolling mean, window {window})", xlabel="round", ylim=(-0.02, 1.05))
     ax.legend()
 

@@ -61,6 +61,14 @@ def stable_rng(*parts: Any) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
+def heldout_seed(seed: int) -> int:
+    """The seed of held-out evaluation tasks of a source whose training seed is `seed`: a stable
+    63-bit hash of ("heldout", seed), never equal to `seed`. Training draws use `seed` only."""
+    digest = hashlib.sha256(canonical_json(["heldout", seed]).encode()).digest()
+    derived = int.from_bytes(digest[:8], "big") >> 1
+    return derived if derived != seed else derived ^ 1
+
+
 # --- task addressing ------------------------------------------------------------------------------
 
 
@@ -158,6 +166,11 @@ class TaskSource(ABC):
         """Correctness of `completion_text`, taken as the final answer, in [0, 1]. Never raises on
         any text; a task from another source is a caller error (UnknownTaskError)."""
 
+    def heldout(self, n_per_dataset: int, seed: int | None = None) -> list[Task]:
+        """Held-out tasks: `n_per_dataset` tasks of every dataset with weight > 0 (sorted by name),
+        indices 0..n-1 at `seed` (default heldout_seed(self.seed)), never drawn by `batch`."""
+        raise NotImplementedError(f"{type(self).__name__} has no held-out tasks")
+
     def _check_ref_source(self, ref: TaskRef) -> None:
         if ref.source != self.name:
             raise UnknownTaskError(
@@ -180,6 +193,30 @@ class MixtureSource(TaskSource):
             dataset = self._choice.pick(rng.random())
             tasks.append(self._build(dataset, self.seed, rng.randrange(self._index_space(dataset))))
         return tasks
+
+    def heldout(self, n_per_dataset: int, seed: int | None = None) -> list[Task]:
+        """Held-out evaluation tasks: for every dataset with weight > 0 (sorted by name), the tasks
+        at indices 0..n_per_dataset-1 (fewer if the dataset is smaller) built with `seed`, by
+        default heldout_seed(self.seed). `batch` only ever builds tasks at `self.seed`, so no
+        held-out TaskRef is ever drawn for training; the list is a pure function of (mixture,
+        seed, n) and each task is rebuildable by a peer from its ref like any other.
+
+        Honest limit: the refs are disjoint, the QUESTIONS not necessarily. The synthetic families
+        have only 10 (copy, succ, count) or 100 (max, add) distinct questions, so a held-out ref of
+        theirs almost surely repeats a question training has seen: there, held-out pass rates
+        measure the policy on the family's question set, not generalisation to new questions (an
+        out-of-distribution family the node never trains on, e.g. "add" for the tiny preset, is the
+        real check). reasoning-gym datasets built with another seed give new questions when their
+        question space is large; a small config repeats some (measured on the smollm2 preset's
+        2-term 1-digit basic_arithmetic and 1-2 animal leg_counting: 6 of 32 held-out questions
+        occur among the 800 training draws of the first 200 rounds)."""
+        check_batch_args(0, n_per_dataset)
+        seed = heldout_seed(self.seed) if seed is None else check_seed(seed)
+        if seed == self.seed:
+            raise ValueError(f"held-out tasks need a seed that training never draws with; {seed} is the "
+                             "training seed (default: heldout_seed(training seed))")
+        return [self._build(dataset, seed, index) for dataset in self._choice.names
+                for index in range(min(n_per_dataset, self._index_space(dataset)))]
 
     @abstractmethod
     def _index_space(self, dataset: str) -> int:
