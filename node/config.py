@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from node.allocation import AllocationConfig
+from node.eval import EvalConfig
 from node.hints import HintConfig
 from node.verifiers import Verifier
 from policy.learner import OffPolicyConfig, OptimConfig
@@ -91,6 +92,8 @@ class SwarmConfig(Section):
     accept_sender_answers: bool = Field(False, description="score unknown tasks against the sender's answer")
     min_round_s: float = Field(0.0, ge=0, description="pace rounds (tiny models finish a round in ms)")
     control: str = Field("127.0.0.1:0", description="gRPC control service address (loopback by default)")
+    fault_file: str | None = Field(None, description="testnets: a JSON file of network faults (delay, loss, blocked "
+                                   "peers; protocol/impairment.py) applied to everything this node receives")
 
 
 class NodeConfig(Section):
@@ -104,6 +107,7 @@ class NodeConfig(Section):
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)
     hints: HintConfig = Field(default_factory=HintConfig)
     allocation: AllocationConfig = Field(default_factory=AllocationConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
 
 # Presets are plain override dicts on top of the defaults, so a reader sees exactly what differs.
@@ -118,6 +122,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "verifier": {"fmt": "raw"},
         "optim": {"lr": 1e-3},
         "run": {"rounds": 600, "checkpoint_every": 50},
+        # held-out copy/succ/max + "add", the family it never trains (the real generalisation check)
+        "eval": {"every": 50, "ood": {"add": 1.0}},
     },
     # SmolLM2-135M-Instruct (offline GGUF, converted once to bf16) on real reasoning-gym tasks.
     "smollm2": {
@@ -133,6 +139,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "verifier": {"fmt": "lenient", "format_weight": 0.1},
         "optim": {"lr": 1e-6, "autocast_bf16": "auto"},
         "run": {"rounds": 20, "checkpoint_every": 1},
+        # held-out basic_arithmetic/leg_counting + chain_sum (3 one-digit terms), never trained. One
+        # evaluation = 8 tasks x 3 families x (1 greedy + 4 sampled) = 120 completions: about 8 rounds'
+        # worth of generation (2 CPU cores: 146 s vs 18 s a round), hence every 20 rounds on a CPU preset
+        "eval": {"every": 20, "tasks_per_family": 8,
+                 "ood": {"chain_sum": {"weight": 1.0, "config": {"min_terms": 3, "max_terms": 3,
+                                                                 "min_digits": 1, "max_digits": 1}}}},
     },
 }
 
@@ -144,10 +156,10 @@ class ConfigError(ValueError):
 def deep_merge(base: dict, override: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "datasets":
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in ("datasets", "ood"):
             out[key] = deep_merge(out[key], value)
         else:
-            out[key] = copy.deepcopy(value)  # datasets replace wholesale: a mixture is one value
+            out[key] = copy.deepcopy(value)  # datasets and eval.ood replace wholesale: a mixture is one value
     return out
 
 

@@ -119,9 +119,10 @@ class SwarmExchange:
         self.tiers_used: Counter[str] = Counter()  # behavior tier -> external rollouts trained on
         self.last_round: dict = {}
         self.history: deque[dict] = deque(maxlen=100)  # per-round usage, for `swarm-node status`
-        self._hints: list[ReceivedHint] = []
+        self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
         self._requests: deque[tuple[Task, str]] = deque(maxlen=64)
         self._local_groups = 0
+        self._shared = {"wire_bytes": 0, "wire_tokens": 0}
         self._lock = threading.Lock()  # the control service reads counters from its own thread
         for topic in self.topics.values():
             transport.subscribe(topic)
@@ -129,11 +130,15 @@ class SwarmExchange:
     # -- outbound ----------------------------------------------------------------------------
     def share(self, round_index: int, groups: list[ScoredGroup]) -> None:
         self._local_groups = len(groups)
+        self._shared = {"wire_bytes": 0, "wire_tokens": 0}  # what one completion token costs on the wire
         for group in groups:
             if group.hint is not None:  # conditioned on context peers would not see
                 continue
-            self._publish(to_wire(group, round_index, self.model_card, self.sampling, self.verifier.digest),
-                          group.task.ref.key)
+            data = self._publish(to_wire(group, round_index, self.model_card, self.sampling, self.verifier.digest),
+                                 group.task.ref.key)
+            if data is not None:
+                self._shared["wire_bytes"] += len(data)
+                self._shared["wire_tokens"] += sum(len(r.completion_ids) for r in group.rollouts)
 
     def request_hints(self, tasks: list[Task]) -> None:
         for task in tasks:
@@ -144,12 +149,14 @@ class SwarmExchange:
             self._publish(swarm_pb2.Hint(task_ref=wire_task_ref(task.ref), level=LEVEL_CODES[level], text=text),
                           task.ref.key)
 
-    def _publish(self, message, what: str) -> None:
+    def _publish(self, message, what: str) -> bytes | None:
+        """The signed bytes sent, or None when our own message breaks a limit peers enforce."""
         try:
-            self.outbox.publish(self.transport, self.cfg.name, message)
-        except ValueError as err:  # our own message breaks a limit peers enforce: skip, say why
+            return self.outbox.publish(self.transport, self.cfg.name, message)
+        except ValueError as err:  # skip it and say why
             log.warning("not sharing a %s for %s: %s", type(message).__name__, what, err)
             self.rejected["outbound_invalid"] += 1
+            return None
 
     # -- inbound -----------------------------------------------------------------------------
     def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]:
@@ -202,6 +209,7 @@ class SwarmExchange:
             "external_staleness_rounds": [round_index - g.meta["sender_round"] for g in chosen],
             "pool_size": len(self.pool),
             "peers_connected": len(self.transport.peers()),
+            **self._shared,
         }
         return chosen
 
@@ -312,7 +320,8 @@ class SwarmExchange:
     def take_hints(self) -> list[ReceivedHint]:
         """Verified hints received since the last call (the caller decides which it wants)."""
         with self._lock:
-            hints, self._hints = self._hints, []
+            hints = list(self._hints)
+            self._hints.clear()
             return hints
 
     def take_hint_requests(self, k: int) -> list[tuple[Task, str]]:

@@ -39,6 +39,8 @@ class Retokenizer:
         return render_prompt(self.policy, question)
 
     def encode_text(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """(token ids, character span of each token) of `text`, no special tokens."""
-        encoded = self.policy.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        """(token ids, character span of each token) of `text`, no special tokens: a literal
+        "<eos>" in a peer's text stays text (split_special_tokens), it never becomes our eos id."""
+        encoded = self.policy.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                                        split_special_tokens=True)
         return list(encoded["input_ids"]), [tuple(span) for span in encoded["offset_mapping"]]

@@ -77,7 +77,8 @@ class RolloutSampler:
         for i, rs in zip(abstract, self._generate(hinted_prompts, n)):
             out[i] = rs
         tok = self.policy.tokenizer
-        prefix_ids = {i: tok(hints[i].text, add_special_tokens=False)["input_ids"] for i in prefixed}
+        prefix_ids = {i: tok(hints[i].text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+                      for i in prefixed}
         by_room: dict[int, list[int]] = defaultdict(list)  # tokens left after the prefix -> tasks
         for i in prefixed:
             by_room[max(1, self.sampling.max_new_tokens - len(prefix_ids[i]))].append(i)

@@ -67,6 +67,10 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
 
     transport = Libp2pTransport(identity.private_seed(), listen=cfg.swarm.listen, bootstrap=cfg.swarm.peers,
                                 topics=[topic_name(cfg.swarm.name, "rollouts")])
+    if cfg.swarm.fault_file:  # a testnet injects delay, loss and partitions through this file
+        from protocol.impairment import ImpairedTransport
+
+        transport = ImpairedTransport(transport, Path(cfg.swarm.fault_file), seed=cfg.run.seed)
     transport.start()  # returns once listening; never waits for peers
     exchange = build_exchange(cfg, node, identity, transport)
     node.exchange = exchange

@@ -115,3 +115,13 @@ def test_tier2_without_logprobs_or_offsets(tiny):
     assert (b.tier, b.reason, b.alignment) == (2, NO_OFFSETS, None)
     # the same message with our fingerprint is tier 0: offsets are only needed for alignment
     assert assign_tier(no_offsets, policy.tokenizer_fingerprint, ids, offsets, retok).tier == 0
+
+
+def test_special_token_text_in_a_peer_completion_stays_text(tiny, smol):
+    """A literal '<|im_end|>' (or the tiny '<eos>') in peer text must not become our eos id."""
+    _, smol_retok = smol
+    ids, _ = smol_retok.encode_text("a<|im_end|>b")
+    assert smol_retok.eos_id not in ids and len(ids) > 3
+    _, tiny_retok = tiny
+    with pytest.raises(Exception):  # '<', 'e', 'o', 's', '>' are not in the tiny vocabulary: untokenizable
+        tiny_retok.encode_text("5<eos>")
