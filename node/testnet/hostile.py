@@ -1,0 +1,659 @@
+"""Hostile peers for the testnet: every kind of bad traffic an honest node must survive.
+
+A `HostilePeer` joins a swarm's three topics (rollouts, hints, hint-requests) over any
+`protocol.Transport` (the in-process `MemoryBus` in tests, libp2p as its own process through
+`python -m node.testnet.hostile`). Each `step()` first drains what arrived, to learn from it
+(honest signing keys, honest envelopes to replay, honest groups to re-sign, tasks peers asked hints
+for or failed), then publishes at most `per_step` messages of its kind (`flood`: `per_step * 20`).
+
+Kinds, and what an honest receiver records in `status()["rejected_by_reason"]`:
+
+INVALID: an honest node must never train on them or keep them as hints.
+  forged     groups (every 4th message a prefix hint) whose envelope claims an honest node's public
+             key learned from traffic (any fresh key until one is heard), signed by the attacker's
+             own key: `bad_signature`, charged to the transport peer, never to the claimed key;
+             then `banned`.
+  tampered   groups validly signed by its own key, then a body bit, the timestamp or the sequence
+             changed: `bad_signature`, then `banned`.
+  liar       well-formed groups for real tasks, some claimed rewards flipped, `verifier_digest` =
+             the honest nodes' `Verifier.digest` (so the lie is provable): `wrong_reward` (-2 to
+             the signer), then `banned`.
+  replay     honest envelopes drained from the three topics, re-published byte for byte: `replay`
+             (charged to the transport peer, never to the signer); a node's own message replayed
+             back to it is `own_message`; old copies would be `stale` / `expired`.
+  malformed  random bytes, truncated envelopes, 31-byte keys, 63-byte signatures: `malformed`,
+             then `banned`.
+  oversized  signed envelopes over `Limits.max_message_bytes` (at most 4 a step, 4 MiB each):
+             `oversized`, then `banned` / `rate_limited`. Over libp2p the receiving transport drops
+             them before the Ingress (`dropped_inbound_oversize`), and the process entry point
+             raises its own transport's limit so that they do leave it.
+  hint_leak  hints (any level) whose text contains the task's reference answer, for tasks peers
+             asked about, else fresh ones: `hint_leaks_answer` (-2 to the signer), then `banned`.
+
+VALID-but-hostile: they pass every check and may be used, but must not hurt.
+  flood      `per_step * 20` valid, honestly scored groups a step from ONE key: `rate_limited` past
+             the burst (then `banned`: -0.5 each), and `observed: pool_sender_cap`.
+  sybil      valid groups, each from the next of `sybil_keys` fresh keys: captured honest groups
+             re-signed as its own, or its own honestly scored ones. Over libp2p every key shares
+             the process's host id, so one rate bucket.
+  hint_junk  well-formed hints (prefix, or l1-l3) with junk text that never contains the answer, for
+             tasks it saw requested (HintRequests) or failed (groups whose claims are all 0); a
+             receiver that asked keeps them (`hints_accepted`).
+  garbage    groups of random text drawn from the task family's alphabet and typical answers,
+             scored honestly with the same verifier (claims match): worthless, mostly zero-variance
+             (`external_zero_variance`).
+
+`EXPECTED_REASONS` lists the reasons a receiver must show for each kind, `POSSIBLE_REASONS` every
+reason its traffic may cause (a harness can flag anything else). Groups a hostile peer builds
+itself carry `ModelCard.tokenizer_fingerprint = "hostile-<kind>"` (`marker(kind)`), which a receiver
+keeps as `ScoredGroup.meta["tokenizer"]`; `identities()` names every key it signed with.
+
+Tasks come from `source` (configured like the honest nodes), so honest receivers can rebuild every
+ref. The peer never trains and loads no model: its completions are text only (no token ids or
+log-probs, so a receiver gives them behavior tier 2).
+
+As its own process over libp2p (the harness starts K of them beside honest nodes):
+
+    python -m node.testnet.hostile --kind KIND --peers MULTIADDR [MULTIADDR ...] --swarm NAME
+        --preset tiny [--set key=value ...] --rounds N --period-s S [--listen /ip4/127.0.0.1/tcp/0]
+        [--out FILE] [--seed N] [--per-step N] [--sybil-keys N] [--connect-timeout-s S]
+
+builds the task source and verifier exactly as `swarm-node join` would from the same preset and
+overrides, starts a libp2p transport with a fresh identity (its host key is the main signing key,
+so `identities()[0]` is its transport peer id), waits (bounded) for a first connection, steps every
+S seconds N times, and writes a JSON summary to FILE (stdout without --out): kind, valid, peer_id,
+identities, claimed_identities, counters, learned, steps, signal, error, transport stats. SIGTERM
+and SIGINT end it after the current step, with the summary; every wait has a timeout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from pathlib import Path
+from typing import Callable
+
+_STOP = threading.Event()  # set by SIGTERM / SIGINT in the process entry point
+_CAUGHT: list[int] = []
+
+
+def _on_signal(signum: int, _frame) -> None:
+    _CAUGHT.append(signum)
+    _STOP.set()
+
+
+if __name__ == "__main__":  # before the heavy imports below (seconds): a signal during start-up exits cleanly too
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+from node.exchange import local_task_ref, to_wire, wire_task_ref
+from node.groups import ScoredGroup
+from node.hints import leaks_answer
+from node.tasks.base import Task, TaskSource
+from node.verifiers import ANSWER_CLOSE, ANSWER_OPEN, Verifier
+from policy.types import Rollout
+from proto import swarm_pb2
+from protocol import Kind, Limits, NodeIdentity, Outbox, Sequencer, Transport, peer_id_from_public_key, topic_name
+from protocol.envelope import decode_envelope, verify_envelope
+from protocol.errors import Rejected
+from protocol.limits import validate_rollout_group
+from protocol.testing import forge, raw_envelope, tamper_body, with_fields
+
+log = logging.getLogger(__name__)
+
+INVALID_KINDS = ("forged", "tampered", "liar", "replay", "malformed", "oversized", "hint_leak")
+VALID_KINDS = ("flood", "sybil", "hint_junk", "garbage")
+KINDS = ("forged", "tampered", "liar", "replay", "flood", "malformed", "oversized", "sybil", "hint_leak",
+         "hint_junk", "garbage")
+assert set(KINDS) == set(INVALID_KINDS) | set(VALID_KINDS)
+
+# Reasons a receiver must record (status()["rejected_by_reason"]) once a kind's messages arrive.
+EXPECTED_REASONS: dict[str, tuple[str, ...]] = {
+    "forged": ("bad_signature",),
+    "tampered": ("bad_signature",),
+    "liar": ("wrong_reward",),
+    "replay": ("replay",),
+    "malformed": ("malformed",),
+    "oversized": ("oversized",),
+    "hint_leak": ("hint_leaks_answer",),
+    "flood": ("rate_limited",),  # once it has sent more than the 200-message burst
+    "sybil": (),
+    "hint_junk": (),
+    "garbage": (),
+}
+# Every reason a kind's traffic may cause on a receiver (a ban follows repeated offences; a replay of
+# the receiver's own message is `own_message`; old copies are `stale` / `expired`; text a tiny
+# vocabulary cannot encode is `untokenizable`).
+POSSIBLE_REASONS: dict[str, frozenset[str]] = {
+    "forged": frozenset({"bad_signature", "banned"}),
+    "tampered": frozenset({"bad_signature", "banned"}),
+    "liar": frozenset({"wrong_reward", "banned"}),
+    "replay": frozenset({"replay", "stale", "expired", "own_message", "banned"}),
+    "malformed": frozenset({"malformed", "banned"}),
+    "oversized": frozenset({"oversized", "rate_limited", "banned"}),
+    "hint_leak": frozenset({"hint_leaks_answer", "banned"}),
+    "flood": frozenset({"rate_limited", "banned"}),  # -0.5 per rate_limited: a sustained flood gets banned
+    "sybil": frozenset(),
+    "hint_junk": frozenset({"untokenizable", "too_long"}),
+    "garbage": frozenset({"untokenizable", "too_long"}),
+}
+
+FLOOD_FACTOR = 20          # flood: messages per step = per_step * FLOOD_FACTOR
+GROUP_SIZE = 8             # completions per group it builds
+MAX_OVERSIZED_PER_STEP = 4  # 4 MiB each; a receiver's byte bucket (16 MiB) admits ~3 anyway
+MAX_CAPTURED = 512         # honest envelopes kept for replay
+MAX_GROUPS = 256           # honest group bodies kept for sybil re-signing
+MAX_KEYS = 1024            # honest public keys kept for forging
+MAX_WANTED = 256           # tasks seen requested or failed (hint targets)
+MAX_EXAMINED = 4096        # drained messages examined per topic and step (the rest are dropped)
+MAX_TEXT = 64              # characters of one junk string
+TOPIC_KINDS = ("rollouts", "hints", "hint-requests")
+_HINT_LEVELS = (swarm_pb2.Hint.L1, swarm_pb2.Hint.L2, swarm_pb2.Hint.L3, swarm_pb2.Hint.PREFIX)
+
+
+def marker(kind: str) -> str:
+    """The tokenizer fingerprint on every ModelCard a hostile peer of `kind` builds."""
+    return f"hostile-{kind}"
+
+
+def is_valid_kind(kind: str) -> bool:
+    """True for kinds whose messages pass every check (flood, sybil, hint_junk, garbage)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown hostile kind {kind!r}; valid: {', '.join(KINDS)}")
+    return kind in VALID_KINDS
+
+
+class HostilePeer:
+    """One adversarial peer of one `kind` (see the module docstring) on `transport`.
+
+    identity: its main key (signs everything but sybil messages; in the process entry point it is
+    also the libp2p host key, so the transport peer id equals identities()[0]); fresh if None.
+    """
+
+    def __init__(self, kind: str, transport: Transport, swarm: str, source: TaskSource, verifier: Verifier, *,
+                 seed: int = 0, per_step: int = 8, sybil_keys: int = 50, limits: Limits = Limits(),
+                 identity: NodeIdentity | None = None) -> None:
+        is_valid_kind(kind)
+        if per_step < 0 or sybil_keys < 1:
+            raise ValueError("need per_step >= 0 and sybil_keys >= 1")
+        self.kind = kind
+        self.transport = transport
+        self.swarm = swarm
+        self.source = source
+        self.verifier = verifier
+        self.seed = seed
+        self.per_step = per_step
+        self.sybil_keys = sybil_keys
+        self.limits = limits
+        self.rng = random.Random(f"hostile/{kind}/{seed}")
+        self.identity = identity or NodeIdentity.generate()
+        # Raw outbox (no outbound validation) for what must break limits; a validating one for
+        # messages that are meant to pass every check (a bug here should raise, not pass silently).
+        # One key, one sequence: both share the sequencer.
+        sequencer = Sequencer()
+        self._raw = Outbox(self.identity, limits=None, sequencer=sequencer)
+        self._valid = Outbox(self.identity, limits=limits, sequencer=sequencer)
+        self._sybils: list[Outbox] = []
+        self._sybil_next = 0
+        self.topics = {k: topic_name(swarm, k) for k in TOPIC_KINDS}
+        for topic in self.topics.values():
+            transport.subscribe(topic)
+        self.model_card = swarm_pb2.ModelCard(name=marker(kind), tokenizer_fingerprint=marker(kind))
+        self.sampling = swarm_pb2.SamplingParams(temperature=1.0, max_new_tokens=0)
+        self.counters: Counter[str] = Counter()  # what it sent
+        self.learned: Counter[str] = Counter()   # what it drained and learned from
+        self.hint_texts: deque[str] = deque(maxlen=1024)  # texts of the hints it sent (newest last)
+        self._used: dict[str, None] = {self.identity.peer_id(): None}  # signing keys, insertion order
+        self._own_keys: set[bytes] = {self.identity.public_key_bytes}
+        self._keys: OrderedDict[bytes, None] = OrderedDict()  # honest public keys seen
+        self._claimed: dict[str, None] = {}
+        self._captured: deque[tuple[str, bytes]] = deque(maxlen=MAX_CAPTURED)
+        self._groups: deque[swarm_pb2.RolloutGroup] = deque(maxlen=MAX_GROUPS)
+        self._wanted: OrderedDict[str, Task] = OrderedDict()  # tasks requested or failed, by ref key
+        self._alphabet: dict[str, set[str]] = {}   # family (source/dataset/digest) -> characters
+        self._typical: dict[str, deque[str]] = {}  # family -> reference answers seen
+        self._task_round = 10**9 + (seed % 10**6) * 1000  # its own task stream, apart from the nodes'
+        self._senders: dict[str, Callable[[int, int], int]] = {
+            "forged": self._forged, "tampered": self._tampered, "liar": self._liar, "replay": self._replay,
+            "flood": self._flood, "malformed": self._malformed, "oversized": self._oversized,
+            "sybil": self._sybil, "hint_leak": self._hint_leak, "hint_junk": self._hint_junk,
+            "garbage": self._garbage,
+        }
+        for task in source.batch(0, 32):  # learn the task families' alphabets and typical answers
+            self._note(task)
+
+    # -- public ------------------------------------------------------------------------------
+    @property
+    def valid(self) -> bool:
+        return self.kind in VALID_KINDS
+
+    def step(self, round_index: int) -> int:
+        """Drain what arrived, then publish at most this step's budget; returns messages sent."""
+        self._drain()
+        budget = self.per_step * FLOOD_FACTOR if self.kind == "flood" else self.per_step
+        sent = self._senders[self.kind](round_index, budget) if budget else 0
+        self.learned["steps"] += 1
+        return sent
+
+    def identities(self) -> list[str]:
+        """Peer ids of every key it signed with (its main key first, then the sybil keys used)."""
+        return list(self._used)
+
+    def claimed_identities(self) -> list[str]:
+        """Peer ids of honest keys its forged envelopes claimed (never signed by it)."""
+        return list(self._claimed)
+
+    # -- learning from traffic ---------------------------------------------------------------
+    def _drain(self) -> None:
+        for topic_kind, topic in self.topics.items():
+            items = self.transport.drain(topic)
+            self.learned["drained"] += len(items)
+            self.learned["skipped"] += max(0, len(items) - MAX_EXAMINED)
+            for item in items[:MAX_EXAMINED]:
+                try:
+                    self._learn(topic_kind, topic, bytes(item.data))
+                except Exception:  # hostile traffic from others must not stop this peer either
+                    log.debug("could not learn from a message on %s", topic, exc_info=True)
+                    self.learned["unreadable"] += 1
+
+    def _learn(self, topic_kind: str, topic: str, data: bytes) -> None:
+        try:
+            envelope = decode_envelope(data, self.limits)
+            verify_envelope(envelope)
+        except Rejected:
+            self.learned["unauthentic"] += 1
+            return
+        key = bytes(envelope.sender_public_key)
+        if key in self._own_keys:
+            return
+        self.learned["authentic"] += 1
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > MAX_KEYS:
+            self._keys.popitem(last=False)
+        self._captured.append((topic, data))
+        kind = envelope.kind
+        if kind == Kind.ROLLOUT_GROUP:
+            body = swarm_pb2.RolloutGroup.FromString(envelope.body)
+            validate_rollout_group(body, self.limits)
+            if body.hint_text:
+                return
+            self._groups.append(body)
+            if max(c.claimed_reward for c in body.completions) <= 0.0:  # its sender failed the task
+                self._want(body.task_ref, "failed")
+        elif kind == Kind.HINT_REQUEST:
+            self._want(swarm_pb2.HintRequest.FromString(envelope.body).task_ref, "requested")
+
+    def _want(self, ref: swarm_pb2.TaskRef, why: str) -> None:
+        try:
+            task = self.source.rebuild(local_task_ref(ref))
+        except (ValueError, TypeError):
+            return
+        self._note(task)
+        self._wanted[task.ref.key] = task
+        self._wanted.move_to_end(task.ref.key)
+        while len(self._wanted) > MAX_WANTED:
+            self._wanted.popitem(last=False)
+        self.learned[why] += 1
+
+    def _note(self, task: Task) -> None:
+        family = self._family(task)
+        letters = self._alphabet.setdefault(family, set())
+        if len(letters) < 256:
+            letters.update(task.question[:512])
+            letters.update(task.reference_answer or "")
+        answer = (task.reference_answer or "").strip()
+        if answer and len(answer) <= MAX_TEXT:
+            self._typical.setdefault(family, deque(maxlen=64)).append(answer)
+
+    @staticmethod
+    def _family(task: Task) -> str:
+        return f"{task.ref.source}/{task.ref.dataset}/{task.ref.config_digest}"
+
+    # -- building blocks ---------------------------------------------------------------------
+    def _tasks(self, n: int) -> list[Task]:
+        tasks = self.source.batch(self._task_round, n)
+        self._task_round += 1
+        for task in tasks:
+            self._note(task)
+        return tasks
+
+    def _targets(self, n: int, only_wanted: bool = False) -> list[Task]:
+        """Tasks peers asked hints for or failed, newest first; then fresh draws (unless only_wanted)."""
+        wanted = list(reversed(self._wanted.values()))[:n]
+        if only_wanted or len(wanted) >= n:
+            return wanted
+        return wanted + self._tasks(n - len(wanted))
+
+    def _answer_text(self, task: Task) -> str | None:
+        """A completion that our verifier scores as correct (None when the task has no answer)."""
+        answer = task.reference_answer
+        if answer is None or not answer.strip():
+            return None
+        return answer if self.verifier.fmt == "raw" else f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
+
+    def _junk(self, task: Task) -> str:
+        """Random text of the task's family: a typical (other) answer or random characters."""
+        family = self._family(task)
+        answer = (task.reference_answer or "").strip()
+        others = [a for a in self._typical.get(family, ()) if a != answer]
+        if others and self.rng.random() < 0.25:
+            return self.rng.choice(others)
+        letters = sorted(self._alphabet.get(family) or set("0123456789"))
+        length = self.rng.randint(1, min(MAX_TEXT, 2 * max(1, len(answer)) + 2))
+        return "".join(self.rng.choice(letters) for _ in range(length))
+
+    def _junk_completion(self, task: Task) -> str:
+        text = self._junk(task)
+        return text if self.verifier.fmt == "raw" else f"{ANSWER_OPEN}{text}{ANSWER_CLOSE}"
+
+    def _group(self, task: Task, round_index: int, *, correct: bool = True) -> swarm_pb2.RolloutGroup:
+        """A well-formed group for `task`, every claimed reward computed with our verifier; with
+        `correct`, 1 to G-1 completions are the reference answer (reward variance)."""
+        right = self._answer_text(task) if correct else None
+        k = self.rng.randint(1, GROUP_SIZE - 1) if right is not None else 0
+        texts = [right] * k + [self._junk_completion(task) for _ in range(GROUP_SIZE - k)]
+        self.rng.shuffle(texts)
+        rewards, flags = [], []
+        for text in texts:
+            reward, info = self.verifier.score(task, self.source, text)
+            rewards.append(float(reward))
+            flags.append(bool(info["correct"]))
+        rollouts = [Rollout(prompt_ids=[], completion_ids=[], logprobs=None, text=t, offsets=[], truncated=False)
+                    for t in texts]
+        group = ScoredGroup(task=task, rollouts=rollouts, rewards=rewards, correct=flags)
+        return to_wire(group, round_index, self.model_card, self.sampling, self.verifier.digest)
+
+    def _publish(self, topic_kind: str, data: bytes, what: str) -> None:
+        self.transport.publish(self.topics[topic_kind], data)
+        self.counters["messages"] += 1
+        self.counters["bytes"] += len(data)
+        self.counters[what] += 1
+
+    # -- the kinds ---------------------------------------------------------------------------
+    def _forged(self, round_index: int, budget: int) -> int:
+        tasks = self._tasks(budget)
+        for i, task in enumerate(tasks):
+            if self._keys:
+                claimed = self.rng.choice(list(self._keys))
+                self._claimed[peer_id_from_public_key(claimed)] = None
+            else:  # nobody heard yet: claim some other key (the signature fails all the same)
+                claimed = NodeIdentity.generate().public_key_bytes
+                self.counters["forged_unknown_claim"] += 1
+            if i % 4 == 3:
+                text = self._hint_junk_text(task) or "0"
+                hint = swarm_pb2.Hint(task_ref=wire_task_ref(task.ref), level=swarm_pb2.Hint.PREFIX, text=text)
+                self.hint_texts.append(text)
+                self._publish("hints", forge(self._raw.seal(hint), claimed, self.identity), "forged_hint")
+            else:
+                raw = self._raw.seal(self._group(task, round_index))
+                self._publish("rollouts", forge(raw, claimed, self.identity), "forged_group")
+        return len(tasks)
+
+    def _tampered(self, round_index: int, budget: int) -> int:
+        tasks = self._tasks(budget)
+        for i, task in enumerate(tasks):
+            raw = self._raw.seal(self._group(task, round_index))
+            envelope = swarm_pb2.Envelope.FromString(raw)
+            if i % 3 == 0:
+                data, what = tamper_body(raw), "tampered_body"
+            elif i % 3 == 1:
+                data, what = with_fields(raw, timestamp_ms=envelope.timestamp_ms + 1), "tampered_timestamp"
+            else:
+                data, what = with_fields(raw, sequence=envelope.sequence + 1), "tampered_sequence"
+            self._publish("rollouts", data, what)
+        return len(tasks)
+
+    def _liar(self, round_index: int, budget: int) -> int:
+        tasks = self._tasks(budget)
+        for task in tasks:
+            group = self._group(task, round_index)  # verifier_digest = ours: the receiver can check
+            lies = self.rng.sample(range(len(group.completions)), self.rng.randint(1, len(group.completions)))
+            for i in lies:
+                completion = group.completions[i]
+                completion.claimed_reward = 0.0 if completion.claimed_reward >= 0.5 else 1.0
+            self._publish("rollouts", self._valid.seal(group), "lying_group")
+        return len(tasks)
+
+    def _replay(self, round_index: int, budget: int) -> int:
+        captured = list(self._captured)
+        chosen = self.rng.sample(captured, min(budget, len(captured)))
+        for topic, data in chosen:
+            kind = next(k for k, t in self.topics.items() if t == topic)
+            self._publish(kind, data, f"replayed_{kind}")
+        return len(chosen)
+
+    def _flood(self, round_index: int, budget: int) -> int:
+        tasks = self._tasks(budget)
+        for task in tasks:
+            self._publish("rollouts", self._valid.seal(self._group(task, round_index)), "flood_group")
+        return len(tasks)
+
+    def _malformed(self, round_index: int, budget: int) -> int:
+        tasks = self._tasks(budget)
+        for i, task in enumerate(tasks):
+            topic_kind = TOPIC_KINDS[i % len(TOPIC_KINDS)]
+            style = i % 4
+            if style == 0:  # a first byte with wire type 7 never parses
+                data, what = b"\x07" + self.rng.randbytes(self.rng.randrange(16, 512)), "random_bytes"
+            else:
+                raw = self._raw.seal(self._group(task, round_index))
+                envelope = swarm_pb2.Envelope.FromString(raw)
+                if style == 1:  # the signature is the last field: cut into it
+                    data, what = raw[: len(raw) - self.rng.randint(1, 66)], "truncated_envelope"
+                elif style == 2:
+                    data, what = with_fields(raw, sender_public_key=envelope.sender_public_key[:31]), "short_key"
+                else:
+                    data, what = with_fields(raw, signature=envelope.signature[:63]), "short_signature"
+            self._publish(topic_kind, data, what)
+        return len(tasks)
+
+    def _oversized(self, round_index: int, budget: int) -> int:
+        n = min(budget, MAX_OVERSIZED_PER_STEP)
+        for _ in range(n):
+            body = self.rng.randbytes(self.limits.max_message_bytes + 1 + self.rng.randrange(4096))
+            data = raw_envelope(self.identity, int(Kind.ROLLOUT_GROUP), body, self._raw.sequencer.next(),
+                                int(time.time() * 1000))
+            self._publish("rollouts", data, "oversized")
+        return n
+
+    def _sybil(self, round_index: int, budget: int) -> int:
+        for _ in range(budget):
+            outbox = self._sybil_outbox()
+            if self._groups and self.rng.random() < 0.5:  # an honest group, re-signed as its own
+                group, what = self.rng.choice(list(self._groups)), "sybil_resigned_group"
+            else:
+                group, what = self._group(self._tasks(1)[0], round_index), "sybil_group"
+            self._publish("rollouts", outbox.seal(group), what)
+        return budget
+
+    def _sybil_outbox(self) -> Outbox:
+        index = self._sybil_next % self.sybil_keys
+        self._sybil_next += 1
+        if index == len(self._sybils):
+            identity = NodeIdentity.generate()
+            self._sybils.append(Outbox(identity, limits=self.limits))
+            self._own_keys.add(identity.public_key_bytes)
+        outbox = self._sybils[index]
+        self._used[outbox.identity.peer_id()] = None
+        return outbox
+
+    def _hint_leak(self, round_index: int, budget: int) -> int:
+        sent = 0
+        for task in self._targets(budget):
+            answer = (task.reference_answer or "").strip()
+            if not answer:
+                continue
+            text = self.rng.choice([answer, f"The answer is {answer}.", f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}",
+                                    f"so it is {answer}"])[: self.limits.max_hint_chars]
+            if not leaks_answer(text, task.reference_answer):
+                continue
+            self._send_hint(task, self.rng.choice(_HINT_LEVELS), text, "leaking_hint")
+            sent += 1
+        return sent
+
+    def _hint_junk(self, round_index: int, budget: int) -> int:
+        sent = 0
+        for task in self._targets(budget, only_wanted=True):
+            text = self._hint_junk_text(task)
+            if text is None:
+                continue
+            level = swarm_pb2.Hint.PREFIX if self.rng.random() < 0.5 else self.rng.choice(_HINT_LEVELS[:3])
+            self._send_hint(task, level, text, "junk_hint")
+            sent += 1
+        return sent
+
+    def _hint_junk_text(self, task: Task) -> str | None:
+        for _ in range(20):
+            text = self._junk(task)[: self.limits.max_hint_chars]
+            if text.strip() and not leaks_answer(text, task.reference_answer):
+                return text
+        return None
+
+    def _send_hint(self, task: Task, level: int, text: str, what: str) -> None:
+        hint = swarm_pb2.Hint(task_ref=wire_task_ref(task.ref), level=level, text=text)
+        self.hint_texts.append(text)
+        self._publish("hints", self._valid.seal(hint), what)
+
+    def _garbage(self, round_index: int, budget: int) -> int:
+        tasks = self._tasks(budget)
+        for task in tasks:
+            self._publish("rollouts", self._valid.seal(self._group(task, round_index, correct=False)),
+                          "garbage_group")
+        return len(tasks)
+
+
+# -- process entry point -----------------------------------------------------------------------
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from node.config import PRESETS
+
+    p = argparse.ArgumentParser(prog="python -m node.testnet.hostile",
+                                description="Run one hostile testnet peer over libp2p (see the module docstring).")
+    p.add_argument("--kind", required=True, choices=KINDS)
+    p.add_argument("--peers", nargs="+", required=True, metavar="MULTIADDR",
+                   help="bootstrap peers (/ip4/.../tcp/.../p2p/<peer-id>)")
+    p.add_argument("--swarm", required=True, help="swarm name (gossip topic namespace)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
+                   help="the honest nodes' preset: task source and verifier are built from it")
+    p.add_argument("--config", help="TOML file with overrides of the preset (as the honest nodes)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+    p.add_argument("--rounds", type=int, required=True, help="steps to run")
+    p.add_argument("--period-s", type=float, required=True, help="seconds between steps")
+    p.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="listen multiaddr")
+    p.add_argument("--out", help="write the JSON summary here (default: stdout)")
+    p.add_argument("--seed", type=int, help="content RNG seed (default: random)")
+    p.add_argument("--per-step", type=int, default=8, help="messages per step (flood: 20 times this)")
+    p.add_argument("--sybil-keys", type=int, default=50, help="sybil: distinct keys it rotates through")
+    p.add_argument("--connect-timeout-s", type=float, default=15.0,
+                   help="wait at most this long for a first connection before stepping anyway")
+    args = p.parse_args(argv)
+    if args.rounds < 0 or args.period_s < 0 or args.per_step < 0 or args.sybil_keys < 1:
+        p.error("--rounds, --period-s and --per-step must be >= 0, --sybil-keys >= 1")
+    return args
+
+
+def _write_json(path: str | None, data: dict) -> None:
+    text = json.dumps(data, indent=2, sort_keys=True)
+    if path is None:
+        print(text, flush=True)
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m node.testnet.hostile ...`: one hostile peer as its own process over libp2p.
+
+    Every wait is bounded: the transport start (20 s), the first connection (--connect-timeout-s),
+    each step period, the final flush (3 s) and the transport close (10 s). SIGTERM / SIGINT stop
+    it after the current step; the summary is written in every case."""
+    args = _parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s hostile %(levelname)s %(message)s")
+    stop, caught = _STOP, _CAUGHT
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+    from node.config import ConfigError, load_config
+    from node.tasks import make_source
+    from protocol.transport_libp2p import Libp2pTransport, TransportStartError
+
+    summary: dict = {"kind": args.kind, "valid": args.kind in VALID_KINDS, "swarm": args.swarm, "steps": 0,
+                     "identities": [], "claimed_identities": [], "counters": {}, "learned": {}}
+    try:
+        cfg = load_config(args.preset, args.config, [*args.set, f"swarm.name={args.swarm}"])
+        source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed)
+    except (ConfigError, ValueError) as err:
+        summary["error"] = f"config: {err}"
+        _write_json(args.out, summary)
+        print(f"hostile: {err}", file=sys.stderr)
+        return 2
+    limits = Limits()
+    identity = NodeIdentity.generate()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**62)
+    # The oversized kind must get its bytes onto the wire: our own transport would drop them.
+    max_msg = 2 * limits.max_message_bytes if args.kind == "oversized" else limits.max_message_bytes
+    try:
+        transport = Libp2pTransport(identity.private_seed(), listen=[args.listen], bootstrap=args.peers,
+                                    topics=[topic_name(cfg.swarm.name, k) for k in TOPIC_KINDS],
+                                    max_msg_bytes=max_msg, start_timeout=20.0, close_timeout=10.0)
+    except ValueError as err:  # a bad multiaddr
+        summary["error"] = f"transport: {err}"
+        _write_json(args.out, summary)
+        print(f"hostile: {err}", file=sys.stderr)
+        return 2
+    peer = None
+    code = 0
+    try:
+        transport.start()
+        summary["peer_id"] = transport.peer_id
+        summary["listen_addrs"] = transport.listen_addrs()
+        peer = HostilePeer(args.kind, transport, cfg.swarm.name, source, cfg.verifier, seed=seed,
+                           per_step=args.per_step, sybil_keys=args.sybil_keys, limits=limits, identity=identity)
+        deadline = time.monotonic() + args.connect_timeout_s
+        while not stop.is_set() and not transport.peers() and time.monotonic() < deadline:
+            stop.wait(0.1)
+        summary["connected_at_start"] = bool(transport.peers())
+        for round_index in range(args.rounds):
+            if stop.wait(args.period_s):
+                break
+            peer.step(round_index)
+            summary["steps"] = round_index + 1
+        # Let the outbound pump hand what we queued to GossipSub (bounded).
+        flush_deadline = time.monotonic() + 3.0
+        while time.monotonic() < flush_deadline and not stop.is_set():
+            stats = transport.stats()
+            if stats.get("published", 0) + stats.get("dropped_outbound", 0) >= peer.counters["messages"]:
+                break
+            time.sleep(0.05)
+        stop.wait(min(0.5, args.period_s))  # and GossipSub a moment to write it
+    except TransportStartError as err:
+        summary["error"] = f"transport: {err}"
+        print(f"hostile: {err}", file=sys.stderr)
+        code = 1
+    finally:
+        if peer is not None:
+            summary.update(identities=peer.identities(), claimed_identities=peer.claimed_identities(),
+                           counters=dict(peer.counters), learned=dict(peer.learned))
+        summary["signal"] = caught[0] if caught else None
+        summary["connected_peers"] = transport.peers()
+        transport.close()
+        summary["transport"] = transport.stats()
+        _write_json(args.out, summary)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
