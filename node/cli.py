@@ -6,6 +6,8 @@
     swarm-node status [--run-dir DIR | --control HOST:PORT]
     swarm-node report RUN_DIR
     swarm-node config [--preset ...] [--set ...] [--explain]
+    swarm-node eval   RUN_DIR [--tasks N] [--k K]
+    swarm-node testnet [--nodes N] [--rounds R] [--compare 8/0,4/4] [--seeds K] [--hostile K:KIND] [...]
 """
 from __future__ import annotations
 
@@ -164,6 +166,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_testnet(args: argparse.Namespace) -> int:
+    """N nodes on this machine (processes over libp2p, or one process over the in-memory bus), faults
+    and hostile peers on a schedule, a live dashboard, then the report (node/testnet/)."""
+    import time
+
+    from node.config import ConfigError
+    from node.testnet.plan import Plan, parse_hostile, parse_kills, parse_mix, parse_partitions
+
+    try:
+        mixes = [parse_mix(m) for m in (args.compare.split(",") if args.compare else [args.mix])]
+        plan = Plan(nodes=args.nodes, rounds=args.rounds, preset=args.preset, mixes=mixes, seeds=args.seeds,
+                    hostile=parse_hostile(args.hostile), kills=parse_kills(args.kill),
+                    partitions=parse_partitions(args.partition), netem=args.netem, transport=args.transport,
+                    heterogeneous=not args.homogeneous, overrides=list(args.set or []),
+                    out=Path(args.out or f"runs/testnet-{time.strftime('%Y%m%d-%H%M%S')}"),
+                    min_round_s=args.min_round_s, timeout_s=args.timeout)
+        plan.validate()
+        for index in range(plan.nodes):  # every node's config must load before anything starts
+            from node.config import load_config
+            from node.testnet.plan import node_overrides
+
+            load_config(plan.preset, None, node_overrides(plan, index, 0, plan.mixes[0]))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    from node.testnet.runner import run_testnet
+
+    command = " ".join(["swarm-node testnet", *sys.argv[2:]]) if len(sys.argv) > 2 else "swarm-node testnet"
+    return run_testnet(plan, command, console, quiet=args.quiet)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """Held-out pass@1 / pass@k of a run's latest checkpoint (node/eval.py): a table on stdout and
     RUN_DIR/eval-round-NNNNNN.json."""
@@ -277,6 +309,28 @@ def build_parser() -> argparse.ArgumentParser:
                           help="held-out tasks per family (default: the run's eval.tasks_per_family)")
     evaluate.add_argument("--k", type=int, help="samples per task for pass@k (default: the run's eval.k)")
     evaluate.set_defaults(func=cmd_eval)
+
+    testnet = sub.add_parser("testnet", help="run N nodes on this machine with faults and hostile peers; report")
+    testnet.add_argument("--nodes", type=int, default=3)
+    testnet.add_argument("--rounds", type=int, default=200, help="rounds every honest node trains")
+    testnet.add_argument("--preset", choices=["smollm2", "tiny"], default="tiny")
+    testnet.add_argument("--mix", default="4/4", metavar="I/J", help="I local + J external groups per update")
+    testnet.add_argument("--compare", metavar="I/J,...", help="run each mix (e.g. 8/0,6/2,4/4,2/6) and compare")
+    testnet.add_argument("--seeds", type=int, default=1, help="repeat every configuration with K seeds")
+    testnet.add_argument("--hostile", metavar="K:KIND,...", help="hostile peers, e.g. 2:liar (kinds: node/testnet/hostile.py)")
+    testnet.add_argument("--kill", metavar="ROUND:NODES[:DOWN]", help="e.g. 150:1,2,3:40 (';' separates events)")
+    testnet.add_argument("--partition", metavar="START-END", help="split the swarm in two halves, e.g. 100-200")
+    testnet.add_argument("--netem", metavar="SPEC", help='network delay/loss, e.g. "delay 50ms loss 1%%"')
+    testnet.add_argument("--transport", choices=["libp2p", "memory"], default="libp2p",
+                         help="libp2p: one process per node on 127.0.0.1; memory: all nodes in this process")
+    testnet.add_argument("--homogeneous", action="store_true", help="identical nodes (default: heterogeneous "
+                         "seeds, learning rates, task emphasis and speed)")
+    testnet.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key on every node")
+    testnet.add_argument("--min-round-s", type=float, default=0.25, help="libp2p: pace each node's rounds")
+    testnet.add_argument("--timeout", type=float, default=1800.0, help="libp2p: stop a run after this many seconds")
+    testnet.add_argument("--out", help="report directory (default runs/testnet-<time>)")
+    testnet.add_argument("--quiet", action="store_true", help="no live dashboard")
+    testnet.set_defaults(func=cmd_testnet)
     return parser
 
 

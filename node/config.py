@@ -21,6 +21,9 @@ from policy.losses import make_objective
 from policy.models import ModelConfig
 
 
+MAX_START_WAIT_S = 600.0
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -68,6 +71,9 @@ class RunConfig(Section):
     checkpoint_every: int = Field(10, ge=1, description="rounds between atomic checkpoints")
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
     threads: int | None = Field(None, ge=1, description="torch CPU threads; None = all cores")
+    start_at: float | None = Field(None, description="join: Unix time of the first round, so the nodes of an "
+                                   "orchestrated launch start together (a node that is late starts at once; "
+                                   f"never waits more than {MAX_START_WAIT_S:.0f} s)")
 
 
 class SwarmConfig(Section):

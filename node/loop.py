@@ -108,6 +108,8 @@ class Node:
         leaves metrics.jsonl alone (`swarm-node eval` reads a run, it does not continue it)."""
         ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
+            if truncate_metrics:  # killed before its first checkpoint: every round runs again from 0
+                self.metrics.truncate_after(-1)
             return None
         load_weights(self.model, ckpt)
         self.learner.optimizer.load_state_dict(ckpt.state["optimizer"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from node.config import NodeConfig
+from node.config import MAX_START_WAIT_S, NodeConfig
 from node.control import start_control_server, write_node_file
 from node.exchange import SwarmExchange
 from node.loop import Node
@@ -85,6 +85,8 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
         console.print(f"  swarm-node join --peers {addr}", highlight=False, soft_wrap=True)
     console.print(f"control service on {control} (swarm-node status --run-dir {run_dir})")
     try:
+        if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
+            time.sleep(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
         table = RoundTable(f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})", console=console, quiet=quiet)
         node.run(cfg.run.rounds, table)
     finally:

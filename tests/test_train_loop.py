@@ -135,3 +135,10 @@ def test_cli_refuses_to_overwrite_a_run_and_names_bad_config(tmp_path):
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "unknown objective 'grpoo'" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "metrics.jsonl").exists()  # refused before any model was built
+
+
+def test_a_node_killed_before_its_first_checkpoint_starts_its_metrics_over(tmp_path):
+    run_node(tiny_cfg("run.checkpoint_every=50"), tmp_path, 3)  # 3 rounds: no checkpoint before round 49...
+    (tmp_path / "checkpoints" / "LATEST").unlink()  # ...as after a SIGKILL at round 3 (the final one is gone)
+    rows = run_node(tiny_cfg("run.checkpoint_every=50"), tmp_path, 5, resume=True)
+    assert [r["round"] for r in rows] == [0, 1, 2, 3, 4]  # no round logged twice

@@ -1,0 +1,138 @@
+"""What a testnet runs: the plan from the command line, schedules, and each node's own settings.
+
+Schedules count rounds of the swarm clock (the most advanced honest node's round in process mode;
+the tick in memory mode):
+    --kill "150:1,2,3:40"        at round 150 SIGKILL nodes 1, 2 and 3; restart them 40 rounds later
+    --partition "100-200"        from round 100 to 200 the two halves of the swarm cannot hear each other
+    --hostile "2:liar"           two hostile peers of that kind beside the honest nodes
+Several events are separated by ';' (kill) or ',' (partition, hostile).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from node.config import PRESETS
+
+FAMILIES = {"tiny": ["copy", "succ", "max"]}  # task families a node can specialise in, per preset
+LR_FACTORS = (1.0, 0.7, 1.4, 0.85)  # heterogeneous learning rates (x the preset's)
+SLOW_EVERY = 4  # every 4th node runs at half speed
+
+
+@dataclass(frozen=True)
+class KillEvent:
+    at_round: int
+    nodes: tuple[int, ...]
+    down_rounds: int
+
+
+@dataclass(frozen=True)
+class Partition:
+    start: int
+    end: int
+
+
+@dataclass
+class Plan:
+    nodes: int = 3
+    rounds: int = 200
+    preset: str = "tiny"
+    mixes: list[tuple[int, int]] = field(default_factory=lambda: [(4, 4)])
+    seeds: int = 1
+    hostile: list[tuple[int, str]] = field(default_factory=list)
+    kills: list[KillEvent] = field(default_factory=list)
+    partitions: list[Partition] = field(default_factory=list)
+    netem: str | None = None
+    transport: str = "libp2p"
+    heterogeneous: bool = True
+    overrides: list[str] = field(default_factory=list)
+    out: Path = Path("runs/testnet")
+    min_round_s: float = 0.25  # process mode: pacing, so gossip arrives between rounds
+    timeout_s: float = 1800.0  # process mode: a run that does not finish in time is stopped
+
+    def validate(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}: valid presets are {', '.join(PRESETS)}")
+        if self.nodes < 1 or self.rounds < 1 or self.seeds < 1:
+            raise ValueError("--nodes, --rounds and --seeds must be >= 1")
+        if self.transport not in ("libp2p", "memory"):
+            raise ValueError(f"--transport must be libp2p or memory, got {self.transport!r}")
+        for event in self.kills:
+            bad = [i for i in event.nodes if not 0 <= i < self.nodes]
+            if bad:
+                raise ValueError(f"--kill names nodes {bad}, but nodes are numbered 0..{self.nodes - 1}")
+        for part in self.partitions:
+            if not 0 <= part.start < part.end:
+                raise ValueError(f"--partition {part.start}-{part.end}: need 0 <= start < end")
+            if self.nodes < 2:
+                raise ValueError("--partition needs at least 2 nodes")
+
+
+def parse_mix(text: str) -> tuple[int, int]:
+    local, sep, external = text.partition("/")
+    if not (sep and local.isdigit() and external.isdigit() and int(local) > 0):
+        raise ValueError(f"a mix is I/J with I >= 1 local and J >= 0 external groups (e.g. 4/4), got {text!r}")
+    return int(local), int(external)
+
+
+def parse_kills(text: str | None) -> list[KillEvent]:
+    events = []
+    for part in filter(None, (p.strip() for p in (text or "").split(";"))):
+        match = re.fullmatch(r"(\d+):([\d,]+)(?::(\d+))?", part)
+        if match is None:
+            raise ValueError(f"--kill expects ROUND:NODE,NODE[:DOWN_ROUNDS] (e.g. 150:1,2,3:40), got {part!r}")
+        nodes = tuple(int(n) for n in match.group(2).split(",") if n)
+        events.append(KillEvent(int(match.group(1)), nodes, int(match.group(3) or 30)))
+    return events
+
+
+def parse_partitions(text: str | None) -> list[Partition]:
+    out = []
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        match = re.fullmatch(r"(\d+)-(\d+)", part)
+        if match is None:
+            raise ValueError(f"--partition expects START-END rounds (e.g. 100-200), got {part!r}")
+        out.append(Partition(int(match.group(1)), int(match.group(2))))
+    return out
+
+
+def parse_hostile(text: str | None) -> list[tuple[int, str]]:
+    from node.testnet.hostile import KINDS
+
+    out = []
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        count, sep, kind = part.partition(":")
+        if not (sep and count.isdigit()) or kind not in KINDS:
+            raise ValueError(f"--hostile expects COUNT:KIND with KIND one of {', '.join(KINDS)}, got {part!r}")
+        out.append((int(count), kind))
+    return out
+
+
+def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> list[str]:
+    """The --set overrides of honest node `index` for one run: its own seeds, its mix, and (when
+    heterogeneous) its own learning rate, task emphasis and speed."""
+    local, external = mix
+    base = PRESETS[plan.preset]
+    out = [f"run.seed={seed * 1000 + index}", f"model.init_seed={seed * 1000 + index}",
+           f"tasks.seed={seed * 1000 + index}", f"tasks.prompts_per_round={local}",
+           f"swarm.external_per_round={external}", f"run.rounds={plan.rounds}", "run.threads=1",
+           "run.checkpoint_every=10"]  # a killed node loses at most 10 rounds
+    if plan.heterogeneous:
+        lr = base.get("optim", {}).get("lr", 1e-3) * LR_FACTORS[index % len(LR_FACTORS)]
+        out.append(f"optim.lr={lr:g}")
+        families = FAMILIES.get(plan.preset)
+        if families:  # a specialist: mostly its own family, a little of the others
+            main = families[index % len(families)]
+            weights = ", ".join(f"{f} = {0.85 if f == main else 0.15 / (len(families) - 1):.3f}" for f in families)
+            out.append(f"tasks.datasets={{{weights}}}")
+    return [*out, *plan.overrides]
+
+
+def slowdown(plan: Plan, index: int) -> int:
+    """How many swarm ticks one round of node `index` takes (heterogeneous speed)."""
+    return 2 if plan.heterogeneous and plan.nodes > 1 and index % SLOW_EVERY == SLOW_EVERY - 1 else 1
+
+
+def halves(n: int) -> tuple[list[int], list[int]]:
+    return list(range(n // 2)), list(range(n // 2, n))

@@ -1,0 +1,203 @@
+"""The testnet report: per configuration and seed, what every honest node achieved and what crossed
+the network; the SAPO table in miniature; plots (swarm vs silo reward and held-out pass rate, per
+node, external groups per sender over time); the command that reproduces it."""
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from statistics import mean, pstdev
+
+from node.metrics import read_metrics
+from node.report import rolling_mean
+from node.testnet.plan import halves
+
+SAPO_PAPER_GAIN = {"8/0": 0.0, "6/2": 0.52, "4/4": 0.94, "2/6": 0.68}  # cumulative reward vs 8/0, 8 x Qwen2.5-0.5B
+INVALID_KINDS = {"forged", "tampered", "liar", "replay", "malformed", "oversized", "hint_leak"}
+
+
+def node_summary(node: dict, hostile_ids: set[str]) -> dict:
+    rows = read_metrics(Path(node["run_dir"]))
+    heldout = [r for r in rows if "heldout_pass1" in r]
+    rollouts = sum(r.get("rollouts_generated", 0) for r in rows)
+    correct = sum(r.get("correct_per_rollout", 0.0) * r.get("rollouts_generated", 0) for r in rows)
+    wire_bytes = sum(r.get("wire_bytes", 0) for r in rows)
+    wire_tokens = sum(r.get("wire_tokens", 0) for r in rows)
+    used_by_sender: dict[str, int] = defaultdict(int)
+    for r in rows:
+        for sender, n in r.get("external_used_by_sender", {}).items():
+            used_by_sender[sender] += n
+    status = node.get("status") or {}
+    return {
+        "index": node["index"], "peer_id": node.get("peer_id"), "rounds": len(rows),
+        "cumulative_reward": sum(r["reward_mean"] for r in rows),
+        "final_heldout_pass1": heldout[-1]["heldout_pass1"] if heldout else None,
+        "final_heldout_passk": heldout[-1].get("heldout_passk") if heldout else None,
+        "accuracy_per_rollout": correct / rollouts if rollouts else None,
+        "external_used": sum(r.get("external_used", 0) for r in rows),
+        "used_from_hostile": sum(n for s, n in used_by_sender.items() if s in hostile_ids),
+        "wire_bytes_per_token": wire_bytes / wire_tokens if wire_tokens else None,
+        "accepted": status.get("accepted"), "rejected_by_reason": status.get("rejected_by_reason", {}),
+        "slowdown": node.get("slowdown", 1),
+    }
+
+
+def run_summary(run: dict) -> dict:
+    hostile_ids = {i for h in run.get("hostile", []) for i in h.get("identities", [])}
+    invalid_ids = {i for h in run.get("hostile", []) if h.get("kind") in INVALID_KINDS for i in h.get("identities", [])}
+    nodes = [node_summary(n, hostile_ids) for n in run["nodes"]]
+    for node, raw in zip(nodes, run["nodes"]):
+        node["used_from_invalid"] = sum(n for r in read_metrics(Path(raw["run_dir"]))
+                                        for s, n in r.get("external_used_by_sender", {}).items() if s in invalid_ids)
+    values = lambda key: [n[key] for n in nodes if n[key] is not None]  # noqa: E731
+    return {
+        "mix": run["mix"], "seed": run["seed"], "transport": run["transport"], "seconds": run["seconds"],
+        "timed_out": run.get("timed_out", False), "events": run.get("events", []),
+        "hostile_kinds": sorted({h.get("kind") for h in run.get("hostile", [])}),
+        "nodes": nodes,
+        "cumulative_reward_per_node": mean(values("cumulative_reward")) if nodes else 0.0,
+        "final_heldout_pass1": mean(values("final_heldout_pass1")) if values("final_heldout_pass1") else None,
+        "accuracy_per_rollout": mean(values("accuracy_per_rollout")) if values("accuracy_per_rollout") else None,
+        "invalid_used": sum(n["used_from_invalid"] for n in nodes),
+        "hostile_used": sum(n["used_from_hostile"] for n in nodes),
+        "wire_bytes_per_token": mean(values("wire_bytes_per_token")) if values("wire_bytes_per_token") else None,
+    }
+
+
+def sapo_table(runs: list[dict]) -> list[dict]:
+    """Per configuration: mean and spread over seeds, and the gain over the no-sharing configuration."""
+    by_mix: dict[str, list[dict]] = defaultdict(list)
+    for run in runs:
+        by_mix[run["mix"]].append(run)
+    silo = next((m for m in by_mix if m.endswith("/0")), None)
+    silo_reward = mean(r["cumulative_reward_per_node"] for r in by_mix[silo]) if silo else None
+    rows = []
+    for mix, mine in by_mix.items():
+        rewards = [r["cumulative_reward_per_node"] for r in mine]
+        heldout = [r["final_heldout_pass1"] for r in mine if r["final_heldout_pass1"] is not None]
+        reward = mean(rewards)
+        rows.append({"mix": mix, "seeds": len(mine), "cumulative_reward": reward, "cumulative_reward_std": pstdev(rewards),
+                     "final_heldout_pass1": mean(heldout) if heldout else None,
+                     "final_heldout_pass1_std": pstdev(heldout) if heldout else None,
+                     "gain_vs_silo": (reward / silo_reward - 1) if silo_reward else None,
+                     "paper_gain": SAPO_PAPER_GAIN.get(mix)})
+    return rows
+
+
+def text_summary(report: dict) -> str:
+    lines = [f"testnet: {report['plan']['nodes']} nodes, {report['plan']['rounds']} rounds, preset "
+             f"{report['plan']['preset']}, transport {report['plan']['transport']}",
+             f"reproduce: {report['command']}", ""]
+    lines.append(f"{'mix':>6} {'seeds':>5} {'cum. reward/node':>20} {'held-out pass@1':>18} {'gain vs silo':>13} "
+                 f"{'paper':>7}")
+    for row in report["table"]:
+        heldout = "-" if row["final_heldout_pass1"] is None else \
+            f"{row['final_heldout_pass1']:.3f} ± {row['final_heldout_pass1_std']:.3f}"
+        gain = "-" if row["gain_vs_silo"] is None else f"{row['gain_vs_silo']:+.1%}"
+        paper = "-" if row["paper_gain"] is None else f"{row['paper_gain']:+.0%}"
+        lines.append(f"{row['mix']:>6} {row['seeds']:>5} {row['cumulative_reward']:>11.1f} ± "
+                     f"{row['cumulative_reward_std']:<6.1f} {heldout:>18} {gain:>13} {paper:>7}")
+    lines.append("")
+    for run in report["runs"]:
+        head = f"[{run['mix']} seed {run['seed']}] {run['seconds']:.0f} s" + (" TIMED OUT" if run["timed_out"] else "")
+        if run["hostile_kinds"]:
+            head += f"; hostile {','.join(run['hostile_kinds'])}: honest nodes trained {run['invalid_used']} groups " \
+                    f"from invalid senders, {run['hostile_used']} from hostile ones in all"
+        lines.append(head)
+        for event in run["events"]:
+            lines.append(f"    {event}")
+        for n in run["nodes"]:
+            rejected = ", ".join(f"{k}={v}" for k, v in sorted(n["rejected_by_reason"].items())) or "none"
+            heldout = "-" if n["final_heldout_pass1"] is None else f"{n['final_heldout_pass1']:.2f}"
+            acc = "-" if n["accuracy_per_rollout"] is None else f"{n['accuracy_per_rollout']:.3f}"
+            bpt = "-" if n["wire_bytes_per_token"] is None else f"{n['wire_bytes_per_token']:.0f}"
+            lines.append(f"  node{n['index']}: {n['rounds']} rounds, cum. reward {n['cumulative_reward']:.1f}, held-out "
+                         f"{heldout}, acc/rollout {acc}, ext used {n['external_used']}, accepted {n['accepted']}, "
+                         f"bytes/token {bpt}, rejected: {rejected}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, runs_raw: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    by_mix: dict[str, list[dict]] = defaultdict(list)
+    for run in runs_raw:
+        by_mix[run["mix"]].append(run)
+    for i, (mix, mine) in enumerate(by_mix.items()):
+        curves, heldouts = [], []
+        for run in mine:
+            for node in run["nodes"]:
+                rows = read_metrics(Path(node["run_dir"]))
+                curves.append([r["reward_mean"] for r in rows])
+                heldouts.append([(r["round"], r["heldout_pass1"]) for r in rows if "heldout_pass1" in r])
+        n = min(len(c) for c in curves) if curves else 0
+        if n:
+            avg = [mean(c[t] for c in curves) for t in range(n)]
+            axes[0][0].plot(range(n), rolling_mean(avg, max(1, n // 20)), color=f"C{i}", label=mix)
+        points: dict[int, list[float]] = defaultdict(list)
+        for h in heldouts:
+            for rnd, value in h:
+                points[rnd].append(value)
+        if points:
+            xs = sorted(points)
+            axes[0][1].plot(xs, [mean(points[x]) for x in xs], marker="o", color=f"C{i}", label=mix)
+    axes[0][0].set(title="reward (mean over nodes and seeds)", xlabel="round", ylim=(-0.02, 1.02))
+    axes[0][1].set(title="held-out pass@1 (mean over nodes and seeds)", xlabel="round", ylim=(-0.02, 1.02))
+    first = runs_raw[-1]
+    for node in first["nodes"]:
+        rows = read_metrics(Path(node["run_dir"]))
+        values = [r["reward_mean"] for r in rows]
+        axes[1][0].plot([r["round"] for r in rows], rolling_mean(values, max(1, len(values) // 20)),
+                        label=f"node{node['index']}" + (" (slow)" if node.get("slowdown", 1) > 1 else ""))
+    axes[1][0].set(title=f"per node reward [{first['mix']} seed {first['seed']}]", xlabel="round", ylim=(-0.02, 1.02))
+    _plot_senders(axes[1][1], first)
+    for ax in axes.flat:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_senders(ax, run: dict) -> None:
+    """External groups node0 trained on per round, one line per sender: solid for senders in node0's
+    half of the swarm, dashed for the other half (a partition shows as the dashed lines dropping
+    to 0, its healing as them coming back)."""
+    ids = {n["peer_id"]: n["index"] for n in run["nodes"] if n.get("peer_id")}
+    a, _ = halves(len(run["nodes"]))
+    rows = read_metrics(Path(run["nodes"][0]["run_dir"]))
+    x = [r["round"] for r in rows]
+    w = max(1, len(x) // 40)
+    for peer_id, index in sorted(ids.items(), key=lambda item: item[1]):
+        if index == 0:
+            continue
+        counts = [r.get("external_used_by_sender", {}).get(peer_id, 0) for r in rows]
+        ax.plot(x, rolling_mean(counts, w), ls="-" if index in a else "--", label=f"from node{index}")
+    for event in run.get("events", []):
+        if "partition" in event.get("event", "") or "healed" in event.get("event", ""):
+            ax.axvline(event.get("clock", event.get("tick", 0)), color="grey", lw=0.8)
+    ax.set(title=f"node0: peer groups trained per round, by sender [{run['mix']} seed {run['seed']}]",
+           xlabel="round")
+
+
+def write_report(out: Path, plan_json: dict, command: str, runs_raw: list[dict]) -> tuple[Path, Path, str]:
+    runs = [run_summary(r) for r in runs_raw]
+    report = {"plan": plan_json, "command": command, "runs": runs, "table": sapo_table(runs)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "testnet.json").write_text(json.dumps(report, indent=1, default=_json_default))
+    text = text_summary(report)
+    (out / "summary.txt").write_text(text)
+    png = out / "testnet.png"
+    plot(report, runs_raw, png)
+    return out / "testnet.json", png, text
+
+
+def _json_default(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)

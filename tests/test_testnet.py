@@ -1,0 +1,93 @@
+"""`swarm-node testnet`: plans and schedules, an in-process testnet with a kill, a partition and a
+hostile peer, and (slow) real `swarm-node join` processes over libp2p on 127.0.0.1."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from node.metrics import read_metrics
+from node.testnet.plan import Plan, halves, node_overrides, parse_hostile, parse_kills, parse_mix, parse_partitions
+from node.testnet.process import start_waves
+from node.testnet.runner import run_testnet
+
+
+def test_plan_parsing_and_errors():
+    assert parse_mix("6/2") == (6, 2)
+    assert parse_kills("150:1,2,3:40; 300:0") == [
+        *parse_kills("150:1,2,3:40"), *parse_kills("300:0:30")]
+    assert parse_kills("150:1,2,3:40")[0].nodes == (1, 2, 3)
+    assert [(p.start, p.end) for p in parse_partitions("100-200,300-310")] == [(100, 200), (300, 310)]
+    assert parse_hostile("2:liar,1:sybil") == [(2, "liar"), (1, "sybil")]
+    for bad, call in (("0/4", parse_mix), ("150", parse_kills), ("200-100x", parse_partitions),
+                      ("2:teleport", parse_hostile)):
+        with pytest.raises(ValueError):
+            call(bad)
+    with pytest.raises(ValueError, match="numbered 0..2"):
+        Plan(nodes=3, kills=parse_kills("5:3")).validate()
+    assert halves(8) == ([0, 1, 2, 3], [4, 5, 6, 7]) and start_waves(8) == [[0], [1, 2], [3, 4, 5, 6], [7]]
+
+
+def test_nodes_are_heterogeneous_unless_asked_otherwise():
+    plan = Plan(nodes=4)
+    sets = [node_overrides(plan, i, 0, (4, 4)) for i in range(4)]
+    lrs = {next(s for s in o if s.startswith("optim.lr=")) for o in sets}
+    mixes = {next(s for s in o if s.startswith("tasks.datasets=")) for o in sets}
+    assert len(lrs) == 4 and len(mixes) == 3  # own learning rates; specialists in copy / succ / max
+    same = [node_overrides(Plan(nodes=4, heterogeneous=False), i, 0, (4, 4)) for i in range(4)]
+    assert not any(s.startswith(("optim.lr=", "tasks.datasets=")) for o in same for s in o)
+
+
+def memory_plan(tmp_path: Path, **kw) -> Plan:
+    base = dict(nodes=4, rounds=30, transport="memory", mixes=[(4, 4)], out=tmp_path,
+                overrides=["eval.every=15"], kills=parse_kills("24:1:3"), partitions=parse_partitions("8-18"),
+                hostile=parse_hostile("1:liar"))
+    return Plan(**{**base, **kw})
+
+
+def test_memory_testnet_survives_a_kill_a_partition_and_a_liar(tmp_path):
+    assert run_testnet(memory_plan(tmp_path), "test", Console(file=open("/dev/null", "w")), quiet=True) == 0
+    report = json.loads((tmp_path / "testnet.json").read_text())
+    (run,) = report["runs"]
+    assert all(n["rounds"] == 30 for n in run["nodes"])  # every node finished, the killed one too
+    assert run["invalid_used"] == 0  # nothing the liar sent was ever trained on
+    events = [e["event"] for e in run["events"]]
+    assert "node1 killed at round 24" in events and "node1 restarted from its checkpoint of round 19" in events
+    assert any(e.startswith("partition") for e in events) and "partition healed" in events
+    rows = read_metrics(tmp_path / "mix4-4-seed0" / "node0")
+    ids = {n["index"]: n["peer_id"] for n in run["nodes"]}
+    other_half = {ids[i] for i in halves(4)[1]}
+    # node0 runs one round per tick; groups pooled before the split live 5 rounds (pool_max_age_rounds)
+    during = [r for r in rows if 14 <= r["round"] <= 17]
+    after = [r for r in rows if 19 <= r["round"] <= 23]
+    assert not any(set(r["external_used_by_sender"]) & other_half for r in during)
+    assert any(set(r["external_used_by_sender"]) & other_half for r in after)
+    assert run["nodes"][0]["final_heldout_pass1"] is not None and report["table"][0]["mix"] == "4/4"
+    assert (tmp_path / "testnet.png").stat().st_size > 10_000 and "reproduce: test" in (tmp_path / "summary.txt").read_text()
+
+
+@pytest.mark.slow
+def test_processes_keep_training_through_a_sigkill_and_a_partition(tmp_path):
+    """Real `swarm-node join` processes: the survivors never wait for the killed node, which resumes
+    from its checkpoint; a partition stops groups crossing halves until it heals."""
+    plan = Plan(nodes=4, rounds=80, mixes=[(4, 4)], out=tmp_path, kills=parse_kills("15:3:10"),
+                partitions=parse_partitions("40-62"), min_round_s=0.3, timeout_s=240, overrides=["eval.every=40"])
+    assert run_testnet(plan, "test", Console(file=open("/dev/null", "w")), quiet=True) == 0
+    report = json.loads((tmp_path / "testnet.json").read_text())
+    (run,) = report["runs"]
+    assert not run["timed_out"] and all(n["rounds"] == 80 for n in run["nodes"])
+    killed = read_metrics(tmp_path / "mix4-4-seed0" / "node3")
+    assert [r["round"] for r in killed] == list(range(80))  # resumed: nothing lost or logged twice
+    events = [e["event"] for e in run["events"]]
+    assert any("SIGKILLed" in e for e in events) and any("restarted" in e for e in events)
+    ids = {n["index"]: n["peer_id"] for n in run["nodes"]}
+    rows = read_metrics(tmp_path / "mix4-4-seed0" / "node0")
+    other_half = {ids[i] for i in halves(4)[1]}
+    # slack at each edge: the clock is the fastest node's round, and pooled groups live 5 rounds
+    partition = next(e["clock"] for e in run["events"] if e["event"].startswith("partition"))
+    healed = next(e["clock"] for e in run["events"] if e["event"].startswith("healed"))
+    inside = [r for r in rows if partition + 6 <= r["round"] <= healed - 3]
+    assert len(inside) >= 8 and not any(set(r["external_used_by_sender"]) & other_half for r in inside)
+    assert any(set(r["external_used_by_sender"]) & other_half for r in rows if r["round"] >= healed + 3)
