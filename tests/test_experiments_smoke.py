@@ -44,3 +44,12 @@ def test_exp_offpolicy_quick(tmp_path):
             assert sum(r["ext_t0_samples"] or 0 for r in run["rows"]) > 0 and run["ratio_mean"] != 1.0
     stale = runs[("stale4", "minpro")]["rows"]
     assert max(max(r["external_staleness_rounds"] or [0]) for r in stale) == 0  # pool keeps only fresh groups
+
+
+def test_exp_hostile_quick(tmp_path):
+    result = run_script("exp_hostile.py", tmp_path)
+    runs = {r["kind"]: r for r in result["runs"]}
+    assert set(runs) == {"none", "liar", "sybil"}
+    assert all(r["invalid_used"] == 0 for r in runs.values())  # nothing invalid ever trained
+    assert runs["liar"]["rejected"].get("wrong_reward", 0) > 0 and runs["none"]["relative_reward"] == 1.0
+    assert runs["sybil"]["hostile_used"] > 0  # sybil groups are valid: they can be trained (issue: identities)
