@@ -169,7 +169,7 @@ def test_kinds_are_classified():
 
 @pytest.mark.slow
 def test_process_entry_point_against_a_libp2p_node(tmp_path):
-    """`python -m node.testnet.hostile --kind liar ... --rounds 2` against an in-process tiny node
+    """`python -m node.testnet.hostile_process --kind liar ... --rounds 2` against an in-process tiny node
     on a real libp2p transport (127.0.0.1): it connects, lies, is caught, and exits with a summary."""
     from node.swarm import build_exchange
     from protocol.transport_libp2p import Libp2pTransport
@@ -184,7 +184,7 @@ def test_process_entry_point_against_a_libp2p_node(tmp_path):
     try:
         node = Node(cfg, tmp_path / "node")
         node.exchange = build_exchange(cfg, node, identity, transport)
-        cmd = [sys.executable, "-m", "node.testnet.hostile", "--kind", "liar", "--peers", *transport.listen_addrs(),
+        cmd = [sys.executable, "-m", "node.testnet.hostile_process", "--kind", "liar", "--peers", *transport.listen_addrs(),
                "--swarm", SWARM, "--preset", "tiny", "--set", "run.threads=1", "--rounds", "2", "--period-s", "1",
                "--per-step", "4", "--out", str(out), "--connect-timeout-s", "15"]
         proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)

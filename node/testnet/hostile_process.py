@@ -1,0 +1,169 @@
+"""One hostile testnet peer as its own process over libp2p (the testnet harness starts K of them
+beside the honest nodes; the kinds are in node/testnet/hostile.py):
+
+    python -m node.testnet.hostile_process --kind KIND --peers MULTIADDR [MULTIADDR ...] --swarm NAME
+        --preset tiny [--set key=value ...] --rounds N --period-s S [--listen /ip4/127.0.0.1/tcp/0]
+        [--out FILE] [--seed N] [--per-step N] [--sybil-keys N] [--connect-timeout-s S]
+
+builds the task source and verifier exactly as `swarm-node join` would from the same preset and
+overrides, starts a libp2p transport with a fresh identity (its host key is the main signing key,
+so `identities()[0]` is its transport peer id), waits (bounded) for a first connection, steps every
+S seconds N times, and writes a JSON summary to FILE (stdout without --out): kind, valid, peer_id,
+identities, claimed_identities, counters, learned, steps, signal, error, transport stats. SIGTERM
+and SIGINT end it after the current step, with the summary; every wait has a timeout.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+
+_STOP = threading.Event()  # set by SIGTERM / SIGINT
+_CAUGHT: list[int] = []
+
+
+def _on_signal(signum: int, _frame) -> None:
+    _CAUGHT.append(signum)
+    _STOP.set()
+
+
+if __name__ == "__main__":  # before the heavy imports below (seconds): a signal during start-up exits cleanly too
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from node.testnet.hostile import KINDS, TOPIC_KINDS, VALID_KINDS, HostilePeer  # noqa: E402
+from protocol import Limits, NodeIdentity, topic_name  # noqa: E402
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from node.config import PRESETS
+
+    p = argparse.ArgumentParser(prog="python -m node.testnet.hostile_process",
+                                description="Run one hostile testnet peer over libp2p (see the module docstring).")
+    p.add_argument("--kind", required=True, choices=KINDS)
+    p.add_argument("--peers", nargs="+", required=True, metavar="MULTIADDR",
+                   help="bootstrap peers (/ip4/.../tcp/.../p2p/<peer-id>)")
+    p.add_argument("--swarm", required=True, help="swarm name (gossip topic namespace)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
+                   help="the honest nodes' preset: task source and verifier are built from it")
+    p.add_argument("--config", help="TOML file with overrides of the preset (as the honest nodes)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
+    p.add_argument("--rounds", type=int, required=True, help="steps to run")
+    p.add_argument("--period-s", type=float, required=True, help="seconds between steps")
+    p.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="listen multiaddr")
+    p.add_argument("--out", help="write the JSON summary here (default: stdout)")
+    p.add_argument("--seed", type=int, help="content RNG seed (default: random)")
+    p.add_argument("--per-step", type=int, default=8, help="messages per step (flood: 20 times this)")
+    p.add_argument("--sybil-keys", type=int, default=50, help="sybil: distinct keys it rotates through")
+    p.add_argument("--connect-timeout-s", type=float, default=15.0,
+                   help="wait at most this long for a first connection before stepping anyway")
+    args = p.parse_args(argv)
+    if args.rounds < 0 or args.period_s < 0 or args.per_step < 0 or args.sybil_keys < 1:
+        p.error("--rounds, --period-s and --per-step must be >= 0, --sybil-keys >= 1")
+    return args
+
+
+def _write_json(path: str | None, data: dict) -> None:
+    text = json.dumps(data, indent=2, sort_keys=True)
+    if path is None:
+        print(text, flush=True)
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m node.testnet.hostile_process ...`: one hostile peer as its own process over libp2p.
+
+    Every wait is bounded: the transport start (20 s), the first connection (--connect-timeout-s),
+    each step period, the final flush (3 s) and the transport close (10 s). SIGTERM / SIGINT stop
+    it after the current step; the summary is written in every case."""
+    args = _parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s hostile %(levelname)s %(message)s")
+    stop, caught = _STOP, _CAUGHT
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+    from node.config import ConfigError, load_config
+    from node.tasks import make_source
+    from protocol.transport_libp2p import Libp2pTransport, TransportStartError
+
+    summary: dict = {"kind": args.kind, "valid": args.kind in VALID_KINDS, "swarm": args.swarm, "steps": 0,
+                     "identities": [], "claimed_identities": [], "counters": {}, "learned": {}}
+    try:
+        cfg = load_config(args.preset, args.config, [*args.set, f"swarm.name={args.swarm}"])
+        source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed)
+    except (ConfigError, ValueError) as err:
+        summary["error"] = f"config: {err}"
+        _write_json(args.out, summary)
+        print(f"hostile: {err}", file=sys.stderr)
+        return 2
+    limits = Limits()
+    identity = NodeIdentity.generate()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**62)
+    # The oversized kind must get its bytes onto the wire: our own transport would drop them.
+    max_msg = 2 * limits.max_message_bytes if args.kind == "oversized" else limits.max_message_bytes
+    try:
+        transport = Libp2pTransport(identity.private_seed(), listen=[args.listen], bootstrap=args.peers,
+                                    topics=[topic_name(cfg.swarm.name, k) for k in TOPIC_KINDS],
+                                    max_msg_bytes=max_msg, start_timeout=20.0, close_timeout=10.0)
+    except ValueError as err:  # a bad multiaddr
+        summary["error"] = f"transport: {err}"
+        _write_json(args.out, summary)
+        print(f"hostile: {err}", file=sys.stderr)
+        return 2
+    peer = None
+    code = 0
+    try:
+        transport.start()
+        summary["peer_id"] = transport.peer_id
+        summary["listen_addrs"] = transport.listen_addrs()
+        peer = HostilePeer(args.kind, transport, cfg.swarm.name, source, cfg.verifier, seed=seed,
+                           per_step=args.per_step, sybil_keys=args.sybil_keys, limits=limits, identity=identity)
+        deadline = time.monotonic() + args.connect_timeout_s
+        while not stop.is_set() and not transport.peers() and time.monotonic() < deadline:
+            stop.wait(0.1)
+        summary["connected_at_start"] = bool(transport.peers())
+        for round_index in range(args.rounds):
+            if stop.wait(args.period_s):
+                break
+            peer.step(round_index)
+            summary["steps"] = round_index + 1
+        # Let the outbound pump hand what we queued to GossipSub (bounded).
+        flush_deadline = time.monotonic() + 3.0
+        while time.monotonic() < flush_deadline and not stop.is_set():
+            stats = transport.stats()
+            if stats.get("published", 0) + stats.get("dropped_outbound", 0) >= peer.counters["messages"]:
+                break
+            time.sleep(0.05)
+        stop.wait(min(0.5, args.period_s))  # and GossipSub a moment to write it
+    except TransportStartError as err:
+        summary["error"] = f"transport: {err}"
+        print(f"hostile: {err}", file=sys.stderr)
+        code = 1
+    finally:
+        if peer is not None:
+            summary.update(identities=peer.identities(), claimed_identities=peer.claimed_identities(),
+                           counters=dict(peer.counters), learned=dict(peer.learned))
+        summary["signal"] = caught[0] if caught else None
+        summary["connected_peers"] = transport.peers()
+        transport.close()
+        summary["transport"] = transport.stats()
+        _write_json(args.out, summary)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
