@@ -91,3 +91,12 @@ def test_processes_keep_training_through_a_sigkill_and_a_partition(tmp_path):
     inside = [r for r in rows if partition + 6 <= r["round"] <= healed - 3]
     assert len(inside) >= 8 and not any(set(r["external_used_by_sender"]) & other_half for r in inside)
     assert any(set(r["external_used_by_sender"]) & other_half for r in rows if r["round"] >= healed + 3)
+
+
+def test_netem_loss_and_delay_in_memory_mode(tmp_path):
+    from node.testnet.memory import MemoryTestnet
+
+    plan = Plan(nodes=2, rounds=10, transport="memory", out=tmp_path, netem="delay 1ms loss 30%")
+    result = MemoryTestnet(plan, (4, 4), 0, tmp_path / "run").run()
+    assert result["bus"]["lost"] > 0 and all(read_metrics(Path(n["run_dir"]))[-1]["round"] == 9
+                                             for n in result["nodes"])

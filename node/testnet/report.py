@@ -35,6 +35,7 @@ def node_summary(node: dict, hostile_ids: set[str]) -> dict:
         "final_heldout_pass1": heldout[-1]["heldout_pass1"] if heldout else None,
         "final_heldout_passk": heldout[-1].get("heldout_passk") if heldout else None,
         "accuracy_per_rollout": correct / rollouts if rollouts else None,
+        "rollouts_generated": rollouts,
         "external_used": sum(r.get("external_used", 0) for r in rows),
         "used_from_hostile": sum(n for s, n in used_by_sender.items() if s in hostile_ids),
         "wire_bytes_per_token": wire_bytes / wire_tokens if wire_tokens else None,
@@ -59,6 +60,7 @@ def run_summary(run: dict) -> dict:
         "cumulative_reward_per_node": mean(values("cumulative_reward")) if nodes else 0.0,
         "final_heldout_pass1": mean(values("final_heldout_pass1")) if values("final_heldout_pass1") else None,
         "accuracy_per_rollout": mean(values("accuracy_per_rollout")) if values("accuracy_per_rollout") else None,
+        "rollouts_per_node": mean(values("rollouts_generated")) if nodes else 0.0,
         "invalid_used": sum(n["used_from_invalid"] for n in nodes),
         "hostile_used": sum(n["used_from_hostile"] for n in nodes),
         "wire_bytes_per_token": mean(values("wire_bytes_per_token")) if values("wire_bytes_per_token") else None,
@@ -78,6 +80,7 @@ def sapo_table(runs: list[dict]) -> list[dict]:
         heldout = [r["final_heldout_pass1"] for r in mine if r["final_heldout_pass1"] is not None]
         reward = mean(rewards)
         rows.append({"mix": mix, "seeds": len(mine), "cumulative_reward": reward, "cumulative_reward_std": pstdev(rewards),
+                     "rollouts_per_node": mean(r["rollouts_per_node"] for r in mine),
                      "final_heldout_pass1": mean(heldout) if heldout else None,
                      "final_heldout_pass1_std": pstdev(heldout) if heldout else None,
                      "gain_vs_silo": (reward / silo_reward - 1) if silo_reward else None,
@@ -90,14 +93,15 @@ def text_summary(report: dict) -> str:
              f"{report['plan']['preset']}, transport {report['plan']['transport']}",
              f"reproduce: {report['command']}", ""]
     lines.append(f"{'mix':>6} {'seeds':>5} {'cum. reward/node':>20} {'held-out pass@1':>18} {'gain vs silo':>13} "
-                 f"{'paper':>7}")
+                 f"{'paper':>7} {'rollouts/node':>14}")
     for row in report["table"]:
         heldout = "-" if row["final_heldout_pass1"] is None else \
             f"{row['final_heldout_pass1']:.3f} ± {row['final_heldout_pass1_std']:.3f}"
         gain = "-" if row["gain_vs_silo"] is None else f"{row['gain_vs_silo']:+.1%}"
         paper = "-" if row["paper_gain"] is None else f"{row['paper_gain']:+.0%}"
         lines.append(f"{row['mix']:>6} {row['seeds']:>5} {row['cumulative_reward']:>11.1f} ± "
-                     f"{row['cumulative_reward_std']:<6.1f} {heldout:>18} {gain:>13} {paper:>7}")
+                     f"{row['cumulative_reward_std']:<6.1f} {heldout:>18} {gain:>13} {paper:>7} "
+                     f"{row['rollouts_per_node']:>14.0f}")
     lines.append("")
     for run in report["runs"]:
         head = f"[{run['mix']} seed {run['seed']}] {run['seconds']:.0f} s" + (" TIMED OUT" if run["timed_out"] else "")
