@@ -193,7 +193,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
     from node.testnet.runner import run_testnet
 
     command = " ".join(["swarm-node testnet", *sys.argv[2:]]) if len(sys.argv) > 2 else "swarm-node testnet"
-    return run_testnet(plan, command, console, quiet=args.quiet)
+    return run_testnet(plan, command, console, quiet=args.quiet, resume=args.resume)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -330,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     testnet.add_argument("--timeout", type=float, default=1800.0, help="libp2p: stop a run after this many seconds")
     testnet.add_argument("--out", help="report directory (default runs/testnet-<time>)")
     testnet.add_argument("--quiet", action="store_true", help="no live dashboard")
+    testnet.add_argument("--resume", action="store_true", help="keep the runs a killed or shorter sweep of the "
+                         "same plan finished in --out (e.g. after adding --seeds) and run only the rest")
     testnet.set_defaults(func=cmd_testnet)
     return parser
 

@@ -216,6 +216,7 @@ def load_config(preset: str | None = None, file: str | Path | None = None,
         for key in keys[:-1]:
             node = node.setdefault(key, {})
         node[keys[-1]] = value
+    _drop_foreign_ood(data, PRESETS.get(preset, {}) if preset else {})
     try:
         return NodeConfig.model_validate(data)
     except ValidationError as err:
@@ -231,6 +232,16 @@ def load_config(preset: str | None = None, file: str | Path | None = None,
             else:
                 problems.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def _drop_foreign_ood(data: dict, preset: dict) -> None:
+    """A preset's eval.ood names families of the preset's task source: a run that switches
+    tasks.source (e.g. SmolLM2 on synthetic tasks) without naming its own eval.ood has none."""
+    preset_source = preset.get("tasks", {}).get("source")
+    source = data.get("tasks", {}).get("source")
+    ood = data.get("eval", {}).get("ood")
+    if preset_source and source != preset_source and ood == preset.get("eval", {}).get("ood"):
+        data["eval"]["ood"] = {}
 
 
 def explain(model: BaseModel, prefix: str = "") -> list[tuple[str, Any, str]]:

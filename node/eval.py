@@ -60,7 +60,9 @@ class EvalConfig(BaseModel):
                                         "a task passes if any is correct. pass@1 is greedy")
     ood: dict[str, Any] = Field(default_factory=dict,
                                 description="out-of-distribution families evaluated beside the training mixture "
-                                            "(never trained), same format as tasks.datasets; reported as ood:<name>")
+                                            "(never trained), same format as tasks.datasets; reported as ood:<name>. "
+                                            "A preset's families belong to its tasks.source: switching the source "
+                                            "without setting eval.ood leaves none")
 
 
 @contextlib.contextmanager

@@ -81,3 +81,15 @@ def test_every_knob_is_documented_and_explained(capsys):
     out = capsys.readouterr().out
     assert 'loss.external = "ftis"' in out and "# objective for peers' samples" in out
     assert "hints.anneal_threshold = 0.35" in out and "allocation.scheme = \"off\"" in out
+
+
+def test_switching_task_source_drops_the_presets_ood_families_unless_named():
+    """smollm2's OOD family (reasoning-gym chain_sum) does not exist on the synthetic source: a run that
+    switches source without naming eval.ood evaluates no OOD family instead of failing at start."""
+    assert "chain_sum" in load_config("smollm2").eval.ood
+    switched = load_config("smollm2", None, ["tasks.source=synthetic", "tasks.datasets={add = 1.0}"])
+    assert switched.eval.ood == {}
+    named = load_config("smollm2", None, ["tasks.source=synthetic", "tasks.datasets={add = 1.0}",
+                                          "eval.ood={max = 1.0}"])
+    assert named.eval.ood == {"max": 1.0}
+    assert load_config("tiny").eval.ood == {"add": 1.0}  # same source: kept

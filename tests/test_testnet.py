@@ -100,3 +100,21 @@ def test_netem_loss_and_delay_in_memory_mode(tmp_path):
     result = MemoryTestnet(plan, (4, 4), 0, tmp_path / "run").run()
     assert result["bus"]["lost"] > 0 and all(read_metrics(Path(n["run_dir"]))[-1]["round"] == 9
                                              for n in result["nodes"])
+
+
+def test_resume_keeps_finished_runs_and_refuses_another_plan(tmp_path):
+    """A sweep killed after its first seed (or extended with --seeds) runs only what is missing."""
+    from node.config import ConfigError
+
+    console = Console(file=open(Path(tmp_path, "console.txt"), "w"), width=120)
+    plan = Plan(nodes=2, rounds=3, transport="memory", out=tmp_path / "sweep", seeds=1)
+    assert run_testnet(plan, "first", console, quiet=True) == 0
+    first = json.loads((tmp_path / "sweep" / "runs.json").read_text())
+    plan.seeds = 2
+    assert run_testnet(plan, "resumed", console, quiet=True, resume=True) == 0
+    runs = json.loads((tmp_path / "sweep" / "runs.json").read_text())
+    assert [r["seed"] for r in runs] == [0, 1]
+    assert runs[0]["seconds"] == first[0]["seconds"]  # kept, not re-run
+    with pytest.raises(ConfigError, match="rounds"):
+        run_testnet(Plan(nodes=2, rounds=4, transport="memory", out=tmp_path / "sweep", seeds=2), "other",
+                    console, quiet=True, resume=True)

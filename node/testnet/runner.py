@@ -8,21 +8,46 @@ from pathlib import Path
 
 from rich.console import Console
 
+from node.config import ConfigError
 from node.testnet.dashboard import Dashboard
 from node.testnet.plan import Plan
 from node.testnet.report import write_report
 
 
-def run_testnet(plan: Plan, command: str, console: Console, quiet: bool = False) -> int:
+# plan fields a resumed sweep may change (which runs it holds); every other field must match
+SWEEP_FIELDS = ("mixes", "seeds", "out")
+
+
+def finished_runs(out: Path, plan_json: dict) -> list[dict]:
+    """The runs an earlier invocation of the same plan finished (runs.json), for --resume."""
+    old_plan = out / "plan.json"
+    if not (out / "runs.json").is_file() or not old_plan.is_file():
+        return []
+    old = json.loads(old_plan.read_text())
+    changed = [f"{key} ({old.get(key)!r} then, {value!r} now)" for key, value in json.loads(json.dumps(
+        plan_json, default=str)).items() if key not in SWEEP_FIELDS and old.get(key) != value]
+    if changed:
+        raise ConfigError(f"--resume: the runs in {out} were made with another plan: {'; '.join(changed)}. "
+                         "Use another --out, or run without --resume to start over")
+    return json.loads((out / "runs.json").read_text())
+
+
+def run_testnet(plan: Plan, command: str, console: Console, quiet: bool = False, resume: bool = False) -> int:
     plan.validate()
     out = Path(plan.out)
     out.mkdir(parents=True, exist_ok=True)
     plan_json = {**asdict(plan), "out": str(plan.out)}
+    done = {(r["mix"], r["seed"]): r for r in finished_runs(out, plan_json)} if resume else {}
+    (out / "plan.json").write_text(json.dumps(plan_json, indent=1, default=str))
     runs: list[dict] = []
     for seed in range(plan.seeds):
         for mix in plan.mixes:
             name = f"mix{mix[0]}-{mix[1]}-seed{seed}"
             run_dir = out / name
+            if (f"{mix[0]}/{mix[1]}", seed) in done and run_dir.is_dir():
+                console.print(f"[bold]testnet {name}[/]: finished earlier, kept (--resume)", highlight=False)
+                runs.append(done[(f"{mix[0]}/{mix[1]}", seed)])
+                continue
             shutil.rmtree(run_dir, ignore_errors=True)  # a re-run of the plan starts every node afresh
             title = f"testnet {name} ({plan.nodes} nodes, {plan.transport})"
             console.print(f"[bold]{title}[/]: node run dirs under {run_dir}", highlight=False, soft_wrap=True)
