@@ -12,6 +12,7 @@ messages through the real Ingress and exchange, deterministic per seed.
 
     .venv/bin/python scripts/exp_hostile.py                   # 6 honest + 2 hostile, 300 rounds, all kinds
     .venv/bin/python scripts/exp_hostile.py --quick           # smoke: 2 honest, 2 kinds, 12 rounds
+    .venv/bin/python scripts/exp_hostile.py --resume          # after a crash: only the kinds not yet done
 
 Writes <out>/exp_hostile.json and <out>/exp_hostile.png (default out runs/exp_hostile).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,6 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--quick", action="store_true", help="smoke mode: 2 honest nodes, 2 kinds, 12 rounds")
+    p.add_argument("--resume", action="store_true", help="reuse the kinds an earlier run with the same settings "
+                                                         "finished (<out>/<kind>/result.json)")
     p.add_argument("--out", default=str(ROOT / "runs" / "exp_hostile"))
     args = p.parse_args(argv)
     if args.quick:
@@ -58,7 +62,9 @@ def run_once(args, kind: str | None, out: Path) -> dict:
     plan = Plan(nodes=args.honest, rounds=args.rounds, transport="memory", mixes=[parse_mix(args.mix)],
                 hostile=[(args.count, kind)] if kind else [], out=out)
     plan.validate()
-    raw = MemoryTestnet(plan, plan.mixes[0], args.seed, out / (kind or "baseline")).run()
+    run_dir = out / (kind or "baseline")
+    shutil.rmtree(run_dir, ignore_errors=True)  # nodes would resume an earlier run's checkpoints
+    raw = MemoryTestnet(plan, plan.mixes[0], args.seed, run_dir).run()
     summary = run_summary(raw)
     rejected: dict[str, int] = {}
     for node in summary["nodes"]:
@@ -103,9 +109,16 @@ def main(argv=None) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=200)
     started = time.perf_counter()
     runs = []
+    settings = {k: getattr(args, k) for k in ("honest", "count", "rounds", "mix", "seed")}
     for kind in [None, *args.kinds]:
+        saved = out / (kind or "baseline") / "result.json"
+        if args.resume and saved.is_file() and json.loads(saved.read_text())["settings"] == settings:
+            console.print(f"{'no attacker' if kind is None else kind}: finished earlier, kept (--resume)")
+            runs.append(json.loads(saved.read_text())["run"])
+            continue
         console.print(f"running {'no attacker' if kind is None else kind} ...", highlight=False)
         runs.append(run_once(args, kind, out))
+        saved.write_text(json.dumps({"settings": settings, "run": runs[-1]}, indent=1))  # survives a later crash
     base = runs[0]["cumulative_reward_per_node"]
     for run in runs:
         run["relative_reward"] = run["cumulative_reward_per_node"] / base if base else None

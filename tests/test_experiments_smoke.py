@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def run_script(name: str, out: Path) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / name), "--quick", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+def run_script(name: str, out: Path, *extra: str) -> dict:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / name), "--quick", "--out", str(out), *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     stem = name.removesuffix(".py")
     assert (out / f"{stem}.png").stat().st_size > 10_000
@@ -53,3 +53,5 @@ def test_exp_hostile_quick(tmp_path):
     assert all(r["invalid_used"] == 0 for r in runs.values())  # nothing invalid ever trained
     assert runs["liar"]["rejected"].get("wrong_reward", 0) > 0 and runs["none"]["relative_reward"] == 1.0
     assert runs["sybil"]["hostile_used"] > 0  # sybil groups are valid: they can be trained (issue: identities)
+    resumed = run_script("exp_hostile.py", tmp_path, "--resume")  # every kind kept, none re-run
+    assert [r["seconds"] for r in resumed["runs"]] == [r["seconds"] for r in result["runs"]]
