@@ -172,7 +172,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
     import time
 
     from node.config import ConfigError
-    from node.testnet.plan import Plan, parse_hostile, parse_kills, parse_mix, parse_partitions
+    from node.testnet.plan import Plan, parse_hostile, parse_kills, parse_mix, parse_partitions, parse_sizes
 
     try:
         mixes = [parse_mix(m) for m in (args.compare.split(",") if args.compare else [args.mix])]
@@ -181,7 +181,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
                     partitions=parse_partitions(args.partition), netem=args.netem, transport=args.transport,
                     heterogeneous=not args.homogeneous, overrides=list(args.set or []),
                     out=Path(args.out or f"runs/testnet-{time.strftime('%Y%m%d-%H%M%S')}"),
-                    min_round_s=args.min_round_s, timeout_s=args.timeout)
+                    min_round_s=args.min_round_s, timeout_s=args.timeout, model_sizes=parse_sizes(args.model_sizes))
         plan.validate()
         for index in range(plan.nodes):  # every node's config must load before anything starts
             from node.config import load_config
@@ -325,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="libp2p: one process per node on 127.0.0.1; memory: all nodes in this process")
     testnet.add_argument("--homogeneous", action="store_true", help="identical nodes (default: heterogeneous "
                          "seeds, learning rates, task emphasis and speed)")
+    testnet.add_argument("--model-sizes", metavar="WxL,...", help="tiny: nodes of these widths x layers in turn, "
+                         "e.g. 64x2,96x3 (default: every node the preset's size)")
     testnet.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key on every node")
     testnet.add_argument("--min-round-s", type=float, default=0.25, help="libp2p: pace each node's rounds")
     testnet.add_argument("--timeout", type=float, default=1800.0, help="libp2p: stop a run after this many seconds")

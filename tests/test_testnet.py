@@ -9,7 +9,8 @@ import pytest
 from rich.console import Console
 
 from node.metrics import read_metrics
-from node.testnet.plan import Plan, halves, node_overrides, parse_hostile, parse_kills, parse_mix, parse_partitions
+from node.testnet.plan import (Plan, halves, node_overrides, parse_hostile, parse_kills, parse_mix, parse_partitions,
+                               parse_sizes)
 from node.testnet.process import start_waves
 from node.testnet.runner import run_testnet
 
@@ -27,6 +28,12 @@ def test_plan_parsing_and_errors():
             call(bad)
     with pytest.raises(ValueError, match="numbered 0..2"):
         Plan(nodes=3, kills=parse_kills("5:3")).validate()
+    assert parse_sizes("64x2, 96x3") == [(64, 2), (96, 3)]
+    for bad in ("66x2", "64", "0x2", "64x0"):
+        with pytest.raises(ValueError, match="WIDTHxLAYERS"):
+            parse_sizes(bad)
+    with pytest.raises(ValueError, match="one size"):
+        Plan(preset="smollm2", model_sizes=[(64, 2)]).validate()
     assert halves(8) == ([0, 1, 2, 3], [4, 5, 6, 7]) and start_waves(8) == [[0], [1, 2], [3, 4, 5, 6], [7]]
 
 
@@ -118,3 +125,15 @@ def test_resume_keeps_finished_runs_and_refuses_another_plan(tmp_path):
     with pytest.raises(ConfigError, match="rounds"):
         run_testnet(Plan(nodes=2, rounds=4, transport="memory", out=tmp_path / "sweep", seeds=2), "other",
                     console, quiet=True, resume=True)
+
+
+def test_nodes_of_different_sizes_share_tier0_rollouts(tmp_path):
+    """--model-sizes: a 64x2 and a 96x3 tiny node have one tokenizer, so each trains the other's
+    completions with the sender's own log-probs (tier 0)."""
+    from node.testnet.memory import MemoryTestnet
+
+    plan = Plan(nodes=2, rounds=6, transport="memory", out=tmp_path, model_sizes=parse_sizes("64x2,96x3"))
+    result = MemoryTestnet(plan, (4, 4), 0, tmp_path / "run").run()
+    for node, (hidden, layers) in zip(result["nodes"], plan.model_sizes):
+        assert f"model.hidden_size={hidden}" in node["overrides"] and f"model.num_layers={layers}" in node["overrides"]
+        assert sum(r.get("ext_t0_samples") or 0 for r in read_metrics(Path(node["run_dir"]))) > 0

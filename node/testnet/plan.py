@@ -5,6 +5,7 @@ the tick in memory mode):
     --kill "150:1,2,3:40"        at round 150 SIGKILL nodes 1, 2 and 3; restart them 40 rounds later
     --partition "100-200"        from round 100 to 200 the two halves of the swarm cannot hear each other
     --hostile "2:liar"           two hostile peers of that kind beside the honest nodes
+    --model-sizes "64x2,96x3"    tiny nodes of these widths x layers, in turn (node 0 64x2, node 1 96x3, ...)
 Several events are separated by ';' (kill) or ',' (partition, hostile).
 """
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Plan:
     out: Path = Path("runs/testnet")
     min_round_s: float = 0.25  # process mode: pacing, so gossip arrives between rounds
     timeout_s: float = 1800.0  # process mode: a run that does not finish in time is stopped
+    model_sizes: list[tuple[int, int]] = field(default_factory=list)  # tiny (hidden, layers) per node, cycled
 
     def validate(self) -> None:
         if self.preset not in PRESETS:
@@ -67,6 +69,8 @@ class Plan:
                 raise ValueError(f"--partition {part.start}-{part.end}: need 0 <= start < end")
             if self.nodes < 2:
                 raise ValueError("--partition needs at least 2 nodes")
+        if self.model_sizes and PRESETS[self.preset]["model"]["name"] != "tiny":
+            raise ValueError(f"--model-sizes shapes the tiny model; preset {self.preset!r} has one size")
 
 
 def parse_mix(text: str) -> tuple[int, int]:
@@ -94,6 +98,18 @@ def parse_partitions(text: str | None) -> list[Partition]:
         if match is None:
             raise ValueError(f"--partition expects START-END rounds (e.g. 100-200), got {part!r}")
         out.append(Partition(int(match.group(1)), int(match.group(2))))
+    return out
+
+
+def parse_sizes(text: str | None) -> list[tuple[int, int]]:
+    """'64x2,96x3' -> [(64, 2), (96, 3)]: tiny model widths x layers (widths divisible by 4 heads)."""
+    out = []
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        match = re.fullmatch(r"(\d+)x(\d+)", part)
+        if not match or int(match[1]) % 4 or int(match[1]) == 0 or int(match[2]) == 0:
+            raise ValueError(f"--model-sizes expects WIDTHxLAYERS with the width a positive multiple of 4 "
+                             f"(the tiny model's heads), e.g. 64x2,96x3; got {part!r}")
+        out.append((int(match[1]), int(match[2])))
     return out
 
 
@@ -126,6 +142,9 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
             main = families[index % len(families)]
             weights = ", ".join(f"{f} = {0.85 if f == main else 0.15 / (len(families) - 1):.3f}" for f in families)
             out.append(f"tasks.datasets={{{weights}}}")
+    if plan.model_sizes:  # same tokenizer, other shapes: peers' log-probs stay tier 0
+        hidden, layers = plan.model_sizes[index % len(plan.model_sizes)]
+        out += [f"model.hidden_size={hidden}", f"model.num_layers={layers}"]
     return [*out, *plan.overrides]
 
 

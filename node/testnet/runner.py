@@ -24,8 +24,10 @@ def finished_runs(out: Path, plan_json: dict) -> list[dict]:
     if not (out / "runs.json").is_file() or not old_plan.is_file():
         return []
     old = json.loads(old_plan.read_text())
-    changed = [f"{key} ({old.get(key)!r} then, {value!r} now)" for key, value in json.loads(json.dumps(
-        plan_json, default=str)).items() if key not in SWEEP_FIELDS and old.get(key) != value]
+    default = json.loads(json.dumps(asdict(Plan()), default=str))  # a field added since then had its default
+    now = json.loads(json.dumps(plan_json, default=str))
+    changed = [f"{key} ({old.get(key, default[key])!r} then, {value!r} now)" for key, value in now.items()
+               if key not in SWEEP_FIELDS and old.get(key, default[key]) != value]
     if changed:
         raise ConfigError(f"--resume: the runs in {out} were made with another plan: {'; '.join(changed)}. "
                          "Use another --out, or run without --resume to start over")
