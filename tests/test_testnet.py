@@ -80,7 +80,7 @@ def test_processes_keep_training_through_a_sigkill_and_a_partition(tmp_path):
     """Real `swarm-node join` processes: the survivors never wait for the killed node, which resumes
     from its checkpoint; a partition stops groups crossing halves until it heals."""
     plan = Plan(nodes=4, rounds=80, mixes=[(4, 4)], out=tmp_path, kills=parse_kills("15:3:10"),
-                partitions=parse_partitions("40-62"), min_round_s=0.3, timeout_s=240, overrides=["eval.every=40"])
+                partitions=parse_partitions("36-64"), min_round_s=0.3, timeout_s=240, overrides=["eval.every=40"])
     assert run_testnet(plan, "test", Console(file=open("/dev/null", "w")), quiet=True) == 0
     report = json.loads((tmp_path / "testnet.json").read_text())
     (run,) = report["runs"]
@@ -92,11 +92,12 @@ def test_processes_keep_training_through_a_sigkill_and_a_partition(tmp_path):
     ids = {n["index"]: n["peer_id"] for n in run["nodes"]}
     rows = read_metrics(tmp_path / "mix4-4-seed0" / "node0")
     other_half = {ids[i] for i in halves(4)[1]}
-    # slack at each edge: the clock is the fastest node's round, and pooled groups live 5 rounds
-    partition = next(e["clock"] for e in run["events"] if e["event"].startswith("partition"))
-    healed = next(e["clock"] for e in run["events"] if e["event"].startswith("healed"))
+    # node0's own rounds when the partition began and healed (it may lag the clock, the fastest node,
+    # on a loaded machine); slack at each edge: pooled groups live 5 rounds
+    partition = next(e["rounds"]["0"] for e in run["events"] if e["event"].startswith("partition"))
+    healed = next(e["rounds"]["0"] for e in run["events"] if e["event"].startswith("healed"))
     inside = [r for r in rows if partition + 6 <= r["round"] <= healed - 3]
-    assert len(inside) >= 8 and not any(set(r["external_used_by_sender"]) & other_half for r in inside)
+    assert len(inside) >= 5 and not any(set(r["external_used_by_sender"]) & other_half for r in inside)
     assert any(set(r["external_used_by_sender"]) & other_half for r in rows if r["round"] >= healed + 3)
 
 
