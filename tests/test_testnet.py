@@ -138,3 +138,22 @@ def test_nodes_of_different_sizes_share_tier0_rollouts(tmp_path):
     for node, (hidden, layers) in zip(result["nodes"], plan.model_sizes):
         assert f"model.hidden_size={hidden}" in node["overrides"] and f"model.num_layers={layers}" in node["overrides"]
         assert sum(r.get("ext_t0_samples") or 0 for r in read_metrics(Path(node["run_dir"]))) > 0
+
+
+
+def test_memory_testnet_rate_limits_count_ticks_not_wall_seconds(tmp_path):
+    """Once the fast nodes finish, the two half-speed nodes tick alone, many rounds a wall-clock second
+    (seen: each banned the other after 21 rate_limited in a 600-round run). In memory mode a tick is a
+    second of swarm time for the per-peer rate limits: 250 messages in one wall second are 250 ticks."""
+    from node.testnet.memory import TICK_S, MemoryTestnet
+
+    testnet = MemoryTestnet(Plan(nodes=2, rounds=1, transport="memory", out=tmp_path), (4, 4), 0, tmp_path / "run")
+    testnet.tick = 0
+    testnet._start(0)
+    limiter = testnet.nodes[0].exchange.ingress.rate_limiter
+    burst = int(limiter.limits.message_burst)
+    assert all(limiter.allow("node1", 100) for _ in range(burst)) and not limiter.allow("node1", 100)
+    for tick in range(1, 251):  # one message a tick from node1: well under messages_per_s
+        testnet.tick = tick
+        assert limiter.allow("node1", 100), tick
+    assert TICK_S * limiter.limits.messages_per_s > 1

@@ -16,6 +16,12 @@ from node.testnet.hostile import HostilePeer
 from node.testnet.plan import Plan, halves, node_overrides, slowdown
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
 from protocol.impairment import parse_netem
+from protocol.ratelimit import RateLimiter
+
+# Per-peer rate limits count swarm time here, one tick = one second: the bus has no sender pacing
+# and ticks run at whatever speed the machine allows (fast once only the slow nodes are left), so on
+# the wall clock honest nodes would rate-limit and ban each other.
+TICK_S = 1.0
 
 
 class MemoryTestnet:
@@ -41,6 +47,8 @@ class MemoryTestnet:
         resumed = node.resume()
         identity = NodeIdentity.load_or_generate(self.run_dir(index) / IDENTITY_FILE)
         join_memory_bus(node, self.bus, f"node{index}", identity)
+        ingress = node.exchange.ingress
+        ingress.rate_limiter = RateLimiter(ingress.rate_limiter.limits, clock=lambda: self.tick * TICK_S)
         self.nodes[index] = node
         if index in self.restarts:
             where = f"its checkpoint of round {resumed}" if resumed is not None else "round 0 (no checkpoint yet)"
