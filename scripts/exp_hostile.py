@@ -90,7 +90,7 @@ def plot(result: dict, path: Path) -> None:
     ax.bar(names, rel, color=["C2" if r["invalid_used"] == 0 and r["relative_reward"] >= 0.9 else "C3" for r in runs])
     ax.axhline(0.9, color="grey", ls="--", lw=1, label="-10% bar")
     ax.set(title=f"honest nodes' cumulative reward vs no attacker ({result['honest']} honest + {result['count']} "
-                 f"hostile, {result['rounds']} rounds); red: invalid message trained or reward below the bar",
+                 f"hostile, {result['rounds']} rounds)\nred: invalid message trained or reward below the bar",
            ylabel="relative cumulative reward", ylim=(0, max(1.2, max(rel) + 0.05)))
     ax.tick_params(axis="x", rotation=30)
     ax.legend()
