@@ -72,6 +72,9 @@ def test_memory_testnet_survives_a_kill_a_partition_and_a_liar(tmp_path):
     assert not any(set(r["external_used_by_sender"]) & other_half for r in during)
     assert any(set(r["external_used_by_sender"]) & other_half for r in after)
     assert run["nodes"][0]["final_heldout_pass1"] is not None and report["table"][0]["mix"] == "4/4"
+    assert [n["specialty"] for n in run["nodes"]] == ["copy", "succ", "max", "copy"]
+    assert 0.0 <= report["table"][0]["own_family_pass"] <= 1.0 and "own/other families" in \
+        (tmp_path / "summary.txt").read_text()
     assert (tmp_path / "testnet.png").stat().st_size > 10_000 and "reproduce: test" in (tmp_path / "summary.txt").read_text()
 
 

@@ -189,7 +189,7 @@ class ProcessTestnet:
                         write_impairment(self.run_dir(index) / "faults.json", self._impairment_for(index))
                     a, b = halves(self.plan.nodes)
                     self.events.append({"clock": clock, "event": f"{label} {a} | {b}",  # each node's own round too
-                                        "rounds": {i: t.round for i, t in self.tails.items()}})
+                                        "rounds": {str(i): t.round for i, t in self.tails.items()}})
 
     # -- the run -----------------------------------------------------------------------------
     def _poll(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean, pstdev
@@ -17,8 +18,31 @@ SAPO_PAPER_GAIN = {"8/0": 0.0, "6/2": 0.52, "4/4": 0.94, "2/6": 0.68}  # cumulat
 INVALID_KINDS = {"forged", "tampered", "liar", "replay", "malformed", "oversized", "hint_leak"}
 
 
+def specialty(node: dict) -> str | None:
+    """The family a heterogeneous node draws most of its tasks from (its tasks.datasets override)."""
+    for item in node.get("overrides", []):
+        if item.startswith("tasks.datasets="):
+            weights = tomllib.loads("v = " + item.split("=", 1)[1])["v"]
+            main = max(weights, key=lambda name: weights[name])
+            return main if weights[main] > 0.5 else None
+    return None
+
+
+def family_pass_rates(rows: list[dict], family: str | None) -> tuple[float | None, float | None]:
+    """Pass rate on the node's own family and on the others over the last 20% of its rounds: what a
+    specialist gives up (own) and gains (others) by training on its peers' groups."""
+    if family is None:
+        return None, None
+    own, others = [], []
+    for r in rows[-max(1, len(rows) // 5):]:
+        for name, rate in r.get("pass_rate_by_dataset", {}).items():
+            (own if name == family else others).append(rate)
+    return (mean(own) if own else None), (mean(others) if others else None)
+
+
 def node_summary(node: dict, hostile_ids: set[str]) -> dict:
     rows = read_metrics(Path(node["run_dir"]))
+    own_pass, others_pass = family_pass_rates(rows, specialty(node))
     heldout = [r for r in rows if "heldout_pass1" in r]
     rollouts = sum(r.get("rollouts_generated", 0) for r in rows)
     correct = sum(r.get("correct_per_rollout", 0.0) * r.get("rollouts_generated", 0) for r in rows)
@@ -40,7 +64,8 @@ def node_summary(node: dict, hostile_ids: set[str]) -> dict:
         "used_from_hostile": sum(n for s, n in used_by_sender.items() if s in hostile_ids),
         "wire_bytes_per_token": wire_bytes / wire_tokens if wire_tokens else None,
         "accepted": status.get("accepted"), "rejected_by_reason": status.get("rejected_by_reason", {}),
-        "slowdown": node.get("slowdown", 1),
+        "slowdown": node.get("slowdown", 1), "specialty": specialty(node),
+        "own_family_pass": own_pass, "other_families_pass": others_pass,
     }
 
 
@@ -64,6 +89,8 @@ def run_summary(run: dict) -> dict:
         "invalid_used": sum(n["used_from_invalid"] for n in nodes),
         "hostile_used": sum(n["used_from_hostile"] for n in nodes),
         "wire_bytes_per_token": mean(values("wire_bytes_per_token")) if values("wire_bytes_per_token") else None,
+        "own_family_pass": mean(values("own_family_pass")) if values("own_family_pass") else None,
+        "other_families_pass": mean(values("other_families_pass")) if values("other_families_pass") else None,
     }
 
 
@@ -84,8 +111,14 @@ def sapo_table(runs: list[dict]) -> list[dict]:
                      "final_heldout_pass1": mean(heldout) if heldout else None,
                      "final_heldout_pass1_std": pstdev(heldout) if heldout else None,
                      "gain_vs_silo": (reward / silo_reward - 1) if silo_reward else None,
-                     "paper_gain": SAPO_PAPER_GAIN.get(mix)})
+                     "paper_gain": SAPO_PAPER_GAIN.get(mix),
+                     **{key: _mean_of(mine, key) for key in ("own_family_pass", "other_families_pass")}})
     return rows
+
+
+def _mean_of(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return mean(values) if values else None
 
 
 def text_summary(report: dict) -> str:
@@ -93,15 +126,20 @@ def text_summary(report: dict) -> str:
              f"{report['plan']['preset']}, transport {report['plan']['transport']}",
              f"reproduce: {report['command']}", ""]
     lines.append(f"{'mix':>6} {'seeds':>5} {'cum. reward/node':>20} {'held-out pass@1':>18} {'gain vs silo':>13} "
-                 f"{'paper':>7} {'rollouts/node':>14}")
+                 f"{'paper':>7} {'rollouts/node':>14} {'own/other families':>19}")
     for row in report["table"]:
         heldout = "-" if row["final_heldout_pass1"] is None else \
             f"{row['final_heldout_pass1']:.3f} ± {row['final_heldout_pass1_std']:.3f}"
         gain = "-" if row["gain_vs_silo"] is None else f"{row['gain_vs_silo']:+.1%}"
         paper = "-" if row["paper_gain"] is None else f"{row['paper_gain']:+.0%}"
+        families = "-" if row.get("own_family_pass") is None else \
+            f"{row['own_family_pass']:.3f} / {row['other_families_pass'] or 0:.3f}"
         lines.append(f"{row['mix']:>6} {row['seeds']:>5} {row['cumulative_reward']:>11.1f} ± "
                      f"{row['cumulative_reward_std']:<6.1f} {heldout:>18} {gain:>13} {paper:>7} "
-                     f"{row['rollouts_per_node']:>14.0f}")
+                     f"{row['rollouts_per_node']:>14.0f} {families:>19}")
+    if any(row.get("own_family_pass") is not None for row in report["table"]):
+        lines.append("own/other families: specialists' pass rate on their own family and on the others, last 20% "
+                     "of rounds")
     lines.append("")
     for run in report["runs"]:
         head = f"[{run['mix']} seed {run['seed']}] {run['seconds']:.0f} s" + (" TIMED OUT" if run["timed_out"] else "")
@@ -184,7 +222,8 @@ def _plot_senders(ax, run: dict) -> None:
         ax.plot(x, rolling_mean(counts, w), ls="-" if index in a else "--", label=f"from node{index}")
     for event in run.get("events", []):
         if "partition" in event.get("event", "") or "healed" in event.get("event", ""):
-            ax.axvline(event.get("clock", event.get("tick", 0)), color="grey", lw=0.8)
+            at = event.get("rounds", {}).get("0", event.get("clock", event.get("tick", 0)))  # node0's own round
+            ax.axvline(at, color="grey", lw=0.8)
     ax.set(title=f"node0: peer groups trained per round, by sender [{run['mix']} seed {run['seed']}]",
            xlabel="round")
 
