@@ -11,25 +11,16 @@ import pytest
 from node.cli import main
 from node.config import load_config
 from node.loop import Node
-from node.metrics import COLUMNS, RoundTable, _cell, read_metrics
+from node.metrics import COLUMNS, RoundTable, _cell
 from node.report import write_report
 from node.tasks import make_source
 from node.tasks.base import TaskRef, heldout_seed
 
+from tiny_node import run_node, tiny_cfg
+
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT_KEYS = ("heldout_pass1", "heldout_passk", "heldout_k", "heldout_by_family", "t_eval")
 
-
-def tiny_cfg(*overrides):
-    return load_config("tiny", None, ["run.threads=1", *overrides])
-
-
-def run_node(cfg, run_dir, rounds, resume=False):
-    node = Node(cfg, run_dir)
-    if resume:
-        node.resume()
-    node.run(rounds, RoundTable("test", quiet=True))
-    return read_metrics(run_dir)
 
 
 def _training_refs(source, rounds, per_round):

@@ -8,26 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from node.config import load_config
 from node.hints import HintState
 from node.loop import Node
 from node.metrics import RoundTable, read_metrics
 from node.report import write_report
 
+from tiny_node import run_node, tiny_cfg
+
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "node.cli"]
 
-
-def tiny_cfg(*overrides):
-    return load_config("tiny", None, ["run.threads=1", *overrides])
-
-
-def run_node(cfg, run_dir, rounds, resume=False):
-    node = Node(cfg, run_dir)
-    if resume:
-        node.resume()
-    node.run(rounds, RoundTable("test", quiet=True))
-    return read_metrics(run_dir)
 
 
 def test_round_metrics_have_the_documented_fields(tmp_path):

@@ -1,0 +1,16 @@
+"""Shared by the end-to-end tests: a tiny-preset config and a node run for some rounds."""
+from node.config import load_config
+from node.loop import Node
+from node.metrics import RoundTable, read_metrics
+
+
+def tiny_cfg(*overrides):
+    return load_config("tiny", None, ["run.threads=1", *overrides])
+
+
+def run_node(cfg, run_dir, rounds, resume=False):
+    node = Node(cfg, run_dir)
+    if resume:
+        node.resume()
+    node.run(rounds, RoundTable("test", quiet=True))
+    return read_metrics(run_dir)
