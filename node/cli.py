@@ -205,11 +205,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from node.config import ConfigError, NodeConfig
-    from policy.checkpoint import LATEST
+    from policy.checkpoint import latest_checkpoint_path
 
     run_dir = Path(args.run_dir)
-    marker = run_dir / "checkpoints" / LATEST
-    config_file = run_dir / "checkpoints" / marker.read_text().strip() / "config.json" if marker.is_file() else None
+    checkpoint = latest_checkpoint_path(run_dir)
+    config_file = checkpoint / "config.json" if checkpoint is not None else None
     if config_file is None or not config_file.is_file():
         raise FileNotFoundError(f"no checkpoint in {run_dir}/checkpoints: is this a run directory? "
                                 "(`swarm-node train --run-dir DIR` writes checkpoints)")

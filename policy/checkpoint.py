@@ -95,12 +95,23 @@ def _prune(root: Path, keep: int) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+def latest_checkpoint_path(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint's directory (what LATEST names), without loading it."""
     root = Path(run_dir) / "checkpoints"
     marker = root / LATEST
-    if not marker.is_file():
+    return root / marker.read_text().strip() if marker.is_file() else None
+
+
+def latest_round(run_dir: Path) -> int | None:
+    """The round of the newest complete checkpoint (from its name), without loading it."""
+    path = latest_checkpoint_path(run_dir)
+    return None if path is None else int(path.name.removeprefix("round-"))
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+    path = latest_checkpoint_path(run_dir)
+    if path is None:
         return None
-    path = root / marker.read_text().strip()
     state = torch.load(path / "state.pt", weights_only=False)  # our own file: RNG states are pickled
     return Checkpoint(path=path, round_index=int(state["round"]), state=state)
 

@@ -13,7 +13,7 @@ from node.config import load_config
 from node.loop import Node
 from node.swarm import IDENTITY_FILE, join_memory_bus
 from node.testnet.hostile import HostilePeer
-from node.testnet.plan import Plan, halves, node_overrides, slowdown
+from node.testnet.plan import Plan, halves, node_overrides, restart_event, slowdown
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
 from protocol.impairment import parse_netem
 from protocol.ratelimit import RateLimiter
@@ -51,8 +51,7 @@ class MemoryTestnet:
         ingress.rate_limiter = RateLimiter(ingress.rate_limiter.limits, clock=lambda: self.tick * TICK_S)
         self.nodes[index] = node
         if index in self.restarts:
-            where = f"its checkpoint of round {resumed}" if resumed is not None else "round 0 (no checkpoint yet)"
-            self.events.append({"tick": self.tick, "event": f"node{index} restarted from {where}"})
+            self.events.append({"tick": self.tick, "event": restart_event(index, resumed)})
 
     def _kill(self, index: int, down: int) -> None:
         node = self.nodes.pop(index)

@@ -148,6 +148,12 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
     return [*out, *plan.overrides]
 
 
+def restart_event(index: int, checkpoint_round: int | None) -> str:
+    """The report's line for a node brought back after a kill."""
+    where = "round 0 (no checkpoint yet)" if checkpoint_round is None else f"its checkpoint of round {checkpoint_round}"
+    return f"node{index} restarted from {where}"
+
+
 def slowdown(plan: Plan, index: int) -> int:
     """How many swarm ticks one round of node `index` takes (heterogeneous speed)."""
     return 2 if plan.heterogeneous and plan.nodes > 1 and index % SLOW_EVERY == SLOW_EVERY - 1 else 1

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from node.control import fetch_status
-from policy.checkpoint import LATEST
-from node.testnet.plan import Plan, halves, node_overrides, slowdown
+from node.testnet.plan import Plan, halves, node_overrides, restart_event, slowdown
+from policy.checkpoint import latest_round
 from protocol.impairment import Impairment, parse_netem, write_impairment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,12 +27,6 @@ STARTUP_S_PER_WAVE = 4.0  # what a node takes to import and listen on 2 busy cor
 STARTUP_S_PER_NODE = 1.5
 POLL_S = 0.5
 STATUS_EVERY_S = 3.0
-
-
-def checkpoint_round(run_dir: Path) -> int | None:
-    """The round of a run dir's newest complete checkpoint (the name LATEST points to), or None."""
-    marker = run_dir / "checkpoints" / LATEST
-    return int(marker.read_text().strip().removeprefix("round-")) if marker.is_file() else None
 
 
 def start_waves(n: int) -> list[list[int]]:
@@ -189,9 +183,7 @@ class ProcessTestnet:
                 self._spawn(index, self._live_addrs(3))  # not waited for: the schedule keeps its pace
                 self.starting[index] = time.monotonic() + START_TIMEOUT_S
                 self.restarted_at[index] = time.monotonic()
-                where = checkpoint_round(self.run_dir(index))
-                where = "round 0 (no checkpoint yet)" if where is None else f"its checkpoint of round {where}"
-                self.events.append({"clock": clock, "event": f"node{index} restarted from {where}"})
+                self.events.append({"clock": clock, "event": restart_event(index, latest_round(self.run_dir(index)))})
         for part in self.plan.partitions:
             for at, state, label in ((part.start, True, "partition"), (part.end, False, "healed")):
                 if last_clock < at <= clock:
@@ -210,8 +202,7 @@ class ProcessTestnet:
                 self.info[index] = json.loads(path.read_text())
                 del self.starting[index]
                 took = time.monotonic() - self.restarted_at.pop(index)
-                self.events.append({"clock": max((t.round for t in self.tails.values()), default=0),
-                                    "event": f"node{index} listening again after {took:.0f} s"})
+                self.events.append({"clock": self._clock(), "event": f"node{index} listening again after {took:.0f} s"})
             elif self.procs[index].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"node{index} did not come back after its restart; see "
                                    f"{self.run_dir(index) / 'node.log'}")
@@ -227,6 +218,10 @@ class ProcessTestnet:
                     self.status[index] = _status_dict(fetch_status(info["control"], timeout_s=1.0))
                 except ConnectionError:
                     pass  # busy or just exiting: keep the last snapshot
+        return self._clock()
+
+    def _clock(self) -> int:
+        """The swarm clock: the most advanced node's round."""
         return max((t.round for t in self.tails.values()), default=0)
 
     def run(self) -> dict:

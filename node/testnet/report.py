@@ -40,7 +40,7 @@ def family_pass_rates(rows: list[dict], family: str | None) -> tuple[float | Non
     return (mean(own) if own else None), (mean(others) if others else None)
 
 
-def node_summary(node: dict, hostile_ids: set[str]) -> dict:
+def node_summary(node: dict, hostile_ids: set[str], invalid_ids: set[str]) -> dict:
     rows = read_metrics(Path(node["run_dir"]))
     own_pass, others_pass = family_pass_rates(rows, specialty(node))
     heldout = [r for r in rows if "heldout_pass1" in r]
@@ -62,6 +62,7 @@ def node_summary(node: dict, hostile_ids: set[str]) -> dict:
         "rollouts_generated": rollouts,
         "external_used": sum(r.get("external_used", 0) for r in rows),
         "used_from_hostile": sum(n for s, n in used_by_sender.items() if s in hostile_ids),
+        "used_from_invalid": sum(n for s, n in used_by_sender.items() if s in invalid_ids),
         "wire_bytes_per_token": wire_bytes / wire_tokens if wire_tokens else None,
         "accepted": status.get("accepted"), "rejected_by_reason": status.get("rejected_by_reason", {}),
         "slowdown": node.get("slowdown", 1), "specialty": specialty(node),
@@ -69,28 +70,30 @@ def node_summary(node: dict, hostile_ids: set[str]) -> dict:
     }
 
 
+def _mean_of(rows: list[dict], key: str) -> float | None:
+    """Mean of `key` over the rows that have a value for it (None when none has)."""
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return mean(values) if values else None
+
+
 def run_summary(run: dict) -> dict:
     hostile_ids = {i for h in run.get("hostile", []) for i in h.get("identities", [])}
     invalid_ids = {i for h in run.get("hostile", []) if h.get("kind") in INVALID_KINDS for i in h.get("identities", [])}
-    nodes = [node_summary(n, hostile_ids) for n in run["nodes"]]
-    for node, raw in zip(nodes, run["nodes"]):
-        node["used_from_invalid"] = sum(n for r in read_metrics(Path(raw["run_dir"]))
-                                        for s, n in r.get("external_used_by_sender", {}).items() if s in invalid_ids)
-    values = lambda key: [n[key] for n in nodes if n[key] is not None]  # noqa: E731
+    nodes = [node_summary(n, hostile_ids, invalid_ids) for n in run["nodes"]]
     return {
         "mix": run["mix"], "seed": run["seed"], "transport": run["transport"], "seconds": run["seconds"],
         "timed_out": run.get("timed_out", False), "events": run.get("events", []),
         "hostile_kinds": sorted({h.get("kind") for h in run.get("hostile", [])}),
         "nodes": nodes,
-        "cumulative_reward_per_node": mean(values("cumulative_reward")) if nodes else 0.0,
-        "final_heldout_pass1": mean(values("final_heldout_pass1")) if values("final_heldout_pass1") else None,
-        "accuracy_per_rollout": mean(values("accuracy_per_rollout")) if values("accuracy_per_rollout") else None,
-        "rollouts_per_node": mean(values("rollouts_generated")) if nodes else 0.0,
+        "cumulative_reward_per_node": mean(n["cumulative_reward"] for n in nodes) if nodes else 0.0,
+        "final_heldout_pass1": _mean_of(nodes, "final_heldout_pass1"),
+        "accuracy_per_rollout": _mean_of(nodes, "accuracy_per_rollout"),
+        "rollouts_per_node": mean(n["rollouts_generated"] for n in nodes) if nodes else 0.0,
         "invalid_used": sum(n["used_from_invalid"] for n in nodes),
         "hostile_used": sum(n["used_from_hostile"] for n in nodes),
-        "wire_bytes_per_token": mean(values("wire_bytes_per_token")) if values("wire_bytes_per_token") else None,
-        "own_family_pass": mean(values("own_family_pass")) if values("own_family_pass") else None,
-        "other_families_pass": mean(values("other_families_pass")) if values("other_families_pass") else None,
+        "wire_bytes_per_token": _mean_of(nodes, "wire_bytes_per_token"),
+        "own_family_pass": _mean_of(nodes, "own_family_pass"),
+        "other_families_pass": _mean_of(nodes, "other_families_pass"),
     }
 
 
@@ -114,11 +117,6 @@ def sapo_table(runs: list[dict]) -> list[dict]:
                      "paper_gain": SAPO_PAPER_GAIN.get(mix),
                      **{key: _mean_of(mine, key) for key in ("own_family_pass", "other_families_pass")}})
     return rows
-
-
-def _mean_of(runs: list[dict], key: str) -> float | None:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    return mean(values) if values else None
 
 
 def text_summary(report: dict) -> str:
