@@ -19,7 +19,7 @@ INVALID: an honest node must never train on them or keep them as hints.
              the honest nodes' `Verifier.digest` (so the lie is provable): `wrong_reward` (-2 to
              the signer), then `banned`.
   replay     honest envelopes drained from the three topics, re-published byte for byte: `replay`
-             (charged to the transport peer, never to the signer); a node's own message replayed
+             (charged to nobody: neither the signer nor a relay is proven at fault); a node's own message replayed
              back to it is `own_message`; old copies would be `stale` / `expired`.
   malformed  random bytes, truncated envelopes, 31-byte keys, 63-byte signatures: `malformed`,
              then `banned`.
@@ -32,7 +32,8 @@ INVALID: an honest node must never train on them or keep them as hints.
 
 VALID-but-hostile: they pass every check and may be used, but must not hurt.
   flood      `per_step * 20` valid, honestly scored groups a step from ONE key: `rate_limited` past
-             the burst (then `banned`: -0.5 each), and `observed: pool_sender_cap`.
+             the burst (dropped, no blame), `flooding` past 4x the limit (-0.5 each, then `banned`),
+             and `observed: pool_sender_cap`.
   sybil      valid groups, each from the next of `sybil_keys` fresh keys: captured honest groups
              re-signed as its own, or its own honestly scored ones. Over libp2p every key shares
              the process's host id, so one rate bucket.
@@ -106,9 +107,9 @@ POSSIBLE_REASONS: dict[str, frozenset[str]] = {
     "liar": frozenset({"wrong_reward", "banned"}),
     "replay": frozenset({"replay", "stale", "expired", "own_message", "banned"}),
     "malformed": frozenset({"malformed", "banned"}),
-    "oversized": frozenset({"oversized", "rate_limited", "banned"}),
+    "oversized": frozenset({"oversized", "rate_limited", "flooding", "banned"}),
     "hint_leak": frozenset({"hint_leaks_answer", "banned"}),
-    "flood": frozenset({"rate_limited", "banned"}),  # -0.5 per rate_limited: a sustained flood gets banned
+    "flood": frozenset({"rate_limited", "flooding", "banned"}),  # -0.5 per flooding: a sustained flood gets banned
     "sybil": frozenset(),
     "hint_junk": frozenset({"untokenizable", "too_long"}),
     "garbage": frozenset({"untokenizable", "too_long"}),
