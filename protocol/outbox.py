@@ -92,7 +92,7 @@ class Outbox:
         self.pace = pace
         self._clock = clock
         self.sequencer = sequencer or Sequencer(clock=clock)
-        self.counters: Counter[str] = Counter()  # sent, queued, dropped_paced
+        self.counters: Counter[str] = Counter()  # paced_queued, paced_sent, dropped_paced
         self._tokens = pace.burst if pace else 0.0
         self._refilled_at = clock()
         self._queue: deque[tuple[str, Message]] = deque()
@@ -125,7 +125,7 @@ class Outbox:
             if self.pace is None:
                 return self._send(transport, topic, message)
             self._queue.append((topic, message))
-            self.counters["queued"] += 1
+            self.counters["paced_queued"] += 1
             sent = self._release(transport)
             while len(self._queue) > self.pace.max_queued:
                 self._queue.popleft()
@@ -159,5 +159,5 @@ class Outbox:
     def _send(self, transport: Transport, topic: str, message: Message) -> bytes:
         data = self._seal_valid(message)
         transport.publish(topic, data)
-        self.counters["sent"] += 1
+        self.counters["paced_sent"] += 1
         return data

@@ -51,9 +51,9 @@ def test_tiny_preset_rate_is_paced_and_the_peer_accepts_everything_sent():
         for _ in range(16):
             outbox.publish(sender, "t", group)
         accepted += len(ingress.accept_many(receiver.drain(TOPIC)))
-    assert ingress.rejected == {} and accepted == outbox.counters["sent"]
+    assert ingress.rejected == {} and accepted == outbox.counters["paced_sent"]
     assert PACE.burst + 30 * PACE.messages_per_s - 2 <= accepted <= PACE.burst + 30 * PACE.messages_per_s + 1
-    assert outbox.counters["dropped_paced"] == outbox.counters["queued"] - accepted - outbox.queued
+    assert outbox.counters["dropped_paced"] == outbox.counters["paced_queued"] - accepted - outbox.queued
     assert outbox.queued == PACE.max_queued
     peer = {p.peer_id: p for p in ingress.snapshot().peers}[outbox.identity.peer_id()]
     assert not peer.banned and peer.score > 0
