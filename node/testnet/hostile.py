@@ -31,7 +31,8 @@ INVALID: an honest node must never train on them or keep them as hints.
              asked about, else fresh ones: `hint_leaks_answer` (-2 to the signer), then `banned`.
 
 VALID-but-hostile: they pass every check and may be used, but must not hurt.
-  flood      `per_step * 20` valid, honestly scored groups a step from ONE key: `rate_limited` past
+  flood      `per_step * 20` valid, honestly scored groups a step from ONE key (8 distinct ones,
+             each sealed again under new sequence numbers): `rate_limited` past
              the burst (dropped, no blame), `flooding` past 4x the limit (-0.5 each, then `banned`),
              and `observed: pool_sender_cap`.
   sybil      valid groups, each from the next of `sybil_keys` fresh keys: captured honest groups
@@ -116,6 +117,7 @@ POSSIBLE_REASONS: dict[str, frozenset[str]] = {
 }
 
 FLOOD_FACTOR = 20          # flood: messages per step = per_step * FLOOD_FACTOR
+FLOOD_DISTINCT_GROUPS = 8  # flood: distinct groups built a step (each re-sealed many times)
 GROUP_SIZE = 8             # completions per group it builds
 MAX_OVERSIZED_PER_STEP = 4  # 4 MiB each; a receiver's byte bucket (16 MiB) admits ~3 anyway
 MAX_CAPTURED = 512         # honest envelopes kept for replay
@@ -401,10 +403,15 @@ class HostilePeer:
         return len(chosen)
 
     def _flood(self, round_index: int, budget: int) -> int:
-        tasks = self._tasks(budget)
-        for task in tasks:
-            self._publish("rollouts", self._valid.seal(self._group(task, round_index)), "flood_group")
-        return len(tasks)
+        # Scoring a group costs far more than signing one: a few distinct groups a step, each
+        # sealed again and again (every copy a new sequence number, so a new valid message).
+        tasks = self._tasks(min(budget, FLOOD_DISTINCT_GROUPS))
+        if not tasks:
+            return 0
+        groups = [self._group(task, round_index) for task in tasks]
+        for i in range(budget):
+            self._publish("rollouts", self._valid.seal(groups[i % len(groups)]), "flood_group")
+        return budget
 
     def _malformed(self, round_index: int, budget: int) -> int:
         tasks = self._tasks(budget)
