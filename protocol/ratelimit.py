@@ -17,6 +17,7 @@ starts again with full buckets, which costs at most one burst).
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections import OrderedDict
@@ -39,8 +40,9 @@ class RateLimits:
 
     def scaled(self, factor: float) -> "RateLimits":
         """The same limits `factor` times higher (e.g. for a relay that carries many origins)."""
-        return RateLimits(self.messages_per_s * factor, self.message_burst * factor, self.bytes_per_s * factor,
-                          self.byte_burst * factor, self.abuse_factor, self.max_peers)
+        return dataclasses.replace(self, messages_per_s=self.messages_per_s * factor,
+                                   message_burst=self.message_burst * factor, bytes_per_s=self.bytes_per_s * factor,
+                                   byte_burst=self.byte_burst * factor)
 
 
 class Verdict(enum.Enum):
