@@ -168,7 +168,7 @@ class SwarmExchange:
     def _collect(self, round_index: int, local: list[ScoredGroup]) -> list[ScoredGroup]:
         received = flat = 0
         rejected_before = sum(self.rejected.values())
-        for verified in self.ingress.accept_many(self.transport.drain(self.topics["rollouts"])):
+        for verified in self.ingress.accept_many(self.transport.drain(self.topics["rollouts"]), {Kind.ROLLOUT_GROUP}):
             if verified.kind != Kind.ROLLOUT_GROUP:
                 continue
             if verified.sender == self.peer_id:
@@ -279,7 +279,7 @@ class SwarmExchange:
                                  "tier_reasons": reasons})
 
     def _drain_hint_traffic(self) -> None:
-        for verified in self.ingress.accept_many(self.transport.drain(self.topics["hints"])):
+        for verified in self.ingress.accept_many(self.transport.drain(self.topics["hints"]), {Kind.HINT}):
             if verified.kind != Kind.HINT or verified.sender == self.peer_id:
                 continue
             hint = verified.body
@@ -293,7 +293,7 @@ class SwarmExchange:
             if not self._encodable(hint.text):  # it would be fed to our model: check it fits now
                 continue
             self._hints.append(ReceivedHint(task, LEVEL_NAMES[hint.level], hint.text, verified.sender))
-        for verified in self.ingress.accept_many(self.transport.drain(self.topics["hint-requests"])):
+        for verified in self.ingress.accept_many(self.transport.drain(self.topics["hint-requests"]), {Kind.HINT_REQUEST}):
             if verified.kind != Kind.HINT_REQUEST or verified.sender == self.peer_id:
                 continue
             task = self._rebuild(verified.sender, verified.body.task_ref, blame=False)
@@ -338,7 +338,7 @@ class SwarmExchange:
                 "accepted": snap.accepted,
                 "rejected_by_reason": {**snap.rejected_by_reason, **self.rejected},
                 "peers": snap.peers,
-                "transport": self.transport.stats(),
+                "transport": {**self.transport.stats(), **self.outbox.counters},
                 "connected": self.transport.peers(),
                 "listen_addrs": self.transport.listen_addrs(),
                 "rounds": list(self.history),

@@ -5,12 +5,13 @@ Modules, each doing one thing:
     kinds             the closed set of message kinds and their body types / topics
     envelope          seal / open_envelope: signed bytes with domain separation
     limits            Limits and per-kind schema validation
-    replay            per-sender sequence window + bounded seen-cache
-    ratelimit         per-peer token buckets
+    replay            per-sender sequence windows, bounded by time and admission
+    ratelimit         per-peer token buckets (drop over the limit, score only flooding)
     scoring           PeerScores: reputation, decay, temporary bans
     ingress           Ingress: every check above, in order; never raises
-    outbox            Sequencer + Outbox: sealing our own messages
+    outbox            Sequencer + Outbox: sealing and pacing our own messages
     transport         the Transport interface, Received, topic_name
+    inbox             FairInbox: a bounded inbox where the heaviest sender loses
     memory_transport  MemoryBus / MemoryTransport for tests and simulation
     testing           builders of valid and hostile messages (tests, testnet)
 Imports only the stdlib, cryptography, protobuf and `proto`: never torch, node or policy.
@@ -18,11 +19,12 @@ Imports only the stdlib, cryptography, protobuf and `proto`: never torch, node o
 from .envelope import PROTOCOL_VERSION, open_envelope, seal, signed_bytes
 from .errors import Reason, Rejected
 from .identity import IdentityError, NodeIdentity, peer_id_from_public_key
+from .inbox import FairInbox
 from .ingress import Ingress, IngressSnapshot, Verified
 from .kinds import Kind, kind_of
 from .limits import Limits, validate_hint, validate_hint_request, validate_rollout_group
 from .memory_transport import MemoryBus, MemoryTransport
-from .outbox import Outbox, Sequencer
+from .outbox import Outbox, Pace, Sequencer
 from .ratelimit import RateLimiter, RateLimits
 from .replay import ReplayGuard
 from .scoring import PeerScoreInfo, PeerScores, ScoreConfig
@@ -30,6 +32,7 @@ from .transport import Received, Transport, topic_name
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "FairInbox",
     "IdentityError",
     "Ingress",
     "IngressSnapshot",
@@ -39,6 +42,7 @@ __all__ = [
     "MemoryTransport",
     "NodeIdentity",
     "Outbox",
+    "Pace",
     "PeerScoreInfo",
     "PeerScores",
     "RateLimiter",

@@ -12,18 +12,21 @@ import enum
 class Reason(enum.StrEnum):
     # before authentication (attributed to the transport peer that handed us the bytes)
     BANNED = "banned"                      # sending peer or signing key is serving a ban
-    RATE_LIMITED = "rate_limited"          # over the per-peer message or byte budget
+    RATE_LIMITED = "rate_limited"          # over the per-peer message or byte budget: dropped, no blame
+    FLOODING = "flooding"                  # sustained far over that budget (ratelimit.py): scored
+    WRONG_TOPIC = "wrong_topic"            # a kind that does not belong on the topic it came on
     OVERSIZED = "oversized"                # raw message larger than Limits.max_message_bytes
     MALFORMED = "malformed"                # not a decodable Envelope, or wrong key/signature length
     VERSION = "version"                    # protocol_version we do not speak
     UNKNOWN_KIND = "unknown_kind"          # kind outside the closed set
     BAD_SIGNATURE = "bad_signature"        # signature does not verify for the claimed key
     # after authentication (attributed to the signing key, except the delivery faults expired,
-    # replay and stale: anyone can re-send a signed message, so those go to the peer that delivered it)
+    # replay and stale: anyone can re-send a signed message, so those are the signer's fault never)
     CLOCK_SKEW = "clock_skew"              # timestamp too far in the future (only the signer can do that)
     EXPIRED = "expired"                    # timestamp too old: a late relay or a replay
-    REPLAY = "replay"                      # (sender, sequence) already seen (relay's fault, see ingress)
+    REPLAY = "replay"                      # (sender, sequence) already seen (a delivery fault, see ingress)
     STALE = "stale"                        # sequence behind the sender's replay window
+    BUSY = "busy"                          # replay guard full of unadmitted senders (replay.py): no blame
     SCHEMA = "schema"                      # body does not decode, or a required field is missing/invalid
     NONFINITE_LOGPROB = "nonfinite_logprob"
     POSITIVE_LOGPROB = "positive_logprob"

@@ -2,18 +2,19 @@
 
 For tests and in-process simulation. Thread-safe. Faults can be injected on the bus: message loss,
 duplication, latency with jitter (which also reorders, as gossip does) and network partitions.
-Delivery is "every started transport subscribed to the topic, except the publisher".
+Delivery is "every started transport subscribed to the topic, except the publisher". Each topic's
+inbox is a FairInbox (protocol/inbox.py): when full, the heaviest sender loses. `forward` models a
+gossip relay: receivers see the message's origin as `from_peer` and the relay as `neighbour`.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
 import random
 import threading
 import time
 from collections import Counter
 from typing import Callable, Iterable
 
+from .inbox import FairInbox
 from .transport import (
     COUNTER_DROPPED_INBOUND_FULL,
     COUNTER_DROPPED_OUTBOUND_CLOSED,
@@ -85,7 +86,7 @@ class MemoryBus:
         with self._lock:
             return sorted(p for p in self._members if p != peer_id and self._reachable(peer_id, p))
 
-    def _deliver(self, sender: str, topic: str, data: bytes) -> None:
+    def _deliver(self, sender: str, topic: str, data: bytes, origin: str | None = None) -> None:
         now = self.clock()
         plan: list[tuple[MemoryTransport, float]] = []
         with self._lock:  # decide every fault under one lock: runs are reproducible per seed
@@ -100,7 +101,7 @@ class MemoryBus:
                 for _ in range(copies):
                     plan.append((member, now + self._rng.uniform(*self.latency_s)))
         for member, deliver_at in plan:
-            member._receive(topic, Received(sender, data, deliver_at))
+            member._receive(topic, Received(origin or sender, data, deliver_at, neighbour=sender))
 
 
 class MemoryTransport:
@@ -111,8 +112,7 @@ class MemoryTransport:
         self.peer_id = peer_id
         self.inbox_capacity = inbox_capacity
         self._lock = threading.Lock()
-        self._inboxes: dict[str, list[tuple[float, int, Received]]] = {}  # heaps by delivery time
-        self._order = itertools.count()  # ties keep arrival order
+        self._inboxes: dict[str, FairInbox[Received]] = {}
         self._started = False
         self._closed = False
         self._counters: Counter[str] = Counter()
@@ -126,16 +126,22 @@ class MemoryTransport:
 
     def subscribe(self, topic: str) -> None:
         with self._lock:
-            self._inboxes.setdefault(topic, [])
+            if topic not in self._inboxes:
+                self._inboxes[topic] = FairInbox(self.inbox_capacity)
 
     def publish(self, topic: str, data: bytes) -> None:
+        self.forward(topic, data, self.peer_id)
+
+    def forward(self, topic: str, data: bytes, origin: str) -> None:
+        """Relays `data` as a message that `origin` published (a gossip relay, or a replay of a
+        captured message under its original origin)."""
         # Like the libp2p transport: publishing before start works, after close drops and counts.
         with self._lock:
             if self._closed:
                 self._counters[COUNTER_DROPPED_OUTBOUND_CLOSED] += 1
                 return
             self._counters[COUNTER_PUBLISHED] += 1
-        self.bus._deliver(self.peer_id, topic, bytes(data))
+        self.bus._deliver(self.peer_id, topic, bytes(data), origin)
 
     def _receive(self, topic: str, item: Received) -> None:
         with self._lock:
@@ -143,20 +149,17 @@ class MemoryTransport:
             if inbox is None:
                 self._counters[COUNTER_DROPPED_UNSUBSCRIBED] += 1
             else:
-                if len(inbox) >= self.inbox_capacity:  # evict the oldest: fresh rollouts are worth more
-                    heapq.heappop(inbox)
+                full = len(inbox) >= self.inbox_capacity
+                inbox.put(item.from_peer, item, ready_at=item.received_at)
+                if full:
                     self._counters[COUNTER_DROPPED_INBOUND_FULL] += 1
-                heapq.heappush(inbox, (item.received_at, next(self._order), item))
                 self._counters[COUNTER_RECEIVED] += 1
 
     def drain(self, topic: str, max_items: int | None = None) -> list[Received]:
         now = self.bus.clock()
-        out: list[Received] = []
         with self._lock:
             inbox = self._inboxes.get(topic)
-            while inbox and inbox[0][0] <= now and (max_items is None or len(out) < max_items):
-                out.append(heapq.heappop(inbox)[2])
-        return out
+            return [] if inbox is None else inbox.take(max_items, now)
 
     def peers(self) -> list[str]:
         return self.bus._peers_of(self.peer_id) if self._started else []
@@ -167,6 +170,14 @@ class MemoryTransport:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counters)
+
+    def dropped_by_sender(self) -> dict[str, int]:
+        """Messages each sender lost to a full inbox (all topics)."""
+        with self._lock:
+            total: Counter[str] = Counter()
+            for inbox in self._inboxes.values():
+                total.update(inbox.dropped)
+            return dict(total)
 
     def close(self) -> None:
         with self._lock:

@@ -11,11 +11,23 @@ when this process started sending and n counts its messages since. Why this shap
     2^22 (4 million) messages per millisecond of uptime.
   * fits uint64 until the year 2109 (42 bits of milliseconds).
 One key, one running process: two processes sharing a key would refuse each other's sequences.
+
+Pacing: what a node sends must fit what its peers accept (protocol/ratelimit.py: 20 messages/s
+per origin, 200 burst). The tiny preset produces about 320 groups/s (16 a round, ~20 rounds/s),
+so the Outbox sends through its own token bucket, `PACE` (10 messages/s, 100 burst: half the
+peers' limit, leaving room for hints and clock jitter). What does not fit waits in a short queue
+(`max_queued`) and goes out on a later `publish` or `flush`; when the queue is full the OLDEST
+waiting message is dropped (counted as `dropped_paced`): fresh rollouts are worth more. Messages
+are sealed when they leave, so their timestamps and sequence numbers are those of sending.
+Pacing rather than batching several groups into one message: no wire change, and it holds for any
+preset whatever it produces.
 """
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter, deque
+from dataclasses import dataclass
 from typing import Callable
 
 from google.protobuf.message import Message
@@ -44,38 +56,108 @@ class Sequencer:
             return value
 
 
+@dataclass(frozen=True)
+class Pace:
+    messages_per_s: float = 10.0
+    burst: float = 100.0
+    max_queued: int = 64
+
+    def __post_init__(self) -> None:
+        if self.messages_per_s <= 0 or self.burst < 1 or self.max_queued < 0:
+            raise ValueError("need messages_per_s > 0, burst >= 1 and max_queued >= 0")
+
+
+PACE = Pace()
+UNPACED = None  # Outbox(pace=UNPACED): send everything at once (benchmarks, hostile test peers)
+
+
 class Outbox:
     """Seals body messages as this node, with its sequence numbers and wall-clock timestamps.
 
     By default it validates outgoing messages against `limits` first: a message our peers would
     refuse (and score us down for) is our bug, better raised here. `limits=None` skips that
-    (hostile test peers)."""
+    (hostile test peers). `publish` paces (module docstring); `seal` does not."""
 
     def __init__(
         self,
         identity: NodeIdentity,
         *,
         limits: Limits | None = Limits(),
+        pace: Pace | None = PACE,
         clock: Callable[[], float] = time.time,
         sequencer: Sequencer | None = None,
     ) -> None:
         self.identity = identity
         self.limits = limits
+        self.pace = pace
         self._clock = clock
         self.sequencer = sequencer or Sequencer(clock=clock)
+        self.counters: Counter[str] = Counter()  # paced_queued, paced_sent, dropped_paced
+        self._tokens = pace.burst if pace else 0.0
+        self._refilled_at = clock()
+        self._queue: deque[tuple[str, Message]] = deque()
+        self._lock = threading.Lock()
 
-    def seal(self, message: Message) -> bytes:
-        """A signed Envelope for `message` (a RolloutGroup, Hint or HintRequest)."""
+    def _validate(self, message: Message) -> None:
         kind = kind_of(message)
         if self.limits is not None:
             try:
                 validate_body(kind, message, self.limits)
             except Rejected as rejection:
                 raise ValueError(f"peers would reject this {kind.name}: {rejection}") from rejection
-        return seal(self.identity, kind, message.SerializeToString(), self.sequencer.next(), int(self._clock() * 1000))
 
-    def publish(self, transport: Transport, swarm: str, message: Message) -> bytes:
-        """Seals `message` and publishes it on its kind's topic of `swarm`; returns the bytes sent."""
-        data = self.seal(message)
-        transport.publish(topic_name(swarm, KIND_SPECS[kind_of(message)].topic), data)
+    def seal(self, message: Message) -> bytes:
+        """A signed Envelope for `message` (a RolloutGroup, Hint or HintRequest)."""
+        self._validate(message)
+        return self._seal_valid(message)
+
+    def _seal_valid(self, message: Message) -> bytes:
+        return seal(self.identity, kind_of(message), message.SerializeToString(), self.sequencer.next(),
+                    int(self._clock() * 1000))
+
+    def publish(self, transport: Transport, swarm: str, message: Message) -> bytes | None:
+        """Validates `message` (ValueError if peers would refuse it) and queues it for its kind's
+        topic of `swarm`, then sends what the pace allows, oldest first. Returns the bytes sent for
+        `message` if it went out now, else None (it waits, or was dropped by the pace later)."""
+        self._validate(message)
+        topic = topic_name(swarm, KIND_SPECS[kind_of(message)].topic)
+        with self._lock:
+            if self.pace is None:
+                return self._send(transport, topic, message)
+            self._queue.append((topic, message))
+            self.counters["paced_queued"] += 1
+            sent = self._release(transport)
+            while len(self._queue) > self.pace.max_queued:
+                self._queue.popleft()
+                self.counters["dropped_paced"] += 1
+            return sent.get(id(message))
+
+    def flush(self, transport: Transport) -> int:
+        """Sends whatever waiting messages the pace allows now; returns how many."""
+        with self._lock:
+            return len(self._release(transport)) if self.pace is not None else 0
+
+    @property
+    def queued(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    def _release(self, transport: Transport) -> dict[int, bytes]:
+        pace = self.pace
+        now = self._clock()
+        elapsed = now - self._refilled_at
+        if elapsed > 0:  # a clock stepping back refills nothing
+            self._tokens = min(pace.burst, self._tokens + elapsed * pace.messages_per_s)
+            self._refilled_at = now
+        sent: dict[int, bytes] = {}
+        while self._queue and self._tokens >= 1.0:
+            topic, message = self._queue.popleft()
+            self._tokens -= 1.0
+            sent[id(message)] = self._send(transport, topic, message)
+        return sent
+
+    def _send(self, transport: Transport, topic: str, message: Message) -> bytes:
+        data = self._seal_valid(message)
+        transport.publish(topic, data)
+        self.counters["paced_sent"] += 1
         return data

@@ -1,4 +1,5 @@
-"""Replay protection: a per-sender sequence window plus a bounded seen-cache of message ids.
+"""Replay protection: a per-sender sequence window, kept as long as the sender's messages could
+still pass the timestamp check, for the senders we admitted.
 
 Each sender numbers its messages with a strictly increasing `sequence` (protocol/outbox.py). Gossip
 does not preserve order, so a receiver keeps, per sender, the highest sequence seen and a bitmap
@@ -9,15 +10,19 @@ of which of the `window` sequences below it were seen (the IPsec/DTLS anti-repla
                                         accept once (bit clear), then "replay" (bit set)
     sequence <= highest - window        "stale": too far behind to tell, refuse
 
-Memory stays bounded however many senders there are: at most `max_senders` windows (least
-recently active evicted first) and at most `seen_capacity` message ids, each expiring after
-`seen_ttl_s`. The seen-cache catches replays aimed at a sender whose window was evicted; both
-structures are only updated for authenticated messages, so nobody can poison another's window.
-What bounded memory costs: if more than `max_senders` keys are active, an evicted sender's
-message could be replayed once its id has also left the seen-cache; the Ingress' timestamp
-window still refuses it once it is old (Limits.max_age_s = 600 s; the seen-cache TTL the Ingress
-sets is max_age_s + max_clock_skew_s = 720 s, so an id is remembered as long as its timestamp
-could pass).
+Bounded by time and by admission, never by a count an attacker can fill (a count-bounded LRU let
+72,000 messages from 12,000 fresh keys evict an honest sender's window, after which one of its
+accepted messages was accepted again):
+  * a window is dropped only after `ttl_s` without a message from its sender. The Ingress sets
+    ttl_s = Limits.max_age_s + max_clock_skew_s (720 s): by then every message the sender could
+    have signed before going quiet fails the timestamp check ("expired"), so forgetting it opens
+    no replay.
+  * KNOWN senders (`admit`: the Ingress admits a sender once one of its messages was accepted)
+    have their own table of up to `max_known`; nothing evicts them early.
+  * UNKNOWN senders share `max_unknown` windows. When those are full, a message from yet another
+    unknown sender is refused as "busy" (no blame: it may be honest, and it can retry) rather than
+    evicting anyone's window. When the known table is full, admission waits until a slot frees.
+Memory: (max_known + max_unknown) windows of `window` bits (about 400 bytes each at 1024).
 
 A message id is (sender key, sequence), not a hash of the content: a sender that signs two
 different bodies under one sequence is equivocating, and the second one is refused as a replay.
@@ -34,12 +39,13 @@ from .errors import Reason, Rejected
 class SequenceWindow:
     """Anti-replay window for one sender."""
 
-    __slots__ = ("highest", "bits", "size")
+    __slots__ = ("highest", "bits", "size", "last_seen")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, now: float = 0.0) -> None:
         self.highest = -1
         self.bits = 0  # bit i set <=> sequence (highest - i) was seen
         self.size = size
+        self.last_seen = now
 
     def check_and_record(self, sequence: int) -> None:
         if sequence > self.highest:
@@ -56,67 +62,87 @@ class SequenceWindow:
         self.bits |= 1 << behind
 
 
-class SeenCache:
-    """Bounded set of message ids with a time to live (LRU by insertion time)."""
+class _ExpiringTable:
+    """Windows by sender key, oldest activity first; entries idle for `ttl_s` are dropped."""
 
-    def __init__(self, capacity: int, ttl_s: float, clock: Callable[[], float]) -> None:
-        self.capacity = capacity
+    def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
-        self._clock = clock
-        self._expiry: OrderedDict[bytes, float] = OrderedDict()
+        self.windows: OrderedDict[bytes, SequenceWindow] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._expiry)
+        return len(self.windows)
 
-    def add_if_new(self, message_id: bytes) -> bool:
-        """Records `message_id`; False if it was already there (and not expired)."""
-        now = self._clock()
-        expiry = self._expiry
-        # Entries are in insertion order and share one TTL, so expired ones sit at the front.
-        while expiry:
-            oldest_id, oldest_expiry = next(iter(expiry.items()))
-            if oldest_expiry > now:
-                break
-            del expiry[oldest_id]
-        if message_id in expiry:
-            return False
-        expiry[message_id] = now + self.ttl_s
-        if len(expiry) > self.capacity:
-            expiry.popitem(last=False)
-        return True
+    def expire(self, now: float) -> None:
+        windows = self.windows
+        while windows:
+            key, window = next(iter(windows.items()))
+            if now - window.last_seen < self.ttl_s:
+                return
+            del windows[key]
+
+    def touch(self, key: bytes, now: float) -> SequenceWindow | None:
+        window = self.windows.get(key)
+        if window is not None:
+            window.last_seen = max(window.last_seen, now)
+            self.windows.move_to_end(key)
+        return window
 
 
 class ReplayGuard:
-    """Refuses replayed and stale (sender, sequence) pairs. Not thread-safe (the Ingress locks)."""
+    """Refuses replayed, stale and (when full) unadmitted (sender, sequence) pairs.
+    Not thread-safe (the Ingress locks)."""
 
     def __init__(
         self,
         window: int = 1024,
-        max_senders: int = 10_000,
-        seen_capacity: int = 65_536,
-        seen_ttl_s: float = 720.0,
+        *,
+        max_known: int = 10_000,
+        max_unknown: int = 4_096,
+        ttl_s: float = 720.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if window < 1 or max_senders < 1 or seen_capacity < 1:
-            raise ValueError("window, max_senders and seen_capacity must be >= 1")
+        if window < 1 or max_known < 1 or max_unknown < 1 or ttl_s <= 0:
+            raise ValueError("window, max_known and max_unknown must be >= 1 and ttl_s > 0")
         self.window = window
-        self.max_senders = max_senders
-        self._windows: OrderedDict[bytes, SequenceWindow] = OrderedDict()
-        self.seen = SeenCache(seen_capacity, seen_ttl_s, clock)
+        self.max_known = max_known
+        self.max_unknown = max_unknown
+        self._clock = clock
+        self._known = _ExpiringTable(ttl_s)
+        self._unknown = _ExpiringTable(ttl_s)
 
     @property
     def senders_tracked(self) -> int:
-        return len(self._windows)
+        return len(self._known) + len(self._unknown)
+
+    @property
+    def known_senders(self) -> int:
+        return len(self._known)
+
+    def is_known(self, sender_key: bytes) -> bool:
+        return sender_key in self._known.windows
 
     def check_and_record(self, sender_key: bytes, sequence: int) -> None:
-        """Raises Rejected("replay" | "stale") unless this (sender, sequence) is new."""
-        window = self._windows.get(sender_key)
+        """Raises Rejected("replay" | "stale" | "busy") unless this (sender, sequence) is new."""
+        now = self._clock()
+        self._known.expire(now)
+        self._unknown.expire(now)
+        window = self._known.touch(sender_key, now) or self._unknown.touch(sender_key, now)
         if window is None:
-            window = self._windows[sender_key] = SequenceWindow(self.window)
-            if len(self._windows) > self.max_senders:
-                self._windows.popitem(last=False)
-        else:
-            self._windows.move_to_end(sender_key)
+            if len(self._unknown) >= self.max_unknown:
+                raise Rejected(Reason.BUSY, f"{self.max_unknown} unadmitted senders are active; try again later")
+            window = self._unknown.windows[sender_key] = SequenceWindow(self.window, now)
         window.check_and_record(sequence)
-        if not self.seen.add_if_new(sender_key + sequence.to_bytes(8, "big")):
-            raise Rejected(Reason.REPLAY, f"message id (sender, {sequence}) already seen")
+
+    def admit(self, sender_key: bytes) -> bool:
+        """Moves a sender whose message was accepted to the known table; False if it is full."""
+        if sender_key in self._known.windows:
+            return True
+        window = self._unknown.windows.get(sender_key)
+        if window is None:
+            return False
+        self._known.expire(self._clock())
+        if len(self._known) >= self.max_known:
+            return False
+        del self._unknown.windows[sender_key]
+        self._known.windows[sender_key] = window
+        return True

@@ -31,17 +31,22 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     UNKNOWN_TASK: -0.2,     # could be an honest peer with a dataset we lack
     HINT_LEAK: -2.0,        # a hint that gives the answer away: poisoned, or a careless writer
     # pre-authentication: charged to the transport peer
-    Reason.RATE_LIMITED: -0.5,
+    Reason.RATE_LIMITED: 0.0,   # dropped, not misbehaviour: an honest peer may briefly out-send us
+    Reason.FLOODING: -0.5,      # sustained above 4x the rate limit (protocol/ratelimit.py)
+    Reason.WRONG_TOPIC: -0.5,   # whoever published it on that topic chose the topic
     Reason.OVERSIZED: -5.0,
     Reason.MALFORMED: -3.0,
     Reason.VERSION: -0.5,   # an honest peer running another protocol version
     Reason.UNKNOWN_KIND: -0.5,
     Reason.BAD_SIGNATURE: -5.0,
-    # post-authentication: charged to the signing key (expired / replay / stale: to the relay)
+    # post-authentication: charged to the signing key. expired / replay / stale are delivery
+    # faults: never the signer's; only a neighbour that validates what it forwards is charged
+    # (protocol/ingress.py)
     Reason.CLOCK_SKEW: -0.5,
-    Reason.EXPIRED: -0.2,   # charged to the relay that delivered it
-    Reason.REPLAY: -0.5,    # to the relay; gossip can legitimately deliver a duplicate now and then
-    Reason.STALE: -0.2,     # charged to the relay that delivered it
+    Reason.EXPIRED: -0.2,
+    Reason.REPLAY: -0.5,    # gossip can legitimately deliver a duplicate now and then
+    Reason.STALE: -0.2,
+    Reason.BUSY: 0.0,       # our replay guard is full of unadmitted senders: nobody's fault
     Reason.SCHEMA: -3.0,
     Reason.NONFINITE_LOGPROB: -3.0,
     Reason.POSITIVE_LOGPROB: -3.0,

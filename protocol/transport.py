@@ -11,8 +11,9 @@ returns whatever has arrived. Backends:
     that `drain` empties; `peers` are the DHT's routing-table peers.
 
 Contract for implementers: every method may be called from any thread; `subscribe` before
-`start` or after; messages a node publishes are never delivered back to it; a full inbox evicts
-its OLDEST message (fresh rollouts are worth more); `publish` never raises for network reasons
+`start` or after; messages a node publishes are never delivered back to it; a full inbox drops
+from its HEAVIEST sender (protocol/inbox.py: FairInbox), so nobody who out-sends the others can
+push their messages out; `publish` never raises for network reasons
 (after `close` it drops and counts); counters in `stats()` use the COUNTER_* names below where
 they apply.
 """
@@ -35,9 +36,11 @@ COUNTER_DROPPED_UNSUBSCRIBED = "dropped_unsubscribed"
 
 
 class Received(NamedTuple):
-    from_peer: str      # libp2p peer id of the peer the transport got the bytes from
+    from_peer: str      # origin: libp2p peer id that published the bytes (GossipSub's from_id)
     data: bytes
     received_at: float  # time.time() when the transport received it
+    neighbour: str = ""  # peer id of the connection that delivered them (a relay, or the origin
+                         # itself); "" where the transport cannot tell
 
 
 @runtime_checkable

@@ -229,14 +229,72 @@ def test_equivocation_same_sequence_other_body_is_refused(ingress, clock):
 
 
 def test_replaying_a_victims_messages_never_hurts_the_victim():
-    """Anyone can re-send signed bytes: the relay that replays them pays, never the signer."""
+    """Anyone can re-send signed bytes, and GossipSub re-publishes a captured message under its
+    original origin once its seen-cache forgot it: a replay is nobody's proven fault."""
     clock = FakeClock()
     ingress = Ingress(Limits(), clock=clock)
     raw = seal_message(ALICE, GROUP, 10, int(NOW * 1000))
-    assert ingress.accept("alice-relay", raw) is not None
-    for i in range(200):
-        ingress.accept(f"mallory-{i % 3}", raw)
-    assert ingress.rejected[Reason.REPLAY] >= 20  # then the relays are banned outright
-    assert ingress.rejected[Reason.REPLAY] + ingress.rejected[Reason.BANNED] == 200
+    assert ingress.accept(ALICE.peer_id(), raw) is not None
+    for i in range(200):  # as the victim's own origin, and as others
+        ingress.accept(ALICE.peer_id() if i % 2 else f"mallory-{i % 3}", raw, neighbour=f"relay-{i % 4}")
+    assert ingress.rejected[Reason.REPLAY] == 200
     assert not ingress.scores.is_banned(ALICE.peer_id()) and ingress.scores.score(ALICE.peer_id()) > 0
-    assert any(ingress.scores.is_banned(f"mallory-{i}") for i in range(3))
+    assert not any(ingress.scores.is_banned(p) for p in [*(f"mallory-{i}" for i in range(3)), *(f"relay-{i}" for i in range(4))])
+    clock.now += 700  # replayed after the window: expired, still nobody's fault
+    ingress.accept(ALICE.peer_id(), raw)
+    assert ingress.rejected[Reason.EXPIRED] == 1 and ingress.scores.score(ALICE.peer_id()) > 0
+
+
+def test_delivery_faults_charge_a_validating_neighbour_only():
+    clock = FakeClock()
+    ingress = Ingress(Limits(), clock=clock, blame_neighbours=True)
+    raw = seal_message(ALICE, GROUP, 10, int(NOW * 1000))
+    assert ingress.accept(ALICE.peer_id(), raw, neighbour=ALICE.peer_id()) is not None
+    for _ in range(100):
+        ingress.accept(ALICE.peer_id(), raw, neighbour="relay")
+    assert ingress.scores.is_banned("relay")  # it claims to validate what it forwards: it forwarded replays
+    assert not ingress.scores.is_banned(ALICE.peer_id()) and ingress.scores.score(ALICE.peer_id()) > 0
+    # and once banned, nothing it relays is read, not even fresh messages of honest origins
+    assert ingress.accept(ALICE.peer_id(), seal_message(ALICE, GROUP, 11, int(NOW * 1000)), neighbour="relay") is None
+    assert ingress.rejected[Reason.BANNED] >= 1
+
+
+def test_rate_limit_is_judged_at_arrival_and_overflow_is_not_misbehaviour():
+    clock = FakeClock()
+    ingress = Ingress(Limits(), clock=clock, rate_limits=RateLimits(messages_per_s=10, message_burst=10))
+    outbox = Outbox(ALICE, clock=clock, pace=None)
+    # 100 messages that arrived at 10/s over 10 s, drained at once: none over the limit
+    arrivals = [(outbox.seal(GROUP), NOW + i * 0.1) for i in range(100)]
+    clock.now += 10
+    assert all(ingress.accept(ALICE.peer_id(), raw, received_at=at) for raw, at in arrivals)
+    # a burst of 3x the limit (after a quiet spell that refilled the bucket): the excess is
+    # dropped and counted, and costs nothing
+    clock.now += 10
+    for _ in range(30):
+        ingress.accept(ALICE.peer_id(), outbox.seal(GROUP), received_at=clock.now)
+    assert ingress.rejected[Reason.RATE_LIMITED] == 20 and ingress.scores.score(ALICE.peer_id()) > 0
+    # sustained far above it (past the 4x abuse line) is flooding, scored until banned
+    for _ in range(300):
+        ingress.accept(ALICE.peer_id(), outbox.seal(GROUP), received_at=clock.now)
+    assert ingress.rejected[Reason.FLOODING] > 0 and ingress.scores.is_banned(ALICE.peer_id())
+
+
+def test_a_relay_carrying_many_origins_is_limited_per_connection_too():
+    clock = FakeClock()
+    ingress = Ingress(Limits(), clock=clock, rate_limits=RateLimits(messages_per_s=10, message_burst=10),
+                      neighbour_rate_limits=RateLimits(messages_per_s=20, message_burst=20))
+    for i in range(60):  # 60 fresh origins, one message each, all through one relay
+        ingress.accept(f"origin-{i}", seal_message(ALICE, GROUP, 100 + i, int(NOW * 1000)), received_at=NOW,
+                       neighbour="relay")
+    assert ingress.accepted == 20 and ingress.rejected[Reason.RATE_LIMITED] == 40
+    assert not ingress.scores.is_banned("relay") and ingress.scores.score("relay") == 0  # dropped, never blamed
+
+
+def test_a_kind_on_the_wrong_topic_is_refused():
+    clock = FakeClock()
+    ingress = Ingress(Limits(), clock=clock)
+    hint = seal(ALICE, Kind.HINT, make_hint("look closer").SerializeToString(), 5, int(NOW * 1000))
+    assert ingress.accept("mallory", hint, expected_kinds={Kind.ROLLOUT_GROUP}) is None
+    assert ingress.rejected[Reason.WRONG_TOPIC] == 1
+    assert ingress.scores.score("mallory") < 0 and ingress.scores.score(ALICE.peer_id()) == 0  # the publisher chose the topic
+    assert ingress.accept("a", hint, expected_kinds={Kind.HINT}) is not None

@@ -71,9 +71,35 @@ def test_unsubscribed_topics_and_max_items_and_full_inbox():
     small.start()
     for i in range(5):
         peers["a"].publish(TOPIC, bytes([i]))
-    assert small.stats()["dropped_inbound_full"] == 2  # the two oldest were evicted
-    assert [item.data for item in small.drain(TOPIC, max_items=2)] == [b"\x02", b"\x03"]
-    assert [item.data for item in small.drain(TOPIC)] == [b"\x04"]
+    assert small.stats()["dropped_inbound_full"] == 2  # one sender, the heaviest: its new ones were dropped
+    assert small.dropped_by_sender() == {"a": 2}
+    assert [item.data for item in small.drain(TOPIC, max_items=2)] == [b"\x00", b"\x01"]
+    assert [item.data for item in small.drain(TOPIC)] == [b"\x02"]
+
+
+def test_a_full_inbox_drops_from_the_flooder_not_from_the_quiet_peer():
+    bus = MemoryBus()
+    peers = network(bus, ("quiet", "loud"))
+    small = MemoryTransport(bus, "small", inbox_capacity=10)
+    small.subscribe(TOPIC)
+    small.start()
+    peers["quiet"].publish(TOPIC, b"q0")
+    for i in range(100):
+        peers["loud"].publish(TOPIC, b"l%d" % i)
+        if i == 50:
+            peers["quiet"].publish(TOPIC, b"q1")
+    items = small.drain(TOPIC)
+    assert [i.data for i in items if i.from_peer == "quiet"] == [b"q0", b"q1"]
+    assert small.dropped_by_sender() == {"loud": 92} and len(items) == 10
+    assert all(i.neighbour == i.from_peer for i in items)  # direct delivery on the bus
+
+
+def test_forward_models_a_relay():
+    bus = MemoryBus()
+    peers = network(bus, ("relay", "b"))
+    peers["relay"].forward(TOPIC, b"x", origin="someone")
+    (item,) = peers["b"].drain(TOPIC)
+    assert (item.from_peer, item.neighbour) == ("someone", "relay")
 
 
 def test_publish_before_start_delivers_after_close_drops_and_counts():

@@ -19,7 +19,7 @@ INVALID: an honest node must never train on them or keep them as hints.
              the honest nodes' `Verifier.digest` (so the lie is provable): `wrong_reward` (-2 to
              the signer), then `banned`.
   replay     honest envelopes drained from the three topics, re-published byte for byte: `replay`
-             (charged to the transport peer, never to the signer); a node's own message replayed
+             (charged to nobody: neither the signer nor a relay is proven at fault); a node's own message replayed
              back to it is `own_message`; old copies would be `stale` / `expired`.
   malformed  random bytes, truncated envelopes, 31-byte keys, 63-byte signatures: `malformed`,
              then `banned`.
@@ -31,8 +31,10 @@ INVALID: an honest node must never train on them or keep them as hints.
              asked about, else fresh ones: `hint_leaks_answer` (-2 to the signer), then `banned`.
 
 VALID-but-hostile: they pass every check and may be used, but must not hurt.
-  flood      `per_step * 20` valid, honestly scored groups a step from ONE key: `rate_limited` past
-             the burst (then `banned`: -0.5 each), and `observed: pool_sender_cap`.
+  flood      `per_step * 20` valid, honestly scored groups a step from ONE key (8 distinct ones,
+             each sealed again under new sequence numbers): `rate_limited` past
+             the burst (dropped, no blame), `flooding` past 4x the limit (-0.5 each, then `banned`),
+             and `observed: pool_sender_cap`.
   sybil      valid groups, each from the next of `sybil_keys` fresh keys: captured honest groups
              re-signed as its own, or its own honestly scored ones. Over libp2p every key shares
              the process's host id, so one rate bucket.
@@ -106,15 +108,16 @@ POSSIBLE_REASONS: dict[str, frozenset[str]] = {
     "liar": frozenset({"wrong_reward", "banned"}),
     "replay": frozenset({"replay", "stale", "expired", "own_message", "banned"}),
     "malformed": frozenset({"malformed", "banned"}),
-    "oversized": frozenset({"oversized", "rate_limited", "banned"}),
+    "oversized": frozenset({"oversized", "rate_limited", "flooding", "banned"}),
     "hint_leak": frozenset({"hint_leaks_answer", "banned"}),
-    "flood": frozenset({"rate_limited", "banned"}),  # -0.5 per rate_limited: a sustained flood gets banned
+    "flood": frozenset({"rate_limited", "flooding", "banned"}),  # -0.5 per flooding: a sustained flood gets banned
     "sybil": frozenset(),
     "hint_junk": frozenset({"untokenizable", "too_long"}),
     "garbage": frozenset({"untokenizable", "too_long"}),
 }
 
 FLOOD_FACTOR = 20          # flood: messages per step = per_step * FLOOD_FACTOR
+FLOOD_DISTINCT_GROUPS = 8  # flood: distinct groups built a step (each re-sealed many times)
 GROUP_SIZE = 8             # completions per group it builds
 MAX_OVERSIZED_PER_STEP = 4  # 4 MiB each; a receiver's byte bucket (16 MiB) admits ~3 anyway
 MAX_CAPTURED = 512         # honest envelopes kept for replay
@@ -400,10 +403,15 @@ class HostilePeer:
         return len(chosen)
 
     def _flood(self, round_index: int, budget: int) -> int:
-        tasks = self._tasks(budget)
-        for task in tasks:
-            self._publish("rollouts", self._valid.seal(self._group(task, round_index)), "flood_group")
-        return len(tasks)
+        # Scoring a group costs far more than signing one: a few distinct groups a step, each
+        # sealed again and again (every copy a new sequence number, so a new valid message).
+        tasks = self._tasks(min(budget, FLOOD_DISTINCT_GROUPS))
+        if not tasks:
+            return 0
+        groups = [self._group(task, round_index) for task in tasks]
+        for i in range(budget):
+            self._publish("rollouts", self._valid.seal(groups[i % len(groups)]), "flood_group")
+        return budget
 
     def _malformed(self, round_index: int, budget: int) -> int:
         tasks = self._tasks(budget)

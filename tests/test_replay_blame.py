@@ -1,0 +1,84 @@
+"""Issue 9 (g): replaying an honest peer's messages later never bans that peer.
+
+A real tiny receiver node and a real tiny honest node on the in-process bus, each transport named
+by its signing key's peer id as a libp2p host is. A third party captures every message the honest
+node sends and, after the receiver has accepted them, re-delivers them under the honest node's own
+origin (what GossipSub does with a captured message once its seen-cache has forgotten it): at
+once (replay / stale) and with the receiver's clock 700 s later (expired). The honest peer is never
+banned, keeps a positive score, and its fresh groups keep being trained on."""
+from __future__ import annotations
+
+import time
+
+from node.config import load_config
+from node.loop import Node
+from node.swarm import join_memory_bus
+from protocol import Ingress, Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name
+
+SWARM = "replay"
+TOPICS = [topic_name(SWARM, k) for k in ("rollouts", "hints", "hint-requests")]
+
+
+class ShiftedClock:
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+def tiny_node(tmp_path, name: str, bus: MemoryBus, identity: NodeIdentity, *extra: str) -> Node:
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra])
+    node = Node(cfg, tmp_path / name)
+    join_memory_bus(node, bus, identity.peer_id(), identity)
+    return node
+
+
+def test_replaying_an_honest_peers_messages_later_never_bans_it(tmp_path):
+    clock = ShiftedClock()  # the world's time, shiftable: arrival times and the receiver's checks
+    bus = MemoryBus(clock=clock)
+    honest_key, receiver_key = NodeIdentity.generate(), NodeIdentity.generate()
+    receiver = tiny_node(tmp_path, "receiver", bus, receiver_key)
+    honest = tiny_node(tmp_path, "honest", bus, honest_key, "run.seed=1", "tasks.seed=1")
+    receiver.exchange.ingress = Ingress(Limits(), clock=clock)
+    capture = MemoryTransport(bus, "capture")
+    for topic in TOPICS:
+        capture.subscribe(topic)
+    capture.start()
+
+    captured = []
+    for round_index in range(3):
+        honest.run_round(round_index)
+        receiver.run_round(round_index)
+        captured += [(topic, item) for topic in TOPICS for item in capture.drain(topic)
+                     if item.from_peer == honest_key.peer_id()]
+    honest_id = honest_key.peer_id()
+    status = receiver.exchange.status()
+    accepted_before = {p.peer_id: p for p in status["peers"]}[honest_id].accepted
+    assert accepted_before > 0 and len(captured) >= 20
+
+    replayed = 0
+    for shift in (0.0, 700.0):  # now (replay / stale), then after the timestamp window (expired)
+        clock.offset = shift
+        for _ in range(max(1, 226 // len(captured) + 1)):  # as in the issue: 226+ captured messages
+            for topic, item in captured:
+                capture.forward(topic, item.data, origin=honest_id)
+                replayed += 1
+        receiver.run_round(3 if shift == 0 else 4)
+    clock.offset = 0.0
+
+    status = receiver.exchange.status()
+    reasons = status["rejected_by_reason"]
+    faults = sum(reasons.get(r, 0) for r in ("replay", "stale", "expired"))
+    peer = {p.peer_id: p for p in status["peers"]}[honest_id]
+    print(f"FIGURES replayed={replayed} delivery_faults={faults} honest_banned={peer.banned} "
+          f"ban_count={peer.ban_count} score={peer.score:.2f} reasons={reasons}")
+    assert faults >= replayed - reasons.get("rate_limited", 0) > 0
+    assert reasons.get("expired", 0) > 0
+    assert not peer.banned and peer.ban_count == 0 and peer.score > 0
+
+    used_before = status["used_by_sender"].get(honest_id, 0)
+    for round_index in range(5, 8):  # and its fresh groups still flow
+        honest.run_round(round_index)
+        receiver.run_round(round_index)
+    assert receiver.exchange.status()["used_by_sender"].get(honest_id, 0) > used_before
