@@ -8,12 +8,15 @@ group re-signed by 100 keys is trained at most once. Neither signer is blamed (t
 produce the same group of short answers). Only groups actually used are remembered, so the memory
 grows with this node's own training (at most J + I groups a round), never with what peers send.
 
-Young keys: a key is young until this node has trained on `young_groups` of its verified,
-non-duplicate groups. Young keys together get at most `young_share_max` of the J sampled slots a
-round (a fraction carries over: 0.25 of J = 2 is one slot every other round), served in order of
-first appearance, so a burst of fresh keys queues behind earlier newcomers and never crowds out
-established peers. A new swarm starts with every key young: its external mix fills at that share
-until peers have earned weight (`young_groups` used groups each).
+Young keys: a key is young until both this node has trained on `young_groups` of its verified,
+non-duplicate groups and its first such group arrived `young_rounds` rounds ago. Young keys
+together get at most `young_share_max` of the J sampled slots a round (a fraction carries over:
+0.25 of J = 2 is one slot every other round), served in order of first appearance (keys still
+short of `young_groups` used groups first), so a burst of fresh keys queues behind earlier
+newcomers and never crowds out established peers: with the defaults, fresh keys can become
+established at most one per `young_groups` rounds (J = 4), each after `young_rounds` rounds. A new
+swarm starts with every key young: its external mix fills at that share until peers have earned
+weight.
 """
 from __future__ import annotations
 
@@ -46,11 +49,13 @@ def content_digest(group: ScoredGroup) -> str:
 
 
 class Admission:
-    def __init__(self, young_share_max: float, young_groups: int, remember_rounds: int, max_keys: int = MAX_KEYS):
+    def __init__(self, young_share_max: float, young_groups: int, young_rounds: int, remember_rounds: int,
+                 max_keys: int = MAX_KEYS):
         if not 0.0 <= young_share_max <= 1.0:
             raise ValueError(f"young_share_max must be in [0, 1], got {young_share_max}")
         self.young_share_max = young_share_max
         self.young_groups = young_groups
+        self.young_rounds = young_rounds
         self.remember_rounds = remember_rounds
         self.max_keys = max_keys
         self.keys: OrderedDict[str, KeyRecord] = OrderedDict()  # in order of first appearance
@@ -62,7 +67,7 @@ class Admission:
 
     @classmethod
     def from_config(cls, cfg) -> Admission:
-        return cls(cfg.young_share_max, cfg.young_groups, cfg.dedup_rounds)
+        return cls(cfg.young_share_max, cfg.young_groups, cfg.young_rounds, cfg.dedup_rounds)
 
     digest = staticmethod(content_digest)
 
@@ -100,11 +105,14 @@ class Admission:
 
     def is_young(self, origin: str) -> bool:
         record = self.keys.get(origin)
-        return record is None or record.used < self.young_groups
+        return (record is None or record.used < self.young_groups
+                or self._round - record.first_seen < self.young_rounds)
 
-    def seniority(self, origin: str) -> tuple[int, int]:
+    def seniority(self, origin: str) -> tuple[bool, int, int]:
+        """Sort key among young keys: those still earning contributions, then oldest first (a key
+        that only waits for time does not hold the young slots)."""
         record = self.keys[origin]
-        return record.first_seen, record.arrival
+        return record.used >= self.young_groups, record.first_seen, record.arrival
 
     def young_slots(self, k: int) -> int:
         """This round's slots for young keys out of k: the share earned, fractions carried over
@@ -126,7 +134,7 @@ class Admission:
             return
         for key in reversed(self.keys):
             record = self.keys[key]
-            if record.used < self.young_groups and record.pooled == 0:
+            if self.is_young(key) and record.pooled == 0:
                 del self.keys[key]
                 return
         self.keys.popitem(last=False)  # only established or pooled keys left: the oldest goes
