@@ -132,7 +132,7 @@ def test_c_fresh_keys_get_at_most_the_young_share_while_honest_peers_keep_flowin
     sharing since round 0 keep sharing. The receiver runs the default config (young share 0.25)."""
     result = exp_admission.sybil_share(tmp_path, keys=100, warmup=24, rounds=10)
     share = load_config("tiny").swarm.young_share_max
-    assert result["attacker_used"] + result["honest_used"] > 0
+    assert "rate_limited" not in result["rejected"] and "banned" not in result["rejected"]  # admission alone
     assert result["attacker_share"] <= share + 1e-9, result
     assert min(result["honest_used_per_round"]) >= 1, result  # every round, honest groups were trained on
     assert result["honest_used"] >= 2 * result["attacker_used"], result

@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import sys
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
@@ -112,14 +112,18 @@ class ReasoningGymSource(MixtureSource):
     """E.g. ReasoningGymSource({"leg_counting": 1.0, "basic_arithmetic": {"weight": 2.0,
     "config": {"min_terms": 2, "max_terms": 3}}}, seed=0).
 
-    Only datasets in the mixture can be rebuilt (weight 0 = rebuild peers' tasks, never draw): a
-    peer's ref for another dataset or config has no config we could trust, and building arbitrary
-    datasets on a peer's request would be a cheap way to make us burn CPU."""
+    Only datasets in the mixture can be rebuilt (weight 0 = rebuild peers' tasks, never draw), and
+    only at the swarm's task seeds (`seed` and `peer_seeds`): a peer's ref for another dataset or
+    config has no config we could trust, and every new seed means constructing a dataset (0.2-0.8 s
+    for acre), so building datasets at any seed a peer names would be a cheap way to make us burn
+    CPU. Constructed datasets are cached (at most _DATASET_CACHE_SIZE)."""
 
     name = "reasoning_gym"
 
-    def __init__(self, datasets: Mapping[str, float | Mapping[str, Any]], seed: int, size: int = DEFAULT_SIZE):
+    def __init__(self, datasets: Mapping[str, float | Mapping[str, Any]], seed: int, size: int = DEFAULT_SIZE,
+                 peer_seeds: Iterable[int] = ()):
         self.seed = check_seed(seed)
+        self.task_seeds = frozenset({self.seed, *(check_seed(s) for s in peer_seeds)})
         self._overrides: dict[str, dict[str, Any]] = {}
         weights = {}
         for name, value in datasets.items():
@@ -153,6 +157,11 @@ class ReasoningGymSource(MixtureSource):
             raise UnknownTaskError(
                 f"task {ref.key}: dataset {ref.dataset!r} is not in this node's reasoning-gym mixture "
                 f"{sorted(self._overrides)}"
+            )
+        if ref.seed not in self.task_seeds:  # refused before any config or dataset is built
+            raise UnknownTaskError(
+                f"task {ref.key}: seed {ref.seed} is not one of this node's task seeds {sorted(self.task_seeds)}; "
+                "list a peer's tasks.seed in tasks.peer_seeds to rebuild its tasks"
             )
         config, digest = self._resolved(ref.dataset, ref.seed)
         if ref.config_digest != digest:
