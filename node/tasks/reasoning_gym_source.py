@@ -15,7 +15,6 @@ import functools
 import json
 import logging
 import math
-import sys
 from typing import Any, Iterable, Mapping
 
 import reasoning_gym
@@ -31,6 +30,8 @@ from .base import (
     check_seed,
     config_digest,
 )
+from .hash_seed import HASH_SEED_DEPENDENT
+from .hash_seed import hash_randomization_off as _hash_randomization_off  # patched in tests
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +41,6 @@ log = logging.getLogger(__name__)
 # (an explicit "size" in a dataset's config is used as given).
 DEFAULT_SIZE = 10_000
 _SIZE_CAPS = {"acre": 1_000, "word_ladder": 20_000}  # acre: keeps construction near 0.3 s
-
-# Measured: these give a different question or answer for the same (seed, index) under a different
-# PYTHONHASHSEED (they iterate over sets of strings). Two peers could only agree on them if both run
-# with hash randomization off, so we allow them only then.
-HASH_SEED_DEPENDENT = frozenset(
-    {"codeio", "isomorphic_strings", "knight_swap", "list_functions",
-     "polynomial_multiplication", "ransom_note", "word_ladder"}
-)
 
 # Built-in scorers that are known to be wrong. game_of_life_halting compares bool(answer) with
 # bool("True"/"False"), so any non-empty text scores 1.0: a reward a policy would learn to hack.
@@ -89,10 +82,6 @@ def _json_safe_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
         return metadata  # the common case: keep the generator's objects untouched
     except (TypeError, ValueError):
         return _jsonable(metadata)
-
-
-def _hash_randomization_off() -> bool:
-    return sys.flags.hash_randomization == 0  # PYTHONHASHSEED=0 at interpreter start
 
 
 def _parse_mixture_entry(name: str, value: float | Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
