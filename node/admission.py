@@ -111,7 +111,9 @@ class Admission:
     def seniority(self, origin: str) -> tuple[bool, int, int]:
         """Sort key among young keys: those still earning contributions, then oldest first (a key
         that only waits for time does not hold the young slots)."""
-        record = self.keys[origin]
+        record = self.keys.get(origin)
+        if record is None:  # forgotten while pooled (a full table of pooled keys): last in line
+            return True, self._round, self._arrivals
         return record.used >= self.young_groups, record.first_seen, record.arrival
 
     def young_slots(self, k: int) -> int:

@@ -93,8 +93,9 @@ class SwarmConfig(Section):
     young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together get at most this share of "
                                    "the J external slots a round (keys are free: 100 fresh keys must not own the mix)")
     young_groups: int = Field(8, ge=0, description="a key stays young until this node has trained on this many of its "
-                              "verified, non-duplicate groups (0: no key is young)")
-    young_rounds: int = Field(20, ge=0, description="and until this many rounds after its first verified group")
+                              "verified, non-duplicate groups (0 with young_rounds 0: no key is young)")
+    young_rounds: int = Field(20, ge=0, description="a key also stays young until this many rounds after its first "
+                              "verified group")
     dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was trained on "
                               "within this many rounds is refused as duplicate_content, whoever signed it")
     max_external_factor: int = Field(4, ge=1, description="refuse a peer completion longer than this many times "

@@ -113,8 +113,9 @@ class GroupPool:
         return self.admission is not None and self.admission.is_young(entry.group.origin)
 
     def _seniority(self, young: list[PoolEntry], slots: int) -> list[PoolEntry]:
-        """Up to `slots` young groups, one per key in order of first appearance, then again: keys
-        that have waited longest first (fresh Sybil keys queue behind earlier newcomers)."""
+        """Up to `slots` young groups, one per key in Admission.seniority order (keys still earning
+        contributions, then first appearance), then again: fresh Sybil keys queue behind earlier
+        newcomers."""
         by_key: dict[str, list[PoolEntry]] = defaultdict(list)
         for entry in young:
             by_key[entry.group.origin].append(entry)
