@@ -49,6 +49,8 @@ def content_digest(group: ScoredGroup) -> str:
 
 
 class Admission:
+    """The state behind both rules: digests pooled and used, and what each key has earned."""
+
     def __init__(self, young_share_max: float, young_groups: int, young_rounds: int, remember_rounds: int,
                  max_keys: int = MAX_KEYS):
         if not 0.0 <= young_share_max <= 1.0:
@@ -125,9 +127,6 @@ class Admission:
 
     def spend(self, n: int) -> None:
         self._credit -= n
-
-    def young_keys(self) -> int:
-        return sum(self.is_young(key) for key in self.keys)
 
     def _make_room(self) -> None:
         """Keeps the key table bounded: forgets the newest young keys with nothing pooled (a flood
