@@ -2,7 +2,7 @@
 
     swarm-node train  [--preset tiny|smollm2] [--config FILE] [--set key=value ...] [--resume]
     swarm-node join   [--peers MULTIADDR ...] [--listen MULTIADDR] [--swarm NAME] [--mix I/J] [...]
-    swarm-node keygen [--out FILE]
+    swarm-node keygen [--out FILE]      (default ~/.config/swarm-node/identity.key)
     swarm-node status [--run-dir DIR | --control HOST:PORT]
     swarm-node report RUN_DIR
     swarm-node config [--preset ...] [--set ...] [--explain]
@@ -19,6 +19,21 @@ from pathlib import Path
 from rich.console import Console
 
 console = Console(stderr=True)
+
+
+_MAY_REEXEC = False  # main() runs as the process entry point: it may restart the process
+
+
+def pin_hash_seed_if_needed(cfg) -> None:
+    """Restart this process with PYTHONHASHSEED=0 when its tasks need it (node/tasks/hash_seed.py),
+    before any model or dataset is loaded; every other node keeps hash randomization on."""
+    from node.tasks.hash_seed import datasets_needing_fixed_hash_seed, hash_randomization_off
+
+    names = datasets_needing_fixed_hash_seed(cfg.tasks.source, cfg.tasks.datasets, cfg.eval.ood)
+    if names and _MAY_REEXEC and not hash_randomization_off():
+        console.print(f"{', '.join(names)}: tasks depend on Python's hash seed; restarting with PYTHONHASHSEED=0")
+        os.execve(sys.executable, [sys.executable, "-m", "node.cli", *sys.argv[1:]],
+                  {**os.environ, "PYTHONHASHSEED": "0"})
 
 
 def _config(args: argparse.Namespace, extra: list[str] = ()):
@@ -38,6 +53,7 @@ def _toml_list(values: list[str]) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args)
+    pin_hash_seed_if_needed(cfg)
 
     from node.loop import Node  # heavy imports (torch, transformers) only once the config is valid
     from node.metrics import RoundTable
@@ -81,21 +97,28 @@ def cmd_join(args: argparse.Namespace) -> int:
             raise ConfigError(f"--mix expects I/J with I >= 1 local and J >= 0 external groups (e.g. 4/4), got {args.mix!r}")
         extra += [f"tasks.prompts_per_round={local}", f"swarm.external_per_round={external}"]
     cfg = _config(args, extra)
+    pin_hash_seed_if_needed(cfg)
     from node.swarm import join
 
     return join(cfg, Path(args.run_dir), console, quiet=args.quiet)
 
 
+def default_key_path() -> Path:
+    """Under the user's config dir, never the working directory (one `git add -A` from published)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "swarm-node" / "identity.key"
+
+
 def cmd_keygen(args: argparse.Namespace) -> int:
     from protocol import NodeIdentity
 
-    path = Path(args.out)
+    path = Path(args.out) if args.out else default_key_path()
     if path.exists() and not args.force:
         console.print(f"[red]{path} already exists[/]: it is a node identity; pass --force to replace it "
                       "(peers will see a new node).")
         return 2
     identity = NodeIdentity.generate()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     identity.save(path, overwrite=args.force)
     console.print(f"wrote {path} (mode 0600)")
     print(identity.peer_id())
@@ -187,7 +210,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             from node.config import load_config
             from node.testnet.plan import node_overrides
 
-            load_config(plan.preset, None, node_overrides(plan, index, 0, plan.mixes[0]))
+            pin_hash_seed_if_needed(load_config(plan.preset, None, node_overrides(plan, index, 0, plan.mixes[0])))
     except ValueError as err:
         raise ConfigError(str(err)) from None
     from node.testnet.runner import run_testnet
@@ -224,6 +247,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise ConfigError(f"invalid configuration in {config_file} (with --tasks/--k): {problems}") from None
+    pin_hash_seed_if_needed(cfg)
 
     from node.loop import Node
 
@@ -284,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     join.set_defaults(func=cmd_join)
 
     keygen = sub.add_parser("keygen", help="write a node identity (Ed25519, mode 0600) and print its peer id")
-    keygen.add_argument("--out", default="identity.key")
+    keygen.add_argument("--out", help="key file (default $XDG_CONFIG_HOME/swarm-node/identity.key, "
+                        "i.e. ~/.config/swarm-node/identity.key)")
     keygen.add_argument("--force", action="store_true", help="replace an existing key file")
     keygen.set_defaults(func=cmd_keygen)
 
@@ -351,11 +376,8 @@ def _user_errors() -> tuple[type[Exception], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and os.environ.get("PYTHONHASHSEED") != "0":
-        # Some reasoning-gym generators depend on Python's hash seed; peers must rebuild identical
-        # tasks, so every node runs with hash seed 0 (re-exec once, before anything is loaded).
-        os.execve(sys.executable, [sys.executable, "-m", "node.cli", *sys.argv[1:]],
-                  {**os.environ, "PYTHONHASHSEED": "0"})
+    global _MAY_REEXEC
+    _MAY_REEXEC = argv is None
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -34,6 +34,9 @@ class TaskConfig(Section):
                                      description="dataset -> weight, or -> {weight, config} (reasoning-gym "
                                                  "config overrides); weight 0 = never drawn, still rebuildable")
     seed: int = Field(0, description="task stream seed: draws depend only on (seed, round, slot)")
+    peer_seeds: list[int] = Field(default_factory=list, description="reasoning_gym: peers' task seeds this node "
+                                  "rebuilds besides tasks.seed (each seed builds its own datasets); refs at any "
+                                  "other seed are unknown tasks. Synthetic tasks are rebuilt at any seed (no dataset)")
     prompts_per_round: int = Field(16, ge=1, description="I: local prompts per round (--mix I/J)")
 
 
@@ -87,6 +90,14 @@ class SwarmConfig(Section):
     pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")
     pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group older than this many rounds is dropped")
     pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
+    young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together get at most this share of "
+                                   "the J external slots a round (keys are free: 100 fresh keys must not own the mix)")
+    young_groups: int = Field(8, ge=0, description="a key stays young until this node has trained on this many of its "
+                              "verified, non-duplicate groups (0 with young_rounds 0: no key is young)")
+    young_rounds: int = Field(20, ge=0, description="a key also stays young until this many rounds after its first "
+                              "verified group")
+    dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was trained on "
+                              "within this many rounds is refused as duplicate_content, whoever signed it")
     max_external_factor: int = Field(4, ge=1, description="refuse a peer completion longer than this many times "
                                      "sampling.max_new_tokens in our tokens (it would bloat every padded batch)")
     sampling_policy: Literal["uniform", "per_sender", "weak_tasks"] = Field(

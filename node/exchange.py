@@ -109,11 +109,11 @@ class SwarmExchange:
         self.seed = seed
         self.max_completion_tokens = max_completion_tokens  # ours: longer peer text is refused
         self.weakness = weakness  # for the weak_tasks sampler: 1 - our pass rate on a group's family
-        self.pool = GroupPool(cfg.pool_max_groups, cfg.pool_max_age_rounds, cfg.pool_max_per_sender)
         self.ingress = Ingress(limits or Limits())
         self.outbox = Outbox(identity, limits=limits or Limits())
         self.topics = {kind: topic_name(cfg.name, kind) for kind in ("rollouts", "hints", "hint-requests")}
         self.rejected: Counter[str] = Counter()  # node-level reasons (Ingress counts its own)
+        self.pool = GroupPool.from_config(cfg, rejected=self.rejected)  # counts duplicate_content there
         self.observed: Counter[str] = Counter()  # things worth counting that are not rejections
         self.used_by_sender: Counter[str] = Counter()
         self.tiers_used: Counter[str] = Counter()  # behavior tier -> external rollouts trained on

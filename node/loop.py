@@ -69,7 +69,7 @@ class Node:
         self.policy = load_policy(cfg.model)
         self.model = apply_lora(self.policy.model, cfg.optim)
         self.objective = make_objective(cfg.loss.name, **cfg.loss.knobs)
-        self.source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed)
+        self.source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed, cfg.tasks.peer_seeds)
         self.verifier = cfg.verifier
         self.generator = make_generator(cfg.sampling.backend, self.policy)
         self.learner = Learner(self.model, self.objective, cfg.optim, pad_id=self.policy.tokenizer.pad_token_id,

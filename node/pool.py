@@ -7,15 +7,20 @@ Samplers (swarm.sampling_policy):
     weak_tasks  informed: weighted by how badly this node does on the group's task family
                 (1 - its pass-rate posterior mean), with each sender held to its fair share
 A group is trained on once: sampling removes it from the pool.
+
+Admission (node/admission.py; on for a node, off for a bare GroupPool): a group whose content is
+already pooled or was trained on recently is refused whoever signed it, and keys that have not
+yet earned weight ("young") share at most `young_share_max` of the J sampled slots.
 """
 from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict, deque
-from dataclasses import dataclass
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
 from typing import Callable, Literal
 
+from node.admission import DUPLICATE, Admission
 from node.groups import ScoredGroup
 
 SamplingPolicy = Literal["uniform", "per_sender", "weak_tasks"]
@@ -26,60 +31,116 @@ MIN_WEIGHT = 0.05  # weak_tasks: a family we already master still gets an occasi
 class PoolEntry:
     group: ScoredGroup
     received_round: int
+    digest: str = field(default="", compare=False)  # set by GroupPool.add when admission is on
 
 
 class GroupPool:
-    def __init__(self, max_groups: int, max_age_rounds: int, max_per_sender: int):
+    def __init__(self, max_groups: int, max_age_rounds: int, max_per_sender: int,
+                 admission: Admission | None = None, rejected: Counter | None = None):
         self.max_groups = max_groups
         self.max_age_rounds = max_age_rounds
         self.max_per_sender = max_per_sender
+        self.admission = admission  # None: a plain bounded pool (no dedup, no young-key share)
+        self.rejected = rejected if rejected is not None else Counter()  # reasons for refused groups
         self.entries: deque[PoolEntry] = deque()
+
+    @classmethod
+    def from_config(cls, cfg, rejected: Counter | None = None) -> GroupPool:
+        """The pool of a node from its SwarmConfig, admission on."""
+        return cls(cfg.pool_max_groups, cfg.pool_max_age_rounds, cfg.pool_max_per_sender,
+                   Admission.from_config(cfg), rejected)
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def add(self, entry: PoolEntry) -> bool:
-        """Adds `entry`; returns True when the sender's oldest group had to go to make room."""
+        """Adds `entry`; returns True when the sender's oldest group had to go to make room. A group
+        whose content is already pooled or was used is refused (counted as `duplicate_content`)."""
+        if self.admission is not None:
+            entry.digest = self.admission.digest(entry.group)
+            if not self.admission.admit(entry.group.origin, entry.digest, entry.received_round):
+                self.rejected[DUPLICATE] += 1  # no blame: honest peers can produce the same group
+                return False
         mine = [e for e in self.entries if e.group.origin == entry.group.origin]
         evicted = len(mine) >= self.max_per_sender
         if evicted:
-            self.entries.remove(mine[0])  # no peer holds more than its share
+            self._remove(mine[0])  # no peer holds more than its share
         self.entries.append(entry)
         return evicted
 
     def evict(self, round_index: int) -> None:
+        """Drops groups too old or over the size bound; also starts round `round_index` for admission."""
         while self.entries and round_index - self.entries[0].received_round > self.max_age_rounds:
-            self.entries.popleft()
+            self._remove(self.entries[0])
         while len(self.entries) > self.max_groups:
-            self.entries.popleft()  # oldest first
+            self._remove(self.entries[0])  # oldest first
+        if self.admission is not None:
+            self.admission.start_round(round_index)
 
     def take_matching(self, prompt_keys: set[str]) -> list[ScoredGroup]:
-        """Cross-actor: the newest pooled group for each of `prompt_keys`, removed from the pool."""
+        """Cross-actor: the newest pooled group for each of `prompt_keys`, removed from the pool.
+        Only established keys' groups: young keys reach the mix through `sample`'s share alone."""
         newest: dict[str, PoolEntry] = {}
         for entry in self.entries:
-            if entry.group.task.prompt_key in prompt_keys:
+            if entry.group.task.prompt_key in prompt_keys and not self._young(entry):
                 newest[entry.group.task.prompt_key] = entry
-        for entry in newest.values():
-            self.entries.remove(entry)
-        return [e.group for e in newest.values()]
+        return self._use(list(newest.values()))
 
     def sample(self, k: int, policy: SamplingPolicy, rng: random.Random,
                weakness: Callable[[ScoredGroup], float] | None = None) -> list[ScoredGroup]:
         """Up to k groups with reward variance, removed from the pool (flat groups stay: they are
-        only useful merged into one of our groups)."""
+        only useful merged into one of our groups). Young keys' groups fill at most their share of
+        the k slots, oldest keys first; the sampling policy picks the rest among established keys."""
         eligible = [e for e in self.entries if not e.group.flat]
-        k = min(k, len(eligible))
+        chosen: list[PoolEntry] = []
+        if self.admission is not None:
+            young = [e for e in eligible if self._young(e)]
+            chosen = self._seniority(young, self.admission.young_slots(k))
+            self.admission.spend(len(chosen))
+        established = [e for e in eligible if not self._young(e)]
+        n = min(k - len(chosen), len(established))
         if policy == "uniform":
-            chosen = rng.sample(eligible, k)
+            chosen += rng.sample(established, n)
         elif policy == "per_sender":
-            chosen = _round_robin(eligible, k, rng)
+            chosen += _round_robin(established, n, rng)
         elif policy == "weak_tasks":
-            chosen = _weighted_fair(eligible, k, rng, weakness or (lambda g: 0.5))
+            chosen += _weighted_fair(established, n, rng, weakness or (lambda g: 0.5))
         else:
             raise ValueError(f"unknown sampling policy {policy!r}: valid are uniform, per_sender, weak_tasks")
+        return self._use(chosen)
+
+    def _young(self, entry: PoolEntry) -> bool:
+        return self.admission is not None and self.admission.is_young(entry.group.origin)
+
+    def _seniority(self, young: list[PoolEntry], slots: int) -> list[PoolEntry]:
+        """Up to `slots` young groups, one per key in Admission.seniority order (keys still earning
+        contributions, then first appearance), then again: fresh Sybil keys queue behind earlier
+        newcomers."""
+        by_key: dict[str, list[PoolEntry]] = defaultdict(list)
+        for entry in young:
+            by_key[entry.group.origin].append(entry)
+        order = sorted(by_key, key=self.admission.seniority)
+        chosen: list[PoolEntry] = []
+        while len(chosen) < slots and order:
+            for key in list(order):
+                if len(chosen) == slots:
+                    break
+                chosen.append(by_key[key].pop())  # its newest group
+                if not by_key[key]:
+                    order.remove(key)
+        return chosen
+
+    def _use(self, chosen: list[PoolEntry]) -> list[ScoredGroup]:
         for entry in chosen:
-            self.entries.remove(entry)
+            self._remove(entry)
+            if self.admission is not None:
+                self.admission.used(entry.group.origin, entry.digest)
         return [e.group for e in chosen]
+
+    def _remove(self, entry: PoolEntry) -> None:
+        self.entries.remove(entry)
+        if self.admission is not None:
+            self.admission.unpooled(entry.group.origin, entry.digest)
 
 
 def _round_robin(entries: list[PoolEntry], k: int, rng: random.Random) -> list[PoolEntry]:

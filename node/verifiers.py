@@ -150,8 +150,31 @@ def exact_match(pred: str | None, gold: str | None) -> float:
     return 1.0 if pred.strip() == gold.strip() else 0.0
 
 
+# A plain number: what most gold answers are. math-verify extracts SOME expression from a prediction
+# ("7^{2}" and "3, 7" both verify against 7), so against such a gold only one numeric literal counts.
+_PLAIN_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\d+/\d+|-?\\d?frac\{\d+\}\{\d+\}")
+_WRAPPERS = (("$", "$"), ("\\(", "\\)"), ("\\boxed{", "}"))
+
+
+def plain_number_answer_ok(pred: str, gold: str) -> bool:
+    """False when `gold` is a plain number and `pred` is anything but one numeric literal (an
+    integer, decimal, 1,000-grouped number, a/b or \\frac{a}{b}, optionally in $...$, \\(...\\) or
+    \\boxed{...}): math-verify then decides whether the two numbers are equal."""
+    if not _PLAIN_NUMBER.fullmatch(gold.strip()):
+        return True  # an expression, a set, a word: math-verify's own rules apply
+    pred = pred.strip()
+    for opening, closing in _WRAPPERS:
+        if pred.startswith(opening) and pred.endswith(closing) and len(pred) > len(opening) + len(closing):
+            pred = pred[len(opening):-len(closing)].strip()
+            break
+    return _PLAIN_NUMBER.fullmatch(pred) is not None
+
+
 def _math_verify_unbounded(pred: str, gold: str) -> float:
     from math_verify import parse, verify
+
+    if not plain_number_answer_ok(pred, gold):
+        return 0.0
 
     # Timeouts off: math-verify implements them with signals (main thread only); we cap instead.
     gold_parsed = parse(gold, parsing_timeout=None)

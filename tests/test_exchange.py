@@ -29,7 +29,9 @@ def bus():
 
 @pytest.fixture()
 def node(tmp_path, bus):
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4"])
+    # fresh keys get the whole mix here: these tests are about verification (admission: tests/test_admission.py)
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
+                                     "swarm.young_share_max=1.0"])
     n = Node(cfg, tmp_path)
     join_memory_bus(n, bus, "receiver")
     return n
@@ -146,8 +148,10 @@ def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus):
     flood_key, honest_key = NodeIdentity.generate(), NodeIdentity.generate()
     flood, honest = Outbox(flood_key), Outbox(honest_key)
     flooder, good = peer(bus, "flooder"), peer(bus, "good")
-    for i in range(40):
-        flood.publish(flooder, SWARM, honest_group(node, 100 + i))
+    for i in range(40):  # distinct contents: the pool refuses a duplicate whoever signs it
+        answer = node.source.batch(1100 + i, 1)[0].answer
+        texts = [answer, "0123456789+m"[i % 12]] + ["="] * (1 + i // 12)
+        flood.publish(flooder, SWARM, honest_group(node, 100 + i, texts=texts))
     honest.publish(good, SWARM, honest_group(node, 0))
     exchange = node.exchange
     exchange.cfg = exchange.cfg.model_copy(update={"external_per_round": 2})

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,7 +169,7 @@ def test_reasoning_gym_batches_are_deterministic(rg):
 
 
 def test_reasoning_gym_rebuild_reproduces_peer_tasks_at_the_peer_seed(rg):
-    local = rg.ReasoningGymSource({**RG_MIX, "chain_sum": 0.0}, seed=0)
+    local = rg.ReasoningGymSource({**RG_MIX, "chain_sum": 0.0}, seed=0, peer_seeds=[12345])
     peer = rg.ReasoningGymSource(RG_MIX, seed=12345)
     for task in peer.batch(7, 24):
         rebuilt = local.rebuild(TaskRef.from_dict(task.ref.to_dict()))
@@ -225,6 +226,28 @@ def test_reasoning_gym_rebuild_refuses_what_it_cannot_build(rg):
         small.rebuild(TaskRef("reasoning_gym", "acre", small.digest("acre"), 0, 10))
     with pytest.raises(ValueError, match="seed must be an int"):
         rg.ReasoningGymSource({"acre": 1.0}, seed="0")
+
+
+def test_reasoning_gym_rebuilds_only_the_swarms_task_seeds_and_never_builds_a_dataset_for_others(rg):
+    source = rg.ReasoningGymSource({"acre": 1.0}, seed=0, peer_seeds=[7])
+    source.rebuild(source.batch(0, 1)[0].ref)
+    built = source._dataset.cache_info().currsize
+    for seed in range(100, 120):  # the digest right for each seed, as an attacker computes it
+        ref = TaskRef("reasoning_gym", "acre", source.digest("acre", seed), seed, 3)
+        started = time.perf_counter()
+        with pytest.raises(UnknownTaskError, match=f"seed {seed} is not one of this node's task seeds"):
+            source.rebuild(ref)
+        assert time.perf_counter() - started < 0.05  # a dataset build takes 0.2-0.8 s
+    assert source._dataset.cache_info().currsize == built  # no dataset built for them
+    peer_task = rg.ReasoningGymSource({"acre": 1.0}, seed=7).batch(0, 1)[0]
+    assert source.rebuild(peer_task.ref) == peer_task  # a listed peer seed is rebuilt
+
+
+def test_make_source_passes_peer_seeds_to_reasoning_gym_only():
+    assert make_source("reasoning_gym", {"leg_counting": 1.0}, 3, peer_seeds=[5]).task_seeds == {3, 5}
+    synthetic = make_source("synthetic", {"copy": 1.0}, 3, peer_seeds=[5])
+    peer_ref = make_source("synthetic", {"copy": 1.0}, 99).batch(0, 1)[0].ref
+    assert synthetic.rebuild(peer_ref).ref == peer_ref  # no dataset to build: any seed
 
 
 def test_hash_seed_dependent_datasets_need_pythonhashseed_zero(rg, monkeypatch):

@@ -140,6 +140,31 @@ def test_math_verify_match(pred, gold, expected):
     assert math_verify_match(pred, gold) == expected
 
 
+@pytest.mark.parametrize("pred", ["7^{2}", "3, 7", "7, 7", "x = 7", "7 legs", "7\\%", "{7}", "$$", "7 or 8"])
+def test_a_plain_number_gold_refuses_anything_but_one_number(pred):
+    """math-verify extracts some expression from a prediction: without this rule 7^{2} and 3, 7
+    scored 1.0 against 7 (a reward hack a real tokenizer can express)."""
+    assert math_verify_match(pred, "7") == 0.0
+
+
+@pytest.mark.parametrize("pred, gold", [("7", "7"), ("$7$", "7"), ("\\boxed{7}", "7"), ("\\(7\\)", "7"),
+                                        ("7.0", "7"), ("14/2", "7"), ("1,000", "1000"), ("-3.5", "-7/2"),
+                                        ("\\frac{7}{2}", "3.5"), ("49", "7^2")])
+def test_honest_numeric_and_expression_answers_still_verify(pred, gold):
+    assert math_verify_match(pred, gold) == 1.0
+
+
+def test_math_scorer_still_scores_honest_reasoning_gym_answers():
+    from node.tasks.reasoning_gym_source import ReasoningGymSource
+
+    source = ReasoningGymSource({"basic_arithmetic": 1.0, "leg_counting": 1.0, "chain_sum": 1.0}, seed=3)
+    verifier = Verifier(scorer="math", fmt="tagged")
+    tasks = source.batch(0, 12)
+    assert all(verifier.score(t, source, f"<answer>{t.answer}</answer>")[1]["correct"] for t in tasks)
+    assert not any(verifier.score(t, source, f"<answer>{t.answer}^{{2}}</answer>")[1]["correct"]
+                   for t in tasks if t.answer not in ("0", "1"))
+
+
 def test_math_verify_timeout_scores_zero_and_is_counted(monkeypatch):
     release = threading.Event()
     monkeypatch.setattr(verifiers, "_math_verify_unbounded", lambda pred, gold: release.wait(10) or 1.0)

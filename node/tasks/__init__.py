@@ -1,16 +1,18 @@
 """Task sources. Every task is addressed by a TaskRef from which question and answer are rebuilt."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .base import SOURCE_KINDS, Task, TaskRef, TaskSource, UnknownDatasetError, UnknownTaskError
 
 __all__ = ["SOURCE_KINDS", "Task", "TaskRef", "TaskSource", "UnknownDatasetError", "UnknownTaskError", "make_source"]
 
 
-def make_source(kind: str, datasets: Mapping[str, Any], seed: int, **options: Any) -> TaskSource:
+def make_source(kind: str, datasets: Mapping[str, Any], seed: int, peer_seeds: Sequence[int] = (),
+                **options: Any) -> TaskSource:
     """Build a task source: kind "synthetic" (weights over copy/succ/max/add) or "reasoning_gym"
-    (weights or {"weight", "config"} per dataset; options: size)."""
+    (weights or {"weight", "config"} per dataset; options: size). `peer_seeds`: peers' task seeds a
+    reasoning-gym source also rebuilds (synthetic tasks need no dataset: any seed is rebuilt)."""
     # Imported here: reasoning-gym takes about 2 s to import and synthetic runs never need it.
     if kind == "synthetic":
         from .synthetic import SyntheticSource
@@ -19,5 +21,5 @@ def make_source(kind: str, datasets: Mapping[str, Any], seed: int, **options: An
     if kind == "reasoning_gym":
         from .reasoning_gym_source import ReasoningGymSource
 
-        return ReasoningGymSource(datasets, seed, **options)
+        return ReasoningGymSource(datasets, seed, peer_seeds=peer_seeds, **options)
     raise ValueError(f"unknown task source kind {kind!r}; valid: {', '.join(SOURCE_KINDS)}")

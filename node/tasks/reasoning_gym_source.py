@@ -15,8 +15,7 @@ import functools
 import json
 import logging
 import math
-import sys
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
@@ -31,6 +30,8 @@ from .base import (
     check_seed,
     config_digest,
 )
+from .hash_seed import HASH_SEED_DEPENDENT
+from .hash_seed import hash_randomization_off as _hash_randomization_off  # patched in tests
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +41,6 @@ log = logging.getLogger(__name__)
 # (an explicit "size" in a dataset's config is used as given).
 DEFAULT_SIZE = 10_000
 _SIZE_CAPS = {"acre": 1_000, "word_ladder": 20_000}  # acre: keeps construction near 0.3 s
-
-# Measured: these give a different question or answer for the same (seed, index) under a different
-# PYTHONHASHSEED (they iterate over sets of strings). Two peers could only agree on them if both run
-# with hash randomization off, so we allow them only then.
-HASH_SEED_DEPENDENT = frozenset(
-    {"codeio", "isomorphic_strings", "knight_swap", "list_functions",
-     "polynomial_multiplication", "ransom_note", "word_ladder"}
-)
 
 # Built-in scorers that are known to be wrong. game_of_life_halting compares bool(answer) with
 # bool("True"/"False"), so any non-empty text scores 1.0: a reward a policy would learn to hack.
@@ -91,10 +84,6 @@ def _json_safe_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
         return _jsonable(metadata)
 
 
-def _hash_randomization_off() -> bool:
-    return sys.flags.hash_randomization == 0  # PYTHONHASHSEED=0 at interpreter start
-
-
 def _parse_mixture_entry(name: str, value: float | Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
     """A plain number is a weight; a mapping is {"weight": w (default 1.0), "config": {...}}."""
     if not isinstance(value, Mapping):
@@ -112,14 +101,18 @@ class ReasoningGymSource(MixtureSource):
     """E.g. ReasoningGymSource({"leg_counting": 1.0, "basic_arithmetic": {"weight": 2.0,
     "config": {"min_terms": 2, "max_terms": 3}}}, seed=0).
 
-    Only datasets in the mixture can be rebuilt (weight 0 = rebuild peers' tasks, never draw): a
-    peer's ref for another dataset or config has no config we could trust, and building arbitrary
-    datasets on a peer's request would be a cheap way to make us burn CPU."""
+    Only datasets in the mixture can be rebuilt (weight 0 = rebuild peers' tasks, never draw), and
+    only at the swarm's task seeds (`seed` and `peer_seeds`): a peer's ref for another dataset or
+    config has no config we could trust, and every new seed means constructing a dataset (0.2-0.8 s
+    for acre), so building datasets at any seed a peer names would be a cheap way to make us burn
+    CPU. Constructed datasets are cached (at most _DATASET_CACHE_SIZE)."""
 
     name = "reasoning_gym"
 
-    def __init__(self, datasets: Mapping[str, float | Mapping[str, Any]], seed: int, size: int = DEFAULT_SIZE):
+    def __init__(self, datasets: Mapping[str, float | Mapping[str, Any]], seed: int, size: int = DEFAULT_SIZE,
+                 peer_seeds: Iterable[int] = ()):
         self.seed = check_seed(seed)
+        self.task_seeds = frozenset({self.seed, *(check_seed(s) for s in peer_seeds)})
         self._overrides: dict[str, dict[str, Any]] = {}
         weights = {}
         for name, value in datasets.items():
@@ -153,6 +146,11 @@ class ReasoningGymSource(MixtureSource):
             raise UnknownTaskError(
                 f"task {ref.key}: dataset {ref.dataset!r} is not in this node's reasoning-gym mixture "
                 f"{sorted(self._overrides)}"
+            )
+        if ref.seed not in self.task_seeds:  # refused before any config or dataset is built
+            raise UnknownTaskError(
+                f"task {ref.key}: seed {ref.seed} is not one of this node's task seeds {sorted(self.task_seeds)}; "
+                "list a peer's tasks.seed in tasks.peer_seeds to rebuild its tasks"
             )
         config, digest = self._resolved(ref.dataset, ref.seed)
         if ref.config_digest != digest:

@@ -36,8 +36,10 @@ VALID-but-hostile: they pass every check and may be used, but must not hurt.
              the burst (dropped, no blame), `flooding` past 4x the limit (-0.5 each, then `banned`),
              and `observed: pool_sender_cap`.
   sybil      valid groups, each from the next of `sybil_keys` fresh keys: captured honest groups
-             re-signed as its own, or its own honestly scored ones. Over libp2p every key shares
-             the process's host id, so one rate bucket.
+             re-signed as its own (`duplicate_content` once the original was pooled or used), or
+             its own honestly scored ones; young keys, they share a capped part of the mix
+             (node/admission.py). Over libp2p every key shares the process's host id, so one
+             rate bucket.
   hint_junk  well-formed hints (prefix, or l1-l3) with junk text that never contains the answer, for
              tasks it saw requested (HintRequests) or failed (groups whose claims are all 0); a
              receiver that asked keeps them (`hints_accepted`).
@@ -101,8 +103,10 @@ EXPECTED_REASONS: dict[str, tuple[str, ...]] = {
 }
 # Every reason a kind's traffic may cause on a receiver (a ban follows repeated offences; a replay of
 # the receiver's own message is `own_message`; old copies are `stale` / `expired`; text a tiny
-# vocabulary cannot encode is `untokenizable`).
-POSSIBLE_REASONS: dict[str, frozenset[str]] = {
+# vocabulary cannot encode is `untokenizable`). Any kind may meet `duplicate_content`: two groups
+# with the same prompt and completions, from honest peers too (one-character answers collide).
+_ANY = frozenset({"duplicate_content"})
+POSSIBLE_REASONS: dict[str, frozenset[str]] = {kind: reasons | _ANY for kind, reasons in {
     "forged": frozenset({"bad_signature", "banned"}),
     "tampered": frozenset({"bad_signature", "banned"}),
     "liar": frozenset({"wrong_reward", "banned"}),
@@ -114,7 +118,7 @@ POSSIBLE_REASONS: dict[str, frozenset[str]] = {
     "sybil": frozenset(),
     "hint_junk": frozenset({"untokenizable", "too_long"}),
     "garbage": frozenset({"untokenizable", "too_long"}),
-}
+}.items()}
 
 FLOOD_FACTOR = 20          # flood: messages per step = per_step * FLOOD_FACTOR
 FLOOD_DISTINCT_GROUPS = 8  # flood: distinct groups built a step (each re-sealed many times)

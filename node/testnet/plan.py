@@ -132,6 +132,7 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
     base = PRESETS[plan.preset]
     out = [f"run.seed={seed * 1000 + index}", f"model.init_seed={seed * 1000 + index}",
            f"tasks.seed={seed * 1000 + index}", f"tasks.prompts_per_round={local}",
+           f"tasks.peer_seeds=[{', '.join(str(seed * 1000 + i) for i in range(plan.nodes))}]",  # reasoning-gym
            f"swarm.external_per_round={external}", f"run.rounds={plan.rounds}", "run.threads=1",
            "run.checkpoint_every=10"]  # a killed node loses at most 10 rounds
     if plan.heterogeneous:

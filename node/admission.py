@@ -1,0 +1,141 @@
+"""Which verified peer groups may enter the external mix: content dedup across signers, and the
+weight new keys earn. Identities are free (anyone can make 100 keys), so neither rule trusts a key.
+
+Duplicates: a group's content digest covers its prompt and its completion texts (order and runs
+of whitespace ignored), not the signer. A group whose content is already in the pool, or was
+trained on within the last `remember_rounds` rounds, is refused as `duplicate_content`: one honest
+group re-signed by 100 keys is trained at most once. Neither signer is blamed (two honest peers can
+produce the same group of short answers). Only groups actually used are remembered, so the memory
+grows with this node's own training (at most J + I groups a round), never with what peers send.
+
+Young keys: a key is young until both this node has trained on `young_groups` of its verified,
+non-duplicate groups and its first such group arrived `young_rounds` rounds ago. Young keys
+together get at most `young_share_max` of the J sampled slots a round (a fraction carries over:
+0.25 of J = 2 is one slot every other round), served in order of first appearance (keys still
+short of `young_groups` used groups first), so a burst of fresh keys queues behind earlier
+newcomers and never crowds out established peers: with the defaults, fresh keys can become
+established at most one per `young_groups` rounds (J = 4), each after `young_rounds` rounds. A new
+swarm starts with every key young: its external mix fills at that share until peers have earned
+weight.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from node.groups import ScoredGroup
+
+DUPLICATE = "duplicate_content"
+MAX_KEYS = 4096  # key records kept; beyond it the newest young keys with nothing pooled are forgotten
+
+
+@dataclass
+class KeyRecord:
+    first_seen: int  # round of its first admitted group
+    arrival: int     # admission order, to break ties within a round
+    used: int = 0    # its groups this node trained on
+    pooled: int = 0  # its groups in the pool now
+
+
+def content_digest(group: ScoredGroup) -> str:
+    """sha256 over the prompt and the sorted, whitespace-normalised completion texts."""
+    texts = sorted(" ".join(r.text.split()) for r in group.rollouts)
+    h = hashlib.sha256(group.task.prompt_key.encode())
+    for text in texts:
+        h.update(b"\0" + text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+class Admission:
+    """The state behind both rules: digests pooled and used, and what each key has earned."""
+
+    def __init__(self, young_share_max: float, young_groups: int, young_rounds: int, remember_rounds: int,
+                 max_keys: int = MAX_KEYS):
+        if not 0.0 <= young_share_max <= 1.0:
+            raise ValueError(f"young_share_max must be in [0, 1], got {young_share_max}")
+        self.young_share_max = young_share_max
+        self.young_groups = young_groups
+        self.young_rounds = young_rounds
+        self.remember_rounds = remember_rounds
+        self.max_keys = max_keys
+        self.keys: OrderedDict[str, KeyRecord] = OrderedDict()  # in order of first appearance
+        self._pooled: set[str] = set()
+        self._used: OrderedDict[str, int] = OrderedDict()  # digest -> round used, oldest first
+        self._round = 0
+        self._arrivals = 0
+        self._credit = 0.0  # young slots earned and not yet spent
+
+    @classmethod
+    def from_config(cls, cfg) -> Admission:
+        return cls(cfg.young_share_max, cfg.young_groups, cfg.young_rounds, cfg.dedup_rounds)
+
+    digest = staticmethod(content_digest)
+
+    def admit(self, origin: str, digest: str, round_index: int) -> bool:
+        """False for content already pooled or used; else records the group as pooled."""
+        if digest in self._pooled or digest in self._used:
+            return False
+        record = self.keys.get(origin)
+        if record is None:
+            self._make_room()
+            record = self.keys[origin] = KeyRecord(first_seen=round_index, arrival=self._arrivals)
+            self._arrivals += 1
+        record.pooled += 1
+        self._pooled.add(digest)
+        return True
+
+    def unpooled(self, origin: str, digest: str) -> None:
+        self._pooled.discard(digest)
+        record = self.keys.get(origin)
+        if record is not None:
+            record.pooled -= 1
+
+    def used(self, origin: str, digest: str) -> None:
+        """A group of `origin` was trained on: it earns the key weight and is remembered."""
+        record = self.keys.get(origin)
+        if record is not None:
+            record.used += 1
+        if digest:
+            self._used[digest] = self._round
+
+    def start_round(self, round_index: int) -> None:
+        self._round = round_index
+        while self._used and round_index - next(iter(self._used.values())) > self.remember_rounds:
+            self._used.popitem(last=False)
+
+    def is_young(self, origin: str) -> bool:
+        record = self.keys.get(origin)
+        return (record is None or record.used < self.young_groups
+                or self._round - record.first_seen < self.young_rounds)
+
+    def seniority(self, origin: str) -> tuple[bool, int, int]:
+        """Sort key among young keys: those still earning contributions, then oldest first (a key
+        that only waits for time does not hold the young slots)."""
+        record = self.keys.get(origin)
+        if record is None:  # forgotten while pooled (a full table of pooled keys): last in line
+            return True, self._round, self._arrivals
+        return record.used >= self.young_groups, record.first_seen, record.arrival
+
+    def young_slots(self, k: int) -> int:
+        """This round's slots for young keys out of k: the share earned, fractions carried over
+        (capped, so quiet rounds never bank a burst)."""
+        earned = self.young_share_max * k
+        self._credit = min(self._credit + earned, max(1.0, earned))
+        return min(k, math.floor(self._credit + 1e-9))
+
+    def spend(self, n: int) -> None:
+        self._credit -= n
+
+    def _make_room(self) -> None:
+        """Keeps the key table bounded: forgets the newest young keys with nothing pooled (a flood
+        of fresh keys forgets itself, never an established or earlier key)."""
+        if len(self.keys) < self.max_keys:
+            return
+        for key in reversed(self.keys):
+            record = self.keys[key]
+            if self.is_young(key) and record.pooled == 0:
+                del self.keys[key]
+                return
+        self.keys.popitem(last=False)  # only established or pooled keys left: the oldest goes
