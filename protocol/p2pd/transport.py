@@ -13,9 +13,10 @@ Semantics worth knowing:
 * The daemon silently drops a message above its pubsub limit (1 MiB including headers; measured
   here: a 1,048,376-byte payload arrives, 1,048,576 does not) while publish says OK, so `publish`
   refuses anything above `max_msg_bytes` with ValueError (a caller error: split or shrink it).
-* Messages published before a peer's subscription reaches us are lost by GossipSub, so the
-  writer holds a message until its topic has at least one subscribed peer, at most
-  `publish_wait_s`, then sends it anyway (a lone node still publishes).
+* Messages published before a peer's subscription reaches us are lost by GossipSub (and, measured
+  here, often the first few hundred ms of messages after it does), so the writer holds a message
+  until its topic has had a subscribed peer for `settle_s`, at most `publish_wait_s`, then sends
+  it anyway (a lone node still publishes).
 * The daemon echoes our own messages to our subscription; they are skipped.
 """
 from __future__ import annotations
@@ -58,8 +59,10 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = (1 << 20) - 16 * 1024
 
 # go-libp2p-pubsub 0.10 in the daemon queues at most 32 RPCs per peer and drops the rest ("queue
-# full"): publishing faster than the daemon writes to its peers loses messages. Measured on
-# loopback: 300 back-to-back publishes lost 4-233; 2 ms apart, none. The writer paces itself.
+# full"), and delivers to a subscription through a 32-message buffer that drops when the daemon's
+# pipe to us falls behind ("subscriber too slow"; seen on a loaded 2-core machine even at 250
+# msgs/s). Measured on loopback: 300 back-to-back publishes lost 4-233; paced at 2 ms, none on an
+# idle machine. The writer paces itself; a burst can still lose a few under CPU starvation.
 PUBLISH_BURST = 16
 
 STATE_STARTING, STATE_RUNNING, STATE_RESTARTING, STATE_CLOSED = "starting", "running", "restarting", "closed"
@@ -88,12 +91,14 @@ class P2pdTransport:
     :param publish_rate: messages per second the writer hands the daemon at most (bursts of
         PUBLISH_BURST); faster overflows the daemon's per-peer queues.
     :param publish_wait_s: how long a message waits for its topic's first subscribed peer.
+    :param settle_s: how long a topic must have had subscribed peers before messages go out
+        (the first messages to a peer that just appeared are often lost without it).
     """
 
     def __init__(self, identity_seed: bytes, *, listen: list[str], bootstrap: list[str], topics: list[str] = (),
                  peer_cache: Path | None = None, start_timeout_s: float = 20.0,
                  max_msg_bytes: int = MAX_MESSAGE_BYTES, inbox_size: int = 4096, outbound_size: int = 4096,
-                 publish_wait_s: float = 2.0, publish_rate: float = 1000.0, control_timeout_s: float = 5.0, health_interval_s: float = 1.0,
+                 publish_wait_s: float = 2.0, settle_s: float = 0.5, publish_rate: float = 500.0, control_timeout_s: float = 5.0, health_interval_s: float = 1.0,
                  discovery_interval_s: float = 2.0, backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
         self.identity = NodeIdentity.from_seed(identity_seed)
         self.peer_id = self.identity.peer_id()
@@ -111,7 +116,7 @@ class P2pdTransport:
         self.start_timeout_s = start_timeout_s
         self._inbox_size, self._outbound_size = inbox_size, outbound_size
         self._publish_wait_s, self._control_timeout_s = publish_wait_s, control_timeout_s
-        self._publish_rate = publish_rate
+        self._publish_rate, self._settle_s = publish_rate, settle_s
         self._health_interval_s, self._discovery_interval_s = health_interval_s, discovery_interval_s
         self._backoff_initial_s, self._backoff_max_s = backoff_initial_s, backoff_max_s
 
@@ -394,6 +399,7 @@ class P2pdTransport:
         conn: ControlConnection | None = None
         conn_generation = -1
         peers_checked: dict[str, tuple[float, int]] = {}  # topic -> (when, subscribed peers)
+        peers_since: dict[str, float] = {}  # topic -> since when it has had subscribed peers
         pacer = _Pacer(self._publish_rate, burst=PUBLISH_BURST)
         while True:
             with self._lock:
@@ -414,14 +420,21 @@ class P2pdTransport:
                         continue
                     conn, conn_generation = ControlConnection(socket_path, self._control_timeout_s), generation
                 checked_at, n_peers = peers_checked.get(topic, (0.0, 0))
-                if n_peers == 0 and time.monotonic() - checked_at > 0.05:
+                # re-asked often while nobody is subscribed, now and then once somebody is (a peer
+                # that left or restarted is noticed, and its messages wait for it again)
+                if time.monotonic() - checked_at > (0.05 if n_peers == 0 else 0.5):
                     n_peers = len(conn.request(topic_peers_request(topic)).pubsub.peerIDs)
                     peers_checked[topic] = (time.monotonic(), n_peers)
+                    if n_peers == 0:
+                        peers_since.pop(topic, None)
+                    else:
+                        peers_since.setdefault(topic, time.monotonic())
                     with self._lock:
                         self._topic_peers[topic] = n_peers
-                waited_out = time.monotonic() - queued_at >= self._publish_wait_s
-                if n_peers == 0 and not waited_out:
-                    self._stop.wait(0.02)  # GossipSub would lose it: nobody's subscription has reached us yet
+                now = time.monotonic()
+                settled = n_peers > 0 and now - peers_since.get(topic, now) >= self._settle_s
+                if not settled and now - queued_at < self._publish_wait_s:
+                    self._stop.wait(0.02)  # GossipSub would lose it: no peer's subscription has settled yet
                     continue
                 pacer.wait(self._stop)
                 conn.request(publish_request(topic, data))
