@@ -2,9 +2,11 @@
 
 * Its identity is our Ed25519 key (written to a 0600 key file in a private 0700 folder), so its
   peer id is the signer's; `start` checks that with IDENTIFY.
-* It never dials anything we did not name: `-b` (connect + DHT bootstrap) is passed only with an
-  explicit, non-empty `-bootstrapPeers` list (without one the daemon dials the public IPFS
-  bootstrap peers), and relay, NAT port mapping and AutoNAT stay off.
+* It never dials anything we did not name: it runs without `-b` (without an explicit
+  `-bootstrapPeers` list that dials the public IPFS bootstrap peers, and with one the daemon
+  exits when none of them answers: a node whose bootstrap peer is down must still start). The
+  transport dials bootstrap and cached peers itself (CONNECT) and re-dials them with backoff.
+  Relay, NAT port mapping and AutoNAT stay off.
 * It dies with us: Linux PR_SET_PDEATHSIG(SIGKILL) kills it if the thread that started it goes
   away (so a long-lived thread must start it), and `stop` / atexit kill it on a normal exit.
 """
@@ -70,11 +72,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class DaemonProcess:
     """One run of p2pd. `start` returns (peer id, listen multiaddrs) or raises DaemonStartError."""
 
-    def __init__(self, seed: bytes, *, listen: list[str], bootstrap: list[str], expected_peer_id: str,
-                 control_timeout_s: float = 5.0) -> None:
+    def __init__(self, seed: bytes, *, listen: list[str], expected_peer_id: str, control_timeout_s: float = 5.0) -> None:
         self.seed = bytes(seed)
         self.listen = list(listen)
-        self.bootstrap = list(bootstrap)
         self.expected_peer_id = expected_peer_id
         self.control_timeout_s = control_timeout_s
         self.dir = Path(tempfile.mkdtemp(prefix="p2pd-"))  # 0700; short path: unix sockets allow ~100 bytes
@@ -88,9 +88,7 @@ class DaemonProcess:
                # server mode: in auto mode a node without a public address stays a DHT client and
                # peers on loopback or a LAN never enter each other's routing tables
                "-dhtServer", "-relay=false", "-relayService=false", "-autonat=false", "-natPortMap=false"]
-        if self.bootstrap:  # never -b alone: it would dial the public IPFS bootstrap peers
-            cmd += ["-b", f"-bootstrapPeers={','.join(self.bootstrap)}"]
-        return cmd
+        return cmd  # never -b (see the module docstring)
 
     @property
     def pid(self) -> int | None:
@@ -146,7 +144,7 @@ class DaemonProcess:
             f"{what}. Command: {' '.join(self.command(Path('p2pd'), Path('<key>')))}\n"
             f"p2pd stderr (last lines):\n{tail or '(empty)'}\n"
             "What to do: check that the listen addresses (swarm.listen) are free and valid multiaddrs "
-            "(/ip4/127.0.0.1/tcp/0 picks a free port), that bootstrap peers (--peers) end in /p2p/<peer-id>, "
+            "(/ip4/127.0.0.1/tcp/0 picks a free port) "
             f"and that {HIVEMIND_PIN} is installed; or use swarm.transport=libp2p.")
 
     def stop(self, grace_s: float = 2.0) -> None:

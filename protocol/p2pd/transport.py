@@ -260,10 +260,7 @@ class P2pdTransport:
 
     def _launch_daemon(self, listen: list[str]) -> None:
         """Starts one daemon run; on success it is the current one and its readers run."""
-        bootstrap = [a for addrs in self._bootstrap.values() for a in addrs]
-        if self.peer_cache is not None:
-            bootstrap += [a for a in self.peer_cache.dial_addrs() if a not in bootstrap]
-        daemon = DaemonProcess(self._seed, listen=listen, bootstrap=bootstrap, expected_peer_id=self.peer_id,
+        daemon = DaemonProcess(self._seed, listen=listen, expected_peer_id=self.peer_id,
                                control_timeout_s=self._control_timeout_s)
         _, addrs = daemon.start(self.start_timeout_s)
         with self._lock:
@@ -460,33 +457,64 @@ class P2pdTransport:
         the counts shown by peers()/stats(), and writes the peer cache."""
         backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next attempt, delay)
         cache_written = 0.0
-        while not self._stop.wait(self._discovery_interval_s):
+        dialed_generation = -1
+        while True:
             with self._lock:
                 generation = self._generation
-            socket_path = self._socket_for(generation)
-            if socket_path is None:
-                continue
-            try:
-                with ControlConnection(socket_path, self._control_timeout_s) as conn:
-                    infos = conn.request(list_peers_request()).peers
-                    connected = {peer_id_text(p.id): [a for a in map(addr_text, p.addrs) if a] for p in infos}
-                    topic_peers = {t: len(conn.request(topic_peers_request(t)).pubsub.peerIDs) for t in self._topics()}
-                    with self._lock:
-                        self._connected = sorted(connected)
-                        self._topic_peers.update(topic_peers)
-                    self._dial_missing(conn, connected, backoff)
-                    self._dht_peers = self._ask_dht(socket_path)
-                    if self.peer_cache is not None and connected and time.monotonic() - cache_written > 10.0:
-                        self.peer_cache.remember(self._peer_addrs(conn, connected))
-                        cache_written = time.monotonic()
-            except (ControlError, OSError) as err:
-                log.debug("discovery round failed: %s", err)
+            if generation != dialed_generation:  # a new daemon knows nobody: dial everyone at once
+                backoff.clear()
+                dialed_generation = generation
+            self._discovery_round(generation, backoff)
+            if self.peer_cache is not None and time.monotonic() - cache_written > 10.0:
+                if self._remember_peers(generation):
+                    cache_written = time.monotonic()
+            if self._stop.wait(self._discovery_interval_s):
+                return
+
+    def _discovery_round(self, generation: int, backoff: dict) -> None:
+        socket_path = self._socket_for(generation)
+        if socket_path is None:
+            return
+        try:
+            with ControlConnection(socket_path, self._control_timeout_s) as conn:
+                connected = {peer_id_text(p.id) for p in conn.request(list_peers_request()).peers}
+                topic_peers = {t: len(conn.request(topic_peers_request(t)).pubsub.peerIDs) for t in self._topics()}
+                with self._lock:
+                    self._connected = sorted(connected)
+                    self._topic_peers.update(topic_peers)
+                self._dial_missing(conn, connected, backoff)
+            dht_peers = self._ask_dht(socket_path)
+            with self._lock:
+                self._dht_peers = dht_peers
+        except ControlError as err:
+            log.debug("discovery round failed: %s", err)
+
+    def _remember_peers(self, generation: int) -> bool:
+        """Writes the connected peers' dialable addresses to the peer cache (True if any)."""
+        socket_path = self._socket_for(generation)
+        if socket_path is None or self.peer_cache is None:
+            return False
+        try:
+            with ControlConnection(socket_path, self._control_timeout_s) as conn:
+                connected = [peer_id_text(p.id) for p in conn.request(list_peers_request()).peers]
+                addrs = self._peer_addrs(conn, connected)
+        except ControlError as err:
+            log.debug("peer cache update failed: %s", err)
+            return False
+        if not addrs:
+            return False
+        try:
+            self.peer_cache.remember(addrs)
+        except OSError as err:
+            log.warning("cannot write the peer cache %s: %s", self.peer_cache.path, err)
+            return False
+        return True
 
     def _topics(self) -> list[str]:
         with self._lock:
             return list(self._inbox)
 
-    def _dial_missing(self, conn: ControlConnection, connected: dict, backoff: dict) -> None:
+    def _dial_missing(self, conn: ControlConnection, connected: set[str], backoff: dict) -> None:
         wanted = {pid: list(addrs) for pid, addrs in self._bootstrap.items()}
         if self.peer_cache is not None:
             for pid, entry in self.peer_cache.load().items():
@@ -528,18 +556,20 @@ class P2pdTransport:
             log.debug("DHT lookup: %s", err)
         return found
 
-    def _peer_addrs(self, conn: ControlConnection, connected: dict[str, list[str]]) -> dict[str, list[str]]:
+    def _peer_addrs(self, conn: ControlConnection, connected: list[str]) -> dict[str, list[str]]:
         """Dialable addresses of connected peers: the DHT's/peerstore's (their listen addresses),
         not the connection's (an inbound connection shows the peer's ephemeral port)."""
         out: dict[str, list[str]] = {}
-        for pid in list(connected)[:32]:
+        for pid in connected[:32]:
             request = pb.Request(type=pb.Request.DHT, dht=pb.DHTRequest(type=pb.DHTRequest.FIND_PEER,
                                                                         peer=peer_id_bytes(pid), timeout=2))
             try:
                 info = conn.request(request).dht.peer
             except ControlError:
                 continue
-            out[pid] = [a for a in map(addr_text, info.addrs) if a and "/p2p-circuit" not in a]
+            addrs = [a for a in map(addr_text, info.addrs) if a and "/p2p-circuit" not in a]
+            if addrs:
+                out[pid] = addrs
         return out
 
 
