@@ -147,6 +147,19 @@ def test_a_killed_daemon_is_restarted_and_delivery_resumes(swarm):
     assert a.peer_id in wait_until(b.peers, "B to list A")
 
 
+def test_a_stuck_daemon_is_replaced(swarm):
+    a = swarm(health_interval_s=0.3, control_timeout_s=1.0)
+    stuck_pid = a.stats()["daemon_pid"]
+    os.kill(stuck_pid, signal.SIGSTOP)  # alive, but its control socket never answers
+    try:
+        wait_until(lambda: a.stats()["daemon_restarts"] == 1 and a.stats()["daemon_state"] == 1,
+                   "the stuck daemon to be replaced", timeout=15)
+        assert not pid_alive(stuck_pid) and pid_alive(a.stats()["daemon_pid"])
+    finally:
+        if pid_alive(stuck_pid):
+            os.kill(stuck_pid, signal.SIGKILL)
+
+
 def test_a_failed_start_says_why_quickly():
     with socket.socket() as taken:  # a port somebody else already listens on
         taken.bind(("127.0.0.1", 0))
