@@ -90,6 +90,9 @@ class P2pdTransport:
     :param start_timeout_s: how long `start` waits for the daemon before raising DaemonStartError.
     :param publish_rate: messages per second the writer hands the daemon at most (bursts of
         PUBLISH_BURST); faster overflows the daemon's per-peer queues.
+    :param control_timeout_s: how long one control-socket call may take (longer = a stuck daemon).
+    :param health_interval_s, discovery_interval_s: supervisor and discovery periods.
+    :param backoff_initial_s, backoff_max_s: restart and redial backoff (doubling).
     :param publish_wait_s: how long a message waits for its topic's first subscribed peer.
     :param settle_s: how long a topic must have had subscribed peers before messages go out
         (the first messages to a peer that just appeared are often lost without it).
@@ -98,8 +101,9 @@ class P2pdTransport:
     def __init__(self, identity_seed: bytes, *, listen: list[str], bootstrap: list[str], topics: list[str] = (),
                  peer_cache: Path | None = None, start_timeout_s: float = 20.0,
                  max_msg_bytes: int = MAX_MESSAGE_BYTES, inbox_size: int = 4096, outbound_size: int = 4096,
-                 publish_wait_s: float = 2.0, settle_s: float = 0.5, publish_rate: float = 500.0, control_timeout_s: float = 5.0, health_interval_s: float = 1.0,
-                 discovery_interval_s: float = 2.0, backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
+                 publish_wait_s: float = 2.0, settle_s: float = 0.5, publish_rate: float = 500.0,
+                 control_timeout_s: float = 5.0, health_interval_s: float = 1.0, discovery_interval_s: float = 2.0,
+                 backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
         self.identity = NodeIdentity.from_seed(identity_seed)
         self.peer_id = self.identity.peer_id()
         self._seed = bytes(identity_seed)
@@ -273,8 +277,11 @@ class P2pdTransport:
             self._listen_addrs = [f"{a}/p2p/{self.peer_id}" for a in addrs]
             self._state = STATE_RUNNING
             topics = list(self._inbox)
-        for topic in topics:
-            self._spawn_thread(lambda t=topic: self._read_topic(t, generation), "p2pd-reader")
+        subscribed = [threading.Event() for _ in topics]
+        for topic, event in zip(topics, subscribed):
+            self._spawn_thread(lambda t=topic, e=event: self._read_topic(t, generation, e), "p2pd-reader")
+        for event in subscribed:  # so that start() returns with every topic collecting
+            event.wait(self._control_timeout_s)
         log.info("p2pd (pid %s) runs as %s on %s", daemon.pid, self.peer_id, ", ".join(self._listen_addrs))
 
     def _supervise(self) -> None:
@@ -344,33 +351,42 @@ class P2pdTransport:
                 return None
             return self._daemon.socket_path
 
-    def _read_topic(self, topic: str, generation: int) -> None:
-        socket_path = self._socket_for(generation)
-        if socket_path is None:
-            return
-        try:
-            conn = ControlConnection(socket_path, self._control_timeout_s)
-            conn.request(subscribe_request(topic))
-        except ControlError as err:
-            log.warning("subscribing to %s failed (%s); the supervisor will restart p2pd if it is down", topic, err)
-            return
-        conn.sock.settimeout(None)  # a quiet topic is normal; close() or a daemon exit ends the read
-        with self._lock:
-            if self._generation != generation or self._state == STATE_CLOSED:
-                conn.close()
-                return
-            self._subscriptions[f"{generation}:{topic}"] = conn
-        try:
-            while True:
-                message = conn.read(pb.PSMessage)
-                self._deliver(topic, message)
-        except ControlError as err:
-            if not self._stop.is_set() and self._socket_for(generation) is not None:
-                log.warning("subscription to %s ended (%s)", topic, err)
-        finally:
-            conn.close()
+    def _read_topic(self, topic: str, generation: int, subscribed: threading.Event | None = None) -> None:
+        """Subscribes and reads `topic` for as long as daemon run `generation` is the current one
+        (re-subscribing if the daemon drops the subscription while it stays healthy)."""
+        key = f"{generation}:{topic}"
+        while not self._stop.is_set():
+            socket_path = self._socket_for(generation)
+            if socket_path is None:
+                break
+            try:
+                conn = ControlConnection(socket_path, self._control_timeout_s)
+                conn.request(subscribe_request(topic))
+            except ControlError as err:
+                log.warning("subscribing to %s failed (%s); retrying", topic, err)
+                self._stop.wait(0.5)
+                continue
+            conn.sock.settimeout(None)  # a quiet topic is normal; close() or a daemon exit ends the read
             with self._lock:
-                self._subscriptions.pop(f"{generation}:{topic}", None)
+                if self._generation != generation or self._state == STATE_CLOSED:
+                    conn.close()
+                    break
+                self._subscriptions[key] = conn
+            if subscribed is not None:
+                subscribed.set()
+            try:
+                while True:
+                    self._deliver(topic, conn.read(pb.PSMessage))
+            except ControlError as err:
+                if not self._stop.is_set() and self._socket_for(generation) is not None:
+                    log.warning("subscription to %s ended (%s); subscribing again", topic, err)
+                    self._stop.wait(0.2)
+            finally:
+                conn.close()
+                with self._lock:
+                    self._subscriptions.pop(key, None)
+        if subscribed is not None:
+            subscribed.set()
 
     def _deliver(self, topic: str, message: pb.PSMessage) -> None:
         sender = peer_id_text(getattr(message, "from"))
