@@ -220,3 +220,29 @@ def test_peer_cache_is_atomic_bounded_and_forgiving(tmp_path):
     assert cache.load() == {}
     path.write_text(json.dumps({"peers": {"P4": {"addrs": ["/ip4/127.0.0.1/tcp/4"], "seen": 0}}}))
     assert cache.load() == {}  # older than max_age_s
+
+
+def test_a_node_with_no_bootstrap_joins_through_its_peer_cache_and_skips_garbage(swarm, tmp_path):
+    b = swarm()
+    cache = tmp_path / "peers.json"
+    b_addr, b_id = b.listen_addrs()[0].split("/p2p/")
+    cache.write_text(json.dumps({"peers": {
+        "not-a-peer-id": {"addrs": ["garbage"], "seen": time.time()},
+        b_id: {"addrs": [b_addr], "seen": time.time()},
+    }}))
+    a = swarm(peer_cache=cache, discovery_interval_s=0.3)
+    wait_until(lambda: b_id in a.peers(), "A to dial B from its peer cache")
+    # A rewrites the cache with what it learned (B's listen address from the DHT/peerstore)
+    wait_until(lambda: b_addr in json.loads(cache.read_text())["peers"].get(b_id, {}).get("addrs", []),
+               "A to remember B")
+
+
+def test_daemon_control_code_is_generated_from_the_installed_proto_under_our_own_package():
+    from proto import _codegen
+    from proto._generated import p2pd_control_pb2
+
+    assert p2pd_control_pb2.Request.DESCRIPTOR.full_name == "swarm_node.p2pd.Request"  # never hivemind's name
+    assert _codegen.installed_daemon_proto() is not None
+    assert "p2pd.proto sha256=" in (_codegen.OUT_DIR / _codegen.STAMP_NAME).read_text()
+    tracked = subprocess.run(["git", "ls-files", "proto/_generated"], cwd=ROOT, capture_output=True, text=True)
+    assert tracked.stdout == ""  # generated, never committed

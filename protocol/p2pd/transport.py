@@ -233,11 +233,15 @@ class P2pdTransport:
         self._stop.set()
         for conn in subscriptions:
             conn.close()  # unblocks the readers
+        if self._daemon is not None:
+            self._daemon.stop()  # first: control calls in flight (a DHT lookup) fail at once
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(self._control_timeout_s + 2.0)
-        if self._daemon is not None:
-            self._daemon.stop()
+        with self._lock:
+            daemon = self._daemon  # a restart may have raced the close: it stops its own daemon then
+        if daemon is not None:
+            daemon.stop()
         self._ready.set()
 
     def __enter__(self) -> P2pdTransport:
@@ -298,10 +302,12 @@ class P2pdTransport:
         # After the first run, restarts reuse its real ports, so peers that know us can redial.
         reuse = [a.split("/p2p/")[0] for a in self._listen_addrs] or self._listen
         while not self._stop.wait(self._health_interval_s):
-            problem = self._health_problem()
-            if problem is None:
-                continue
-            self._restart(problem, reuse)
+            try:
+                problem = self._health_problem()
+                if problem is not None:
+                    self._restart(problem, reuse)
+            except Exception:  # noqa: BLE001 - a bug here must not end supervision (nor, via PDEATHSIG, the daemon)
+                log.exception("p2pd supervisor error (continuing)")
 
     def _health_problem(self) -> str | None:
         daemon = self._daemon
@@ -480,10 +486,13 @@ class P2pdTransport:
             if generation != dialed_generation:  # a new daemon knows nobody: dial everyone at once
                 backoff.clear()
                 dialed_generation = generation
-            self._discovery_round(generation, backoff)
-            if self.peer_cache is not None and time.monotonic() - cache_written > 10.0:
-                if self._remember_peers(generation):
-                    cache_written = time.monotonic()
+            try:
+                self._discovery_round(generation, backoff)
+                if self.peer_cache is not None and time.monotonic() - cache_written > 10.0:
+                    if self._remember_peers(generation):
+                        cache_written = time.monotonic()
+            except Exception:  # noqa: BLE001 - discovery must go on whatever one round met
+                log.exception("p2pd discovery round failed (continuing)")
             if self._stop.wait(self._discovery_interval_s):
                 return
 
@@ -544,10 +553,16 @@ class P2pdTransport:
             next_at, delay = backoff.get(pid, (0.0, self._backoff_initial_s))
             if now < next_at:
                 continue
+            try:
+                request = connect_request(peer_id_bytes(pid), [split_peer_addr(a)[1] for a in addrs],
+                                          timeout_s=max(1, int(self._control_timeout_s) - 1))
+            except ValueError as err:  # a hand-edited or corrupt peers.json entry: skip it, say so once
+                log.warning("not dialing %s: %s", pid, err)
+                backoff[pid] = (float("inf"), self._backoff_max_s)
+                continue
             self._bump("dial_attempts")
             try:
-                conn.request(connect_request(peer_id_bytes(pid), [split_peer_addr(a)[1] for a in addrs],
-                                             timeout_s=max(1, int(self._control_timeout_s) - 1)))
+                conn.request(request)
                 backoff.pop(pid, None)
             except ControlError as err:
                 self._bump("dial_failures")
