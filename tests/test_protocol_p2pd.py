@@ -134,7 +134,8 @@ def test_a_killed_daemon_is_restarted_and_delivery_resumes(swarm):
     assert collect(a, TOPIC, 1)[0].data == b"before"
     old_pid = a.stats()["daemon_pid"]
     os.kill(old_pid, signal.SIGKILL)
-    wait_until(lambda: a.stats()["daemon_restarts"] == 1 and a.stats()["daemon_state"] == 1, "A's daemon restart")
+    wait_until(lambda: a.stats()["daemon_restarts"] == 1 and a.stats()["daemon_state"] == 1, "A's daemon restart",
+               timeout=20)
     assert a.stats()["daemon_pid"] != old_pid and not pid_alive(old_pid)
     # A's new daemon reuses its port, so B's redial of its bootstrap peer reaches it; until then
     # messages may be lost (GossipSub has nobody to send them to), so keep publishing
@@ -143,8 +144,8 @@ def test_a_killed_daemon_is_restarted_and_delivery_resumes(swarm):
         time.sleep(0.25)
         return any(r.data == text for r in receiver.drain(TOPIC))
 
-    wait_until(lambda: delivered(b, a, b"after"), "B's messages to reach the restarted A", timeout=20)
-    wait_until(lambda: delivered(a, b, b"back"), "the restarted A's messages to reach B", timeout=10)
+    wait_until(lambda: delivered(b, a, b"after"), "B's messages to reach the restarted A", timeout=30)
+    wait_until(lambda: delivered(a, b, b"back"), "the restarted A's messages to reach B", timeout=20)
     assert a.peer_id in wait_until(b.peers, "B to list A")
 
 
