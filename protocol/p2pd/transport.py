@@ -60,9 +60,10 @@ MAX_MESSAGE_BYTES = (1 << 20) - 16 * 1024
 
 # go-libp2p-pubsub 0.10 in the daemon queues at most 32 RPCs per peer and drops the rest ("queue
 # full"), and delivers to a subscription through a 32-message buffer that drops when the daemon's
-# pipe to us falls behind ("subscriber too slow"; seen on a loaded 2-core machine even at 250
-# msgs/s). Measured on loopback: 300 back-to-back publishes lost 4-233; paced at 2 ms, none on an
-# idle machine. The writer paces itself; a burst can still lose a few under CPU starvation.
+# pipe to us falls behind ("subscriber too slow"; seen on this loaded 2-core machine with 200
+# publishes paced at 1000/s). Measured on loopback: 300 back-to-back publishes lost 4-233; the
+# same paced 2 ms apart lost none. The writer paces itself (publish_rate); a burst can still lose
+# a few messages when the machine starves the daemon, and nothing tells us (the daemon only logs).
 PUBLISH_BURST = 16
 
 STATE_STARTING, STATE_RUNNING, STATE_RESTARTING, STATE_CLOSED = "starting", "running", "restarting", "closed"
@@ -212,7 +213,7 @@ class P2pdTransport:
             out["daemon_pid"] = (self._daemon.pid or 0) if self._daemon else 0
             out["daemon_state"] = _STATE_CODES[self._state]  # 0 starting, 1 running, 2 restarting, 3 closed
             out["connected_peers"] = len(self._connected)
-            out["dht_peers"] = self._dht_peers
+            out["dht_peers"] = self._dht_peers  # peers our last DHT lookup of our own id named
             out["outbound_queued"] = len(self._outbound)
             for topic, n in self._topic_peers.items():
                 out[f"topic_peers:{topic}"] = n
