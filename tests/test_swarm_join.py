@@ -1,4 +1,5 @@
-"""Three real `swarm-node join` processes on 127.0.0.1 (tiny preset): exchange, SIGKILL, rejoin."""
+"""Real `swarm-node join` processes on 127.0.0.1 (tiny preset, the default p2pd transport): exchange,
+SIGKILL, rejoin, losing the bootstrap node, rejoining from the peer cache."""
 import json
 import os
 import signal
