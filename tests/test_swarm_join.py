@@ -179,7 +179,7 @@ def test_four_nodes_survive_their_bootstrap_node_and_rejoin_from_the_peer_cache(
     a, b, c, d = (tmp_path / n for n in "abcd")
     procs = [start(a)]
     try:
-        wait_for(lambda: (a / "node.json").exists(), "node A to listen", procs, timeout=90)
+        wait_for(lambda: (a / "node.json").exists(), "node A to listen", procs, timeout=150)
         bootstrap = node_info(a)["listen_addrs"]
         procs += [start(n, bootstrap) for n in (b, c, d)]
         wait_for(lambda: all((n / "node.json").exists() for n in (b, c, d)), "B, C and D to listen", procs,
