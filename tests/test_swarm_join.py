@@ -194,7 +194,8 @@ def test_four_nodes_survive_their_bootstrap_node_and_rejoin_from_the_peer_cache(
             others = {ids[o] for o in survivors if o != n}
             wait_for(lambda n=n, others=others: others <= senders_used(n, since_round=killed_at[n]),
                      f"{n.name} to use groups from both other survivors after A died", procs[1:])
-        assert ids[b] in json.loads((d / "peers.json").read_text())["peers"]  # D remembers who it met
+        wait_for(lambda: {ids[b], ids[c]} <= set(json.loads((d / "peers.json").read_text())["peers"]),
+                 "D to remember B and C in its peer cache", procs[1:], timeout=30)
 
         procs[3].send_signal(signal.SIGKILL)
         procs[3].wait(timeout=15)

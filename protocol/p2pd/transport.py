@@ -480,6 +480,7 @@ class P2pdTransport:
         the counts shown by peers()/stats(), and writes the peer cache."""
         backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next attempt, delay)
         cache_written = 0.0
+        remembered: set[str] = set()
         dialed_generation = -1
         while True:
             with self._lock:
@@ -489,9 +490,12 @@ class P2pdTransport:
                 dialed_generation = generation
             try:
                 self._discovery_round(generation, backoff)
-                if self.peer_cache is not None and time.monotonic() - cache_written > 10.0:
+                with self._lock:
+                    connected = set(self._connected)
+                # written when we meet somebody new, and refreshed every 10 s (fresh `seen` times)
+                if self.peer_cache is not None and (connected - remembered or time.monotonic() - cache_written > 10.0):
                     if self._remember_peers(generation):
-                        cache_written = time.monotonic()
+                        cache_written, remembered = time.monotonic(), connected
             except Exception:  # noqa: BLE001 - discovery must go on whatever one round met
                 log.exception("p2pd discovery round failed (continuing)")
             if self._stop.wait(self._discovery_interval_s):
@@ -568,7 +572,7 @@ class P2pdTransport:
             except ControlError as err:
                 self._bump("dial_failures")
                 log.log(logging.DEBUG if pid in backoff else logging.WARNING,
-                        "dialing %s failed (%s); retrying in %.0f s", pid, err, delay)
+                        "dialing %s failed (%s); retrying in %.1f s", pid, err, delay)
                 backoff[pid] = (now + delay, min(2 * delay, self._backoff_max_s))
 
     def _ask_dht(self, socket_path: Path) -> int:
