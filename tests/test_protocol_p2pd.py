@@ -210,12 +210,12 @@ def test_the_daemon_dies_with_its_node_even_on_sigkill(tmp_path):
 def test_peer_cache_is_atomic_bounded_and_forgiving(tmp_path):
     path = tmp_path / "peers.json"
     cache = PeerCache(path, max_peers=2)
-    assert cache.load() == {} and cache.dial_addrs() == []
+    assert cache.load() == {} and cache.dial_targets() == {}
     cache.remember({"P1": ["/ip4/127.0.0.1/tcp/1"]})
     time.sleep(0.01)
     cache.remember({"P2": ["/ip4/127.0.0.1/tcp/2"], "P3": ["/ip4/127.0.0.1/tcp/3"]})
     assert set(cache.load()) == {"P2", "P3"}  # the oldest is dropped beyond max_peers
-    assert "/ip4/127.0.0.1/tcp/2/p2p/P2" in cache.dial_addrs()
+    assert cache.dial_targets()["P2"] == ["/ip4/127.0.0.1/tcp/2/p2p/P2"]
     assert [p.name for p in tmp_path.iterdir()] == ["peers.json"]  # no temp files left behind
     path.write_text("{not json")
     assert cache.load() == {}

@@ -45,7 +45,3 @@ def addr_text(raw: bytes) -> str | None:
         return str(multiaddr.Multiaddr(raw))
     except Exception:  # noqa: BLE001
         return None
-
-
-def addr_bytes(addr: str) -> bytes:
-    return multiaddr.Multiaddr(addr).to_bytes()

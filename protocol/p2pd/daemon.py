@@ -72,7 +72,8 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class DaemonProcess:
     """One run of p2pd. `start` returns (peer id, listen multiaddrs) or raises DaemonStartError."""
 
-    def __init__(self, seed: bytes, *, listen: list[str], expected_peer_id: str, control_timeout_s: float = 5.0) -> None:
+    def __init__(self, seed: bytes, *, listen: list[str], expected_peer_id: str,
+                 control_timeout_s: float = 5.0) -> None:
         self.seed = bytes(seed)
         self.listen = list(listen)
         self.expected_peer_id = expected_peer_id

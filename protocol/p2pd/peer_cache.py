@@ -37,9 +37,9 @@ class PeerCache:
         fresh = sorted(((p, e) for p, e in peers.items() if e["seen"] >= cutoff), key=lambda pe: -pe[1]["seen"])
         return dict(fresh[: self.max_peers])
 
-    def dial_addrs(self) -> list[str]:
-        """Full multiaddrs (…/p2p/<id>) to dial, freshest peers first."""
-        return [f"{a}/p2p/{pid}" for pid, e in self.load().items() for a in e["addrs"] if "/p2p/" not in a]
+    def dial_targets(self) -> dict[str, list[str]]:
+        """peer id -> full multiaddrs (…/p2p/<id>) to dial, freshest peers first."""
+        return {pid: [f"{a}/p2p/{pid}" for a in e["addrs"] if "/p2p/" not in a] for pid, e in self.load().items()}
 
     def remember(self, seen_now: dict[str, list[str]]) -> None:
         """Merge peers connected now (peer id -> transport multiaddrs) into the file."""

@@ -547,9 +547,9 @@ class P2pdTransport:
     def _dial_missing(self, conn: ControlConnection, connected: set[str], backoff: dict) -> None:
         wanted = {pid: list(addrs) for pid, addrs in self._bootstrap.items()}
         if self.peer_cache is not None:
-            for pid, entry in self.peer_cache.load().items():
+            for pid, addrs in self.peer_cache.dial_targets().items():
                 if pid != self.peer_id:
-                    wanted.setdefault(pid, [f"{a}/p2p/{pid}" for a in entry["addrs"]])
+                    wanted.setdefault(pid, addrs)
         now = time.monotonic()
         for pid, addrs in wanted.items():
             if pid in connected:
