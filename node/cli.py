@@ -125,6 +125,20 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+DAEMON_STATES = {0: "starting", 1: "running", 2: "restarting", 3: "closed"}  # protocol/p2pd/transport.py codes
+
+
+def transport_summary(name: str, counters: dict[str, int]) -> str:
+    """One line: the transport, and for p2pd the daemon's state, mesh (topic) peers and DHT/connected peers."""
+    if "daemon_state" not in counters:
+        return f"transport {name or 'unknown'}"
+    topics = ", ".join(f"{k.split(':', 1)[1]}={v}" for k, v in sorted(counters.items()) if k.startswith("topic_peers:"))
+    return (f"transport {name or 'p2pd'}: daemon {DAEMON_STATES.get(counters['daemon_state'], '?')} "
+            f"(pid {counters.get('daemon_pid', 0)}, restarts {counters.get('daemon_restarts', 0)}); "
+            f"connected peers {counters.get('connected_peers', 0)}, DHT peers {counters.get('dht_peers', 0)}; "
+            f"topic peers: {topics or 'none yet'}")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -137,6 +151,7 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"up {s.uptime_s} s  peers connected {len(s.connected_peers)}", highlight=False)
     for addr in s.listen_addrs:
         out.print(f"  listening on {addr}", highlight=False)
+    out.print(transport_summary(s.transport, dict(s.transport_counters)), highlight=False)
     out.print("transport: " + ", ".join(f"{k}={v}" for k, v in sorted(s.transport_counters.items())), highlight=False)
     out.print(f"messages accepted {s.accepted}; rejected: "
               + (", ".join(f"{k}={v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"), highlight=False)

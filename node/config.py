@@ -83,8 +83,13 @@ class SwarmConfig(Section):
     """Networking for `swarm-node join` (ignored by `swarm-node train`)."""
 
     name: str = Field("main", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="swarm name: the gossip topics")
+    transport: Literal["p2pd", "libp2p", "memory"] = Field(
+        "p2pd", description="p2pd: GossipSub + DHT through the go-libp2p daemon in the hivemind wheel; libp2p: "
+                            "pure-Python py-libp2p GossipSub; memory: in-process bus (tests and simulations only)")
     listen: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/4001"], description="listen multiaddrs")
     peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
+    peer_cache: bool = Field(True, description="p2pd: remember connected peers in <run_dir>/peers.json and dial "
+                             "them at start, so a restarted node rejoins without --peers")
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
     pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")

@@ -31,7 +31,8 @@ class ControlServicer(swarm_pb2_grpc.NodeControlServicer):
 def status_reply(s: dict) -> swarm_pb2.StatusReply:
     reply = swarm_pb2.StatusReply(
         peer_id=s["peer_id"], swarm=s["swarm"], listen_addrs=s["listen_addrs"], connected_peers=s["connected"],
-        round=s["round"], policy_version=s["policy_version"], uptime_s=int(s["uptime_s"]), accepted=s["accepted"])
+        round=s["round"], policy_version=s["policy_version"], uptime_s=int(s["uptime_s"]), accepted=s["accepted"],
+        transport=s.get("transport_name", ""))
     reply.rejected_by_reason.update({k: int(v) for k, v in s["rejected_by_reason"].items()})
     reply.transport_counters.update({k: int(v) for k, v in s["transport"].items()})
     reply.tier_rollouts.update({k: int(v) for k, v in s.get("tiers_used", {}).items()})

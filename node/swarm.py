@@ -54,9 +54,27 @@ def snapshot(node: Node, exchange: SwarmExchange, started: float) -> dict:
             "hints": {**node.hints.counters, **node.hint_writer.counters}}
 
 
-def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:
-    from protocol.transport_libp2p import Libp2pTransport  # trio/libp2p only for networked nodes
+PEER_CACHE_FILE = "peers.json"
 
+
+def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topics: list[str]):
+    """The networked transport that swarm.transport names (imported lazily: each pulls its own stack)."""
+    kind = cfg.swarm.transport
+    if kind == "p2pd":
+        from protocol.p2pd import P2pdTransport
+
+        return P2pdTransport(identity.private_seed(), listen=cfg.swarm.listen, bootstrap=cfg.swarm.peers,
+                             topics=topics, peer_cache=run_dir / PEER_CACHE_FILE if cfg.swarm.peer_cache else None)
+    if kind == "libp2p":
+        from protocol.transport_libp2p import Libp2pTransport
+
+        return Libp2pTransport(identity.private_seed(), listen=cfg.swarm.listen, bootstrap=cfg.swarm.peers,
+                               topics=topics)
+    raise ValueError(f"swarm.transport={kind!r} cannot join a network (the memory transport is for tests and "
+                     "in-process simulations): set swarm.transport=p2pd or libp2p")
+
+
+def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = NodeIdentity.load_or_generate(identity_path(cfg, run_dir))
@@ -65,8 +83,7 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     if resumed is not None:
         console.print(f"resumed from checkpoint of round {resumed}")
 
-    transport = Libp2pTransport(identity.private_seed(), listen=cfg.swarm.listen, bootstrap=cfg.swarm.peers,
-                                topics=[topic_name(cfg.swarm.name, "rollouts")])
+    transport = build_transport(cfg, identity, run_dir, [topic_name(cfg.swarm.name, "rollouts")])
     if cfg.swarm.fault_file:  # a testnet injects delay, loss and partitions through this file
         from protocol.impairment import ImpairedTransport
 
@@ -76,7 +93,8 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     node.exchange = exchange
     started = time.monotonic()
 
-    server, control = start_control_server(cfg.swarm.control, lambda: snapshot(node, exchange, started))
+    server, control = start_control_server(
+        cfg.swarm.control, lambda: {**snapshot(node, exchange, started), "transport_name": cfg.swarm.transport})
     addrs = transport.listen_addrs()
     write_node_file(run_dir, {"peer_id": identity.peer_id(), "listen_addrs": addrs, "control": control,
                               "pid": os.getpid(), "swarm": cfg.swarm.name})

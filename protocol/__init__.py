@@ -14,6 +14,7 @@ Modules, each doing one thing:
     inbox             FairInbox: a bounded inbox where the heaviest sender loses
     memory_transport  MemoryBus / MemoryTransport for tests and simulation
     testing           builders of valid and hostile messages (tests, testnet)
+    p2pd/             P2pdTransport: GossipSub + DHT through the go-libp2p daemon (imported on demand)
 Imports only the stdlib, cryptography, protobuf and `proto`: never torch, node or policy.
 """
 from .envelope import PROTOCOL_VERSION, open_envelope, seal, signed_bytes

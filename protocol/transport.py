@@ -6,6 +6,7 @@ loop: `publish` enqueues (dropping with a counter when its outbound queue is ful
 returns whatever has arrived. Backends:
   * protocol/memory_transport.py: in-process bus for tests and simulation.
   * protocol/transport_libp2p.py: py-libp2p GossipSub, on its own trio thread.
+  * protocol/p2pd/: GossipSub + DHT through the go-libp2p daemon (hivemind's p2pd), a child process.
   * a hivemind backend fits the same shape: `publish` stores the message in the DHT under a
     (topic, time bucket) key with our peer id as subkey, a background poller fills the queues
     that `drain` empties; `peers` are the DHT's routing-table peers.

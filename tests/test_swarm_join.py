@@ -1,4 +1,5 @@
-"""Three real `swarm-node join` processes on 127.0.0.1 (tiny preset): exchange, SIGKILL, rejoin."""
+"""Real `swarm-node join` processes on 127.0.0.1 (tiny preset, the default p2pd transport): exchange,
+SIGKILL, rejoin, losing the bootstrap node, rejoining from the peer cache."""
 import json
 import os
 import signal
@@ -107,6 +108,8 @@ def test_three_nodes_share_survive_a_kill_and_rejoin(tmp_path):
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert status.returncode == 0, status.stderr
         assert ids[b] in status.stdout and ids[c] in status.stdout and "recent rounds" in status.stdout
+        assert "transport p2pd: daemon running" in status.stdout, status.stdout
+        assert "swarm-node/test/rollouts/v1=2" in status.stdout.split("topic peers:")[1], status.stdout
     finally:
         stop(procs)
 
@@ -166,5 +169,40 @@ def test_tiny_and_smollm2_share_across_tokenizers(tmp_path):
                                 capture_output=True, text=True, timeout=60,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert status.returncode == 0 and "tier 1=" in status.stdout, status.stdout + status.stderr
+    finally:
+        stop(procs)
+
+
+def test_four_nodes_survive_their_bootstrap_node_and_rejoin_from_the_peer_cache(tmp_path):
+    """p2pd: B, C and D know only A; the DHT connects them to each other, so killing A does not
+    split the swarm, and D restarted with no --peers finds B and C through <run_dir>/peers.json."""
+    a, b, c, d = (tmp_path / n for n in "abcd")
+    procs = [start(a)]
+    try:
+        wait_for(lambda: (a / "node.json").exists(), "node A to listen", procs, timeout=150)
+        bootstrap = node_info(a)["listen_addrs"]
+        procs += [start(n, bootstrap) for n in (b, c, d)]
+        wait_for(lambda: all((n / "node.json").exists() for n in (b, c, d)), "B, C and D to listen", procs,
+                 timeout=150)  # three processes importing torch at once on two busy cores
+        ids = {n: node_info(n)["peer_id"] for n in (a, b, c, d)}
+
+        procs[0].send_signal(signal.SIGKILL)  # the only node anybody was told about
+        procs[0].wait(timeout=15)
+        survivors = (b, c, d)
+        killed_at = {n: (read_metrics(n) or [{"round": -1}])[-1]["round"] for n in survivors}
+        for n in survivors:
+            others = {ids[o] for o in survivors if o != n}
+            wait_for(lambda n=n, others=others: others <= senders_used(n, since_round=killed_at[n]),
+                     f"{n.name} to use groups from both other survivors after A died", procs[1:])
+        wait_for(lambda: {ids[b], ids[c]} <= set(json.loads((d / "peers.json").read_text())["peers"]),
+                 "D to remember B and C in its peer cache", procs[1:], timeout=30)
+
+        procs[3].send_signal(signal.SIGKILL)
+        procs[3].wait(timeout=15)
+        procs[3] = start(d)  # no --peers: only the peer cache
+        restart_round = {n: read_metrics(n)[-1]["round"] for n in (b, c)}
+        for n in (b, c):
+            wait_for(lambda n=n: ids[d] in senders_used(n, since_round=restart_round[n]),
+                     f"{n.name} to use D's groups after D rejoined from its cache", procs[1:])
     finally:
         stop(procs)

@@ -23,7 +23,7 @@ INVALID: an honest node must never train on them or keep them as hints.
              back to it is `own_message`; old copies would be `stale` / `expired`.
   malformed  random bytes, truncated envelopes, 31-byte keys, 63-byte signatures: `malformed`,
              then `banned`.
-  oversized  signed envelopes over `Limits.max_message_bytes` (at most 4 a step, 4 MiB each):
+  oversized  signed envelopes over `Limits.max_message_bytes` (at most 4 a step, about 1 MiB each):
              `oversized`, then `banned` / `rate_limited`. Over libp2p the receiving transport drops
              them before the Ingress (`dropped_inbound_oversize`), and the process entry point
              raises its own transport's limit so that they do leave it.

@@ -95,7 +95,8 @@ class ProcessTestnet:
     def _command(self, index: int, peers: list[str]) -> list[str]:
         sets = [*node_overrides(self.plan, index, self.seed, self.mix),
                 f"swarm.min_round_s={self.plan.min_round_s * slowdown(self.plan, index):g}",
-                f"swarm.fault_file={self.run_dir(index) / 'faults.json'}", f"run.start_at={self.start_at:.3f}"]
+                f"swarm.fault_file={self.run_dir(index) / 'faults.json'}", f"run.start_at={self.start_at:.3f}",
+                f"swarm.transport={self.plan.transport}"]  # the hostile peers speak py-libp2p too
         cmd = [sys.executable, "-m", "node.cli", "join", "--preset", self.plan.preset, "--quiet",
                "--listen", "/ip4/127.0.0.1/tcp/0", "--swarm", f"testnet{self.seed}", "--run-dir", str(self.run_dir(index))]
         for item in sets:
