@@ -1,0 +1,548 @@
+"""GossipSub through the go-libp2p daemon (p2pd from the hivemind wheel), behind protocol.Transport.
+
+Threads (none of them ever the caller's): a supervisor starts the daemon, checks it every
+`health_interval_s` (process alive, IDENTIFY answered in time) and restarts it with exponential
+backoff when it exits or its control socket is stuck, re-subscribing every topic; one reader per
+subscription fills a bounded per-topic inbox (oldest evicted); one writer sends publishes; a
+discovery thread keeps bootstrap and cached peers dialed, asks the DHT for more, refreshes the
+peer/topic counts that `peers()` and `stats()` return, and writes the peer cache.
+
+Semantics worth knowing:
+* `Received.from_peer` is the GossipSub origin (the message's signed `from`), not the neighbour
+  that forwarded it: the daemon does not tell us the latter.
+* The daemon silently drops a message above its pubsub limit (1 MiB including headers; measured
+  here: a 1,048,376-byte payload arrives, 1,048,576 does not) while publish says OK, so `publish`
+  refuses anything above `max_msg_bytes` with ValueError (a caller error: split or shrink it).
+* Messages published before a peer's subscription reaches us are lost by GossipSub, so the
+  writer holds a message until its topic has at least one subscribed peer, at most
+  `publish_wait_s`, then sends it anyway (a lone node still publishes).
+* The daemon echoes our own messages to our subscription; they are skipped.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from pathlib import Path
+
+from ..identity import NodeIdentity
+from ..transport import (
+    COUNTER_DROPPED_INBOUND_FULL,
+    COUNTER_DROPPED_OUTBOUND_CLOSED,
+    COUNTER_DROPPED_OUTBOUND_FULL,
+    COUNTER_DROPPED_UNSUBSCRIBED,
+    COUNTER_PUBLISHED,
+    COUNTER_RECEIVED,
+    Received,
+)
+from .addrs import addr_text, peer_id_bytes, peer_id_text, split_peer_addr
+from .control import (
+    ControlConnection,
+    ControlError,
+    connect_request,
+    identify_request,
+    list_peers_request,
+    publish_request,
+    subscribe_request,
+    topic_peers_request,
+)
+from .daemon import DaemonProcess, DaemonStartError
+from .peer_cache import PeerCache
+from proto._generated import p2pd_control_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# The daemon's pubsub limit is 1 MiB for the whole message (payload + from, seqno, topic, key and
+# signature); 16 KiB of headroom keeps every topic name and signature well inside it.
+MAX_MESSAGE_BYTES = (1 << 20) - 16 * 1024
+
+# go-libp2p-pubsub 0.10 in the daemon queues at most 32 RPCs per peer and drops the rest ("queue
+# full"): publishing faster than the daemon writes to its peers loses messages. Measured on
+# loopback: 300 back-to-back publishes lost 4-233; 2 ms apart, none. The writer paces itself.
+PUBLISH_BURST = 16
+
+STATE_STARTING, STATE_RUNNING, STATE_RESTARTING, STATE_CLOSED = "starting", "running", "restarting", "closed"
+_STATE_CODES = {STATE_STARTING: 0, STATE_RUNNING: 1, STATE_RESTARTING: 2, STATE_CLOSED: 3}
+
+STAT_KEYS = (
+    COUNTER_PUBLISHED, COUNTER_DROPPED_OUTBOUND_FULL, COUNTER_DROPPED_OUTBOUND_CLOSED,
+    "publish_errors",          # the daemon failed a publish (retried after a restart)
+    "published_without_peers",  # sent after waiting publish_wait_s with no subscribed peer
+    COUNTER_RECEIVED, COUNTER_DROPPED_INBOUND_FULL, COUNTER_DROPPED_UNSUBSCRIBED,
+    "dropped_inbound_oversize",
+    "daemon_restarts", "daemon_failures",  # exits / stuck sockets seen; failed restart attempts
+    "dial_attempts", "dial_failures",
+)
+
+
+class P2pdTransport:
+    """protocol.Transport over a p2pd child process (GossipSub + Kademlia DHT). Thread-safe.
+
+    :param identity_seed: 32-byte Ed25519 seed; the daemon's peer id is NodeIdentity's.
+    :param listen: libp2p listen multiaddrs (`/ip4/127.0.0.1/tcp/0` picks a free port).
+    :param bootstrap: peers to dial (`.../p2p/<peer-id>`), re-dialed with backoff while down.
+    :param topics: topics subscribed at start.
+    :param peer_cache: JSON file of recently connected peers: dialed at start, kept up to date.
+    :param start_timeout_s: how long `start` waits for the daemon before raising DaemonStartError.
+    :param publish_rate: messages per second the writer hands the daemon at most (bursts of
+        PUBLISH_BURST); faster overflows the daemon's per-peer queues.
+    :param publish_wait_s: how long a message waits for its topic's first subscribed peer.
+    """
+
+    def __init__(self, identity_seed: bytes, *, listen: list[str], bootstrap: list[str], topics: list[str] = (),
+                 peer_cache: Path | None = None, start_timeout_s: float = 20.0,
+                 max_msg_bytes: int = MAX_MESSAGE_BYTES, inbox_size: int = 4096, outbound_size: int = 4096,
+                 publish_wait_s: float = 2.0, publish_rate: float = 1000.0, control_timeout_s: float = 5.0, health_interval_s: float = 1.0,
+                 discovery_interval_s: float = 2.0, backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
+        self.identity = NodeIdentity.from_seed(identity_seed)
+        self.peer_id = self.identity.peer_id()
+        self._seed = bytes(identity_seed)
+        self._listen = list(listen) or ["/ip4/127.0.0.1/tcp/0"]
+        self._bootstrap: dict[str, list[str]] = {}  # peer id -> full multiaddrs
+        for addr in bootstrap:
+            peer, _ = split_peer_addr(addr)  # ValueError naming the bad address
+            if peer != self.peer_id:
+                self._bootstrap.setdefault(peer, []).append(addr)
+        if max_msg_bytes > MAX_MESSAGE_BYTES:
+            raise ValueError(f"max_msg_bytes={max_msg_bytes} exceeds what the daemon delivers ({MAX_MESSAGE_BYTES})")
+        self.max_msg_bytes = max_msg_bytes
+        self.peer_cache = PeerCache(peer_cache) if peer_cache else None
+        self.start_timeout_s = start_timeout_s
+        self._inbox_size, self._outbound_size = inbox_size, outbound_size
+        self._publish_wait_s, self._control_timeout_s = publish_wait_s, control_timeout_s
+        self._publish_rate = publish_rate
+        self._health_interval_s, self._discovery_interval_s = health_interval_s, discovery_interval_s
+        self._backoff_initial_s, self._backoff_max_s = backoff_initial_s, backoff_max_s
+
+        self._lock = threading.Lock()
+        self._wake_writer = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._stats = dict.fromkeys(STAT_KEYS, 0)
+        self._inbox: dict[str, collections.deque[Received]] = {}
+        self._outbound: collections.deque[tuple[str, bytes, float]] = collections.deque()
+        self._state = STATE_STARTING
+        self._daemon: DaemonProcess | None = None
+        self._generation = 0  # +1 per daemon run; readers and the writer follow it
+        self._listen_addrs: list[str] = []
+        self._connected: list[str] = []
+        self._topic_peers: dict[str, int] = {}
+        self._dht_peers = 0
+        self._subscriptions: dict[str, ControlConnection] = {}
+        self._threads: list[threading.Thread] = []
+        self._started = False
+        for topic in topics:
+            self._inbox[topic] = collections.deque()
+
+    # ------------------------------------------------------------------ Transport API (any thread)
+
+    def start(self) -> None:
+        """Starts the daemon (on the supervisor thread) and returns once it listens; raises
+        DaemonStartError with the daemon's stderr and what to do on failure or timeout."""
+        with self._lock:
+            if self._state == STATE_CLOSED:
+                raise RuntimeError("transport is closed")
+            first = not self._started
+            self._started = True
+        if first:
+            self._spawn_thread(self._supervise, "p2pd-supervisor")
+        if not self._ready.wait(self.start_timeout_s + 5.0):
+            self.close()
+            raise DaemonStartError(f"p2pd did not start within {self.start_timeout_s:.0f} s")
+        if self._start_error is not None:
+            self.close()
+            raise self._start_error
+
+    def subscribe(self, topic: str) -> None:
+        with self._lock:
+            if topic in self._inbox:
+                return
+            self._inbox[topic] = collections.deque()
+            generation = self._generation if self._state == STATE_RUNNING else None
+        if generation is not None:
+            self._spawn_thread(lambda: self._read_topic(topic, generation), "p2pd-reader")
+
+    def publish(self, topic: str, data: bytes) -> None:
+        """Queues `data`; never blocks. Raises ValueError for a message over `max_msg_bytes`
+        (the daemon would drop it silently); a full queue or a closed transport drops and counts."""
+        if len(data) > self.max_msg_bytes:
+            raise ValueError(f"a {len(data)}-byte message on {topic} exceeds the p2pd transport's limit of "
+                             f"{self.max_msg_bytes} bytes (the daemon drops bigger ones silently): "
+                             "send fewer or shorter completions per message")
+        with self._lock:
+            if self._state == STATE_CLOSED:
+                self._stats[COUNTER_DROPPED_OUTBOUND_CLOSED] += 1
+                return
+            if len(self._outbound) >= self._outbound_size:
+                self._stats[COUNTER_DROPPED_OUTBOUND_FULL] += 1
+                return
+            self._outbound.append((topic, bytes(data), time.monotonic()))
+            self._wake_writer.notify()
+
+    def drain(self, topic: str, max_items: int | None = None) -> list[Received]:
+        with self._lock:
+            box = self._inbox.get(topic)
+            if not box:
+                return []
+            n = len(box) if max_items is None else max(0, min(int(max_items), len(box)))
+            return [box.popleft() for _ in range(n)]
+
+    def peers(self) -> list[str]:
+        with self._lock:
+            return list(self._connected)
+
+    def listen_addrs(self) -> list[str]:
+        with self._lock:
+            return list(self._listen_addrs)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            out = dict(self._stats)
+            out["daemon_pid"] = (self._daemon.pid or 0) if self._daemon else 0
+            out["daemon_state"] = _STATE_CODES[self._state]  # 0 starting, 1 running, 2 restarting, 3 closed
+            out["connected_peers"] = len(self._connected)
+            out["dht_peers"] = self._dht_peers
+            out["outbound_queued"] = len(self._outbound)
+            for topic, n in self._topic_peers.items():
+                out[f"topic_peers:{topic}"] = n
+        return out
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def close(self) -> None:
+        """Stops every thread and the daemon (SIGTERM, then SIGKILL). Idempotent."""
+        with self._lock:
+            if self._state == STATE_CLOSED:
+                return
+            self._state = STATE_CLOSED
+            self._wake_writer.notify_all()
+            subscriptions = list(self._subscriptions.values())
+        self._stop.set()
+        for conn in subscriptions:
+            conn.close()  # unblocks the readers
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(self._control_timeout_s + 2.0)
+        if self._daemon is not None:
+            self._daemon.stop()
+        self._ready.set()
+
+    def __enter__(self) -> P2pdTransport:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"P2pdTransport({self.peer_id}, {self._state}, listen={self.listen_addrs() or self._listen})"
+
+    # ------------------------------------------------------------------ internals
+
+    def _spawn_thread(self, target, name: str) -> None:
+        thread = threading.Thread(target=target, name=f"{name}-{self.peer_id[-6:]}", daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _bump(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._stats[key] = self._stats.get(key, 0) + n
+
+    def _launch_daemon(self, listen: list[str]) -> None:
+        """Starts one daemon run; on success it is the current one and its readers run."""
+        bootstrap = [a for addrs in self._bootstrap.values() for a in addrs]
+        if self.peer_cache is not None:
+            bootstrap += [a for a in self.peer_cache.dial_addrs() if a not in bootstrap]
+        daemon = DaemonProcess(self._seed, listen=listen, bootstrap=bootstrap, expected_peer_id=self.peer_id,
+                               control_timeout_s=self._control_timeout_s)
+        _, addrs = daemon.start(self.start_timeout_s)
+        with self._lock:
+            if self._state == STATE_CLOSED:
+                daemon.stop()
+                return
+            self._daemon = daemon
+            self._generation += 1
+            generation = self._generation
+            self._listen_addrs = [f"{a}/p2p/{self.peer_id}" for a in addrs]
+            self._state = STATE_RUNNING
+            topics = list(self._inbox)
+        for topic in topics:
+            self._spawn_thread(lambda t=topic: self._read_topic(t, generation), "p2pd-reader")
+        log.info("p2pd (pid %s) runs as %s on %s", daemon.pid, self.peer_id, ", ".join(self._listen_addrs))
+
+    def _supervise(self) -> None:
+        """Owns the daemon: the thread that starts it must outlive it (PR_SET_PDEATHSIG)."""
+        try:
+            self._launch_daemon(self._listen)
+        except BaseException as err:  # noqa: BLE001 - handed to start()
+            self._start_error = err
+            self._ready.set()
+            return
+        self._ready.set()
+        self._spawn_thread(self._write_loop, "p2pd-writer")
+        self._spawn_thread(self._discovery_loop, "p2pd-discovery")
+        # After the first run, restarts reuse its real ports, so peers that know us can redial.
+        reuse = [a.split("/p2p/")[0] for a in self._listen_addrs] or self._listen
+        while not self._stop.wait(self._health_interval_s):
+            problem = self._health_problem()
+            if problem is None:
+                continue
+            self._restart(problem, reuse)
+
+    def _health_problem(self) -> str | None:
+        daemon = self._daemon
+        if daemon is None or self._stop.is_set():
+            return None
+        if not daemon.alive():
+            return f"p2pd (pid {daemon.pid}) exited with code {daemon.proc.returncode}"
+        try:
+            with ControlConnection(daemon.socket_path, self._control_timeout_s) as conn:
+                conn.request(identify_request())
+        except ControlError as err:
+            return f"p2pd (pid {daemon.pid}) control socket is stuck or broken ({err})"
+        return None
+
+    def _restart(self, problem: str, reuse: list[str]) -> None:
+        old = self._daemon
+        tail = old.stderr_tail() if old else ""
+        log.error("%s; restarting it. stderr tail:\n%s", problem, tail or "(empty)")
+        with self._lock:
+            if self._state == STATE_CLOSED:
+                return
+            self._state = STATE_RESTARTING
+            self._stats["daemon_restarts"] += 1
+            subscriptions = list(self._subscriptions.values())
+            self._subscriptions.clear()
+        for conn in subscriptions:
+            conn.close()
+        if old is not None:
+            old.stop()
+        delay = self._backoff_initial_s
+        listen = reuse
+        while not self._stop.is_set():
+            try:
+                self._launch_daemon(listen)
+                return
+            except DaemonStartError as err:
+                self._bump("daemon_failures")
+                log.error("p2pd restart failed (retrying in %.1f s): %s", delay, err)
+                listen = self._listen  # our old ports may be taken: fall back to the configured ones
+            if self._stop.wait(delay):
+                return
+            delay = min(2 * delay, self._backoff_max_s)
+
+    def _socket_for(self, generation: int) -> Path | None:
+        with self._lock:
+            if self._generation != generation or self._state != STATE_RUNNING or self._daemon is None:
+                return None
+            return self._daemon.socket_path
+
+    def _read_topic(self, topic: str, generation: int) -> None:
+        socket_path = self._socket_for(generation)
+        if socket_path is None:
+            return
+        try:
+            conn = ControlConnection(socket_path, self._control_timeout_s)
+            conn.request(subscribe_request(topic))
+        except ControlError as err:
+            log.warning("subscribing to %s failed (%s); the supervisor will restart p2pd if it is down", topic, err)
+            return
+        conn.sock.settimeout(None)  # a quiet topic is normal; close() or a daemon exit ends the read
+        with self._lock:
+            if self._generation != generation or self._state == STATE_CLOSED:
+                conn.close()
+                return
+            self._subscriptions[f"{generation}:{topic}"] = conn
+        try:
+            while True:
+                message = conn.read(pb.PSMessage)
+                self._deliver(topic, message)
+        except ControlError as err:
+            if not self._stop.is_set() and self._socket_for(generation) is not None:
+                log.warning("subscription to %s ended (%s)", topic, err)
+        finally:
+            conn.close()
+            with self._lock:
+                self._subscriptions.pop(f"{generation}:{topic}", None)
+
+    def _deliver(self, topic: str, message: pb.PSMessage) -> None:
+        sender = peer_id_text(getattr(message, "from"))
+        if sender == self.peer_id:
+            return  # the daemon echoes our own publishes
+        data = message.data
+        if len(data) > self.max_msg_bytes:
+            self._bump("dropped_inbound_oversize")
+            return
+        item = Received(from_peer=sender, data=data, received_at=time.time())
+        with self._lock:
+            box = self._inbox.get(topic)
+            if box is None:
+                self._stats[COUNTER_DROPPED_UNSUBSCRIBED] += 1
+                return
+            if len(box) >= self._inbox_size:
+                box.popleft()
+                self._stats[COUNTER_DROPPED_INBOUND_FULL] += 1
+            box.append(item)
+            self._stats[COUNTER_RECEIVED] += 1
+
+    def _write_loop(self) -> None:
+        conn: ControlConnection | None = None
+        conn_generation = -1
+        peers_checked: dict[str, tuple[float, int]] = {}  # topic -> (when, subscribed peers)
+        pacer = _Pacer(self._publish_rate, burst=PUBLISH_BURST)
+        while True:
+            with self._lock:
+                while not self._outbound and self._state != STATE_CLOSED:
+                    self._wake_writer.wait()
+                if self._state == STATE_CLOSED:
+                    break
+                topic, data, queued_at = self._outbound[0]
+                generation = self._generation
+            try:
+                if conn is None or conn_generation != generation:
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    socket_path = self._socket_for(generation)
+                    if socket_path is None:  # restarting: keep the queue, try again shortly
+                        self._stop.wait(0.1)
+                        continue
+                    conn, conn_generation = ControlConnection(socket_path, self._control_timeout_s), generation
+                checked_at, n_peers = peers_checked.get(topic, (0.0, 0))
+                if n_peers == 0 and time.monotonic() - checked_at > 0.05:
+                    n_peers = len(conn.request(topic_peers_request(topic)).pubsub.peerIDs)
+                    peers_checked[topic] = (time.monotonic(), n_peers)
+                    with self._lock:
+                        self._topic_peers[topic] = n_peers
+                waited_out = time.monotonic() - queued_at >= self._publish_wait_s
+                if n_peers == 0 and not waited_out:
+                    self._stop.wait(0.02)  # GossipSub would lose it: nobody's subscription has reached us yet
+                    continue
+                pacer.wait(self._stop)
+                conn.request(publish_request(topic, data))
+            except ControlError as err:
+                self._bump("publish_errors")
+                log.warning("publish on %s failed (%s); retrying after the daemon recovers", topic, err)
+                if conn is not None:
+                    conn.close()
+                conn = None
+                self._stop.wait(0.2)
+                continue
+            with self._lock:
+                if self._outbound and self._outbound[0][2] == queued_at:
+                    self._outbound.popleft()
+                self._stats[COUNTER_PUBLISHED] += 1
+                if n_peers == 0:
+                    self._stats["published_without_peers"] += 1
+        if conn is not None:
+            conn.close()
+
+    def _discovery_loop(self) -> None:
+        """Keeps bootstrap and cached peers dialed, grows the peer set through the DHT, refreshes
+        the counts shown by peers()/stats(), and writes the peer cache."""
+        backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next attempt, delay)
+        cache_written = 0.0
+        while not self._stop.wait(self._discovery_interval_s):
+            with self._lock:
+                generation = self._generation
+            socket_path = self._socket_for(generation)
+            if socket_path is None:
+                continue
+            try:
+                with ControlConnection(socket_path, self._control_timeout_s) as conn:
+                    infos = conn.request(list_peers_request()).peers
+                    connected = {peer_id_text(p.id): [a for a in map(addr_text, p.addrs) if a] for p in infos}
+                    topic_peers = {t: len(conn.request(topic_peers_request(t)).pubsub.peerIDs) for t in self._topics()}
+                    with self._lock:
+                        self._connected = sorted(connected)
+                        self._topic_peers.update(topic_peers)
+                    self._dial_missing(conn, connected, backoff)
+                    self._dht_peers = self._ask_dht(socket_path)
+                    if self.peer_cache is not None and connected and time.monotonic() - cache_written > 10.0:
+                        self.peer_cache.remember(self._peer_addrs(conn, connected))
+                        cache_written = time.monotonic()
+            except (ControlError, OSError) as err:
+                log.debug("discovery round failed: %s", err)
+
+    def _topics(self) -> list[str]:
+        with self._lock:
+            return list(self._inbox)
+
+    def _dial_missing(self, conn: ControlConnection, connected: dict, backoff: dict) -> None:
+        wanted = {pid: list(addrs) for pid, addrs in self._bootstrap.items()}
+        if self.peer_cache is not None:
+            for pid, entry in self.peer_cache.load().items():
+                if pid != self.peer_id:
+                    wanted.setdefault(pid, [f"{a}/p2p/{pid}" for a in entry["addrs"]])
+        now = time.monotonic()
+        for pid, addrs in wanted.items():
+            if pid in connected:
+                backoff.pop(pid, None)
+                continue
+            next_at, delay = backoff.get(pid, (0.0, self._backoff_initial_s))
+            if now < next_at:
+                continue
+            self._bump("dial_attempts")
+            try:
+                conn.request(connect_request(peer_id_bytes(pid), [split_peer_addr(a)[1] for a in addrs],
+                                             timeout_s=max(1, int(self._control_timeout_s) - 1)))
+                backoff.pop(pid, None)
+            except ControlError as err:
+                self._bump("dial_failures")
+                log.log(logging.DEBUG if pid in backoff else logging.WARNING,
+                        "dialing %s failed (%s); retrying in %.0f s", pid, err, delay)
+                backoff[pid] = (now + delay, min(2 * delay, self._backoff_max_s))
+
+    def _ask_dht(self, socket_path: Path) -> int:
+        """A DHT lookup of our own id: the daemon connects to the peers it meets on the way (how a
+        swarm stays connected when its first node dies). Returns how many peers it named."""
+        request = pb.Request(type=pb.Request.DHT, dht=pb.DHTRequest(
+            type=pb.DHTRequest.GET_CLOSEST_PEERS, key=peer_id_bytes(self.peer_id),
+            timeout=max(1, int(self._control_timeout_s) - 1)))
+        found = 0
+        try:
+            with ControlConnection(socket_path, self._control_timeout_s) as conn:
+                response = conn.request(request)
+                if response.dht.type == pb.DHTResponse.BEGIN:
+                    while conn.read(pb.DHTResponse).type != pb.DHTResponse.END:
+                        found += 1
+        except ControlError as err:  # "failed to find any peer in table": alone, for now
+            log.debug("DHT lookup: %s", err)
+        return found
+
+    def _peer_addrs(self, conn: ControlConnection, connected: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Dialable addresses of connected peers: the DHT's/peerstore's (their listen addresses),
+        not the connection's (an inbound connection shows the peer's ephemeral port)."""
+        out: dict[str, list[str]] = {}
+        for pid in list(connected)[:32]:
+            request = pb.Request(type=pb.Request.DHT, dht=pb.DHTRequest(type=pb.DHTRequest.FIND_PEER,
+                                                                        peer=peer_id_bytes(pid), timeout=2))
+            try:
+                info = conn.request(request).dht.peer
+            except ControlError:
+                continue
+            out[pid] = [a for a in map(addr_text, info.addrs) if a and "/p2p-circuit" not in a]
+        return out
+
+
+class _Pacer:
+    """Token bucket: `wait` returns when one more message may go (or when `stop` is set)."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens = float(burst)
+        self.at = time.monotonic()
+
+    def wait(self, stop: threading.Event) -> None:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1.0:
+            stop.wait((1.0 - self.tokens) / self.rate)
+            self.tokens, self.at = 1.0, time.monotonic()
+        self.tokens -= 1.0
