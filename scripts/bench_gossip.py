@@ -231,15 +231,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-logs", action="store_true", help="keep the per-node log folders (kept anyway on failure)")
     p.add_argument("--seed", type=int, default=0, help="topology RNG seed (the same topology for every transport)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench")
-    p.add_argument("--start-timeout", type=float, default=90.0)
+    p.add_argument("--start-timeout", type=float, help="seconds for N nodes to listen (default 60 + 3 N)")
     p.add_argument("--mesh-timeout", type=float, default=60.0)
     p.add_argument("--warmup-timeout", type=float, default=15.0)
     p.add_argument("--isolated-timeout", type=float, default=5.0)
     p.add_argument("--delivery-timeout", type=float, default=20.0)
     p.add_argument("--flood-timeout", type=float, default=60.0)
     p.add_argument("--shutdown-timeout", type=float, default=20.0)
-    p.add_argument("--worker-deadline", type=float, default=420.0,
-                   help="a node process exits by itself this many seconds after its swarm started")
+    p.add_argument("--worker-deadline", type=float,
+                   help="a node process exits by itself this many seconds after its swarm started "
+                        "(default 360 + 8 N)")
     args = p.parse_args(argv)
     args.transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     unknown = [t for t in args.transports if t not in TRANSPORTS]

@@ -125,7 +125,7 @@ class Swarm:
             if i >= 2:
                 dials.append(rng.randrange(1, i))
             self.topology.append(dials)
-        self.deadline = time.time() + args.worker_deadline
+        self.deadline = time.time() + worker_deadline_s(n, args)
         self.seeds = seeds
         self.ports = ports
 
@@ -261,6 +261,16 @@ class Swarm:
         return [i for i, p in enumerate(self.procs) if p.poll() is not None]
 
 
+def start_timeout_s(n: int, args: argparse.Namespace) -> float:
+    """N processes import their transport at once on a shared machine: allow time in proportion."""
+    return args.start_timeout if args.start_timeout is not None else 60.0 + 3.0 * n
+
+
+def worker_deadline_s(n: int, args: argparse.Namespace) -> float:
+    """A node process exits by itself this long after its swarm started, whatever happens."""
+    return args.worker_deadline if args.worker_deadline is not None else 360.0 + 8.0 * n
+
+
 def mesh_degrees(statuses: dict[int, dict], nodes: list[int], topic: str) -> list[int] | None:
     if not statuses or any(statuses[i]["mesh"] is None for i in nodes):
         return None
@@ -288,7 +298,7 @@ def run_one(n: int, transport: str, args: argparse.Namespace, rng: random.Random
         swarm.spawn()
         # ---- start -------------------------------------------------------------------------
         ok = swarm.pump_until(lambda: all(swarm.inbox.get((i, "ready")) or swarm.inbox.get((i, "error"))
-                                          or i in swarm.eof for i in everyone), args.start_timeout)
+                                          or i in swarm.eof for i in everyone), start_timeout_s(n, args))
         errors = {i: swarm.take(i, "error") for i in everyone if swarm.inbox.get((i, "error"))}
         if errors or not ok:
             not_ready = [i for i in everyone if not swarm.inbox.get((i, "ready"))]
