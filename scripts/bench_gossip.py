@@ -160,6 +160,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 def report(results: list[dict[str, Any]], transports: list[str], nodes: list[int], wire: dict[str, Any],
            micro: dict[str, Any], console: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     by_key = {(r["transport"], r["n"]): r for r in results}
@@ -202,7 +203,7 @@ def report(results: list[dict[str, Any]], transports: list[str], nodes: list[int
                          f"{min(peers)}-{max(peers)}" if peers else "-",
                          _fmt((r.get("latency") or {}).get("cores_busy"), 2),
                          _fmt((r.get("latency") or {}).get("loadavg_1m")), _fmt(r.get("wall_s")),
-                         "; ".join(found)[:300] or "none")
+                         escape("; ".join(found)[:300]) or "none")  # log lines hold [brackets]
     console.print(problems)
     console.print(f"one group on the wire: signed envelope {wire['envelope_bytes']:,} B for {wire['tokens']} tokens = "
                   f"{wire['envelope_bytes_per_token']:.1f} B/token before transport framing and gossip "
@@ -304,9 +305,6 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[red]interrupted[/red]")
     wall = time.time() - t0
     conditions["loadavg_at_end"] = os.getloadavg()
-    report(results, transports, [n for n in args.nodes if any(r["n"] == n for r in results)], wire, micro, console)
-    console.print(f"total wall time {wall:.1f} s")
-
     args.out.mkdir(parents=True, exist_ok=True)
     out_json, out_png, out_txt = (args.out / f"bench_gossip.{ext}" for ext in ("json", "png", "txt"))
     ratios = {str(n): {label: ratio(*(figure(next((r for r in results if r["transport"] == t and r["n"] == n), None),
@@ -315,11 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     payload = {"conditions": conditions, "wire": wire, "ingress_microbench": micro, "runs": results,
                "ratios": {"of": f"{transports[0]} / {transports[1]}", "by_n": ratios} if ratios else None,
                "wall_s": round(wall, 2), "interrupted": interrupted}
-    out_json.write_text(json.dumps(payload, indent=2))
+    out_json.write_text(json.dumps(payload, indent=2))  # first: the measurements survive any report bug
+    report(results, transports, [n for n in args.nodes if any(r["n"] == n for r in results)], wire, micro, console)
+    console.print(f"total wall time {wall:.1f} s")
     try:
         plot(results, out_png)
     except Exception as e:  # noqa: BLE001 - the JSON and the tables are the result; the plot is a view
-        console.print(f"[yellow]plot failed: {e}[/yellow]")
+        console.print(f"plot failed: {e}", style="yellow", markup=False)
     out_txt.write_text(console.export_text())
     console.print(f"wrote {out_json}, {out_png} and {out_txt}")
     failed = interrupted or any(r.get("error") for r in results)

@@ -491,8 +491,10 @@ def run_one(n: int, transport: str, args: argparse.Namespace, rng: random.Random
                     warm = True
                     break
                 time.sleep(0.2)
-            if not warm:
-                raise PhaseTimeout(f"flood warm-up: node 0 verified {rep['ok']}/{len(senders)}")
+            res["flood_warmup_verified"] = f"{rep['ok']}/{len(senders)}"
+            if not warm:  # measured anyway: the delivery ratio shows what the cold routes lose
+                console.print(f"  flood warm-up incomplete: node 0 verified {rep['ok']}/{len(senders)} senders' "
+                              f"first message within {args.warmup_timeout:.0f} s", style="yellow")
             prepared = swarm.request_all(senders, "flood_prepare", "flood_ready", 60.0, n=per_sender)
             swarm.request_all([0], "flood_reset", "flood_reset", 10.0)
             statuses = swarm.request_all(everyone, "status", "status", 10.0)
@@ -568,7 +570,7 @@ def run_one(n: int, transport: str, args: argparse.Namespace, rng: random.Random
         res["muxers_negotiated"] = mux  # connection ends, both sides counted
     except PhaseTimeout as e:
         res["error"] = str(e)
-        console.print(f"  [red]{transport}, N = {n} failed: {e}[/red]")
+        console.print(f"  {transport}, N = {n} failed: {e}", style="red", markup=False)
     finally:
         res["dead_before_shutdown"] = swarm.dead()
         res["shutdown"] = swarm.shutdown(args.shutdown_timeout)
