@@ -44,7 +44,8 @@ def _config(args: argparse.Namespace, extra: list[str] = ()):
         overrides.append(f"run.rounds={args.rounds}")
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
-    return load_config(args.preset, args.config, [*overrides, *extra])
+    # the environment sits between the config file and --set (README "Configuration")
+    return load_config(args.preset, args.config, [*overrides, *extra], environ=os.environ)
 
 
 def _toml_list(values: list[str]) -> str:
@@ -316,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     join = sub.add_parser("join", help="join a swarm: train and share verified rollouts over libp2p")
     common(join, "runs/node")
     join.add_argument("--peers", nargs="*", metavar="MULTIADDR", help="bootstrap peers (/ip4/.../tcp/.../p2p/<id>)")
-    join.add_argument("--listen", action="append", metavar="MULTIADDR", help="listen address (default /ip4/0.0.0.0/tcp/4001)")
+    join.add_argument("--listen", action="append", metavar="MULTIADDR", help="listen address (default /ip4/0.0.0.0/tcp/0: a free port, printed at start)")
     join.add_argument("--swarm", help="swarm name (gossip topic namespace)")
     join.add_argument("--identity", help="node key file (default <run-dir>/identity.key, created if missing)")
     join.add_argument("--mix", metavar="I/J", help="SAPO mix: I local + J external groups per update, e.g. 4/4")

@@ -1,14 +1,16 @@
-"""Typed node configuration: presets, TOML files and `--set key=value` overrides.
+"""Typed node configuration: presets, TOML files, environment variables and `--set key=value`.
 
-Precedence (later wins): preset -> TOML file -> `--set` overrides. Every section forbids unknown
-keys, so a typo fails loudly with the list of valid keys instead of being silently ignored.
+Precedence (later wins): defaults -> preset -> TOML file -> `SWARM_NODE_<SECTION>__<KEY>`
+environment variables -> `--set` overrides (the CLI's own flags such as --peers are `--set`s).
+Every section forbids unknown keys, so a typo fails loudly with the list of valid keys instead of
+being silently ignored; so does an unknown `SWARM_NODE_*` variable.
 """
 from __future__ import annotations
 
 import copy
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -86,7 +88,9 @@ class SwarmConfig(Section):
     transport: Literal["p2pd", "libp2p", "memory"] = Field(
         "p2pd", description="p2pd: GossipSub + DHT through the go-libp2p daemon in the hivemind wheel; libp2p: "
                             "pure-Python py-libp2p GossipSub; memory: in-process bus (tests and simulations only)")
-    listen: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/4001"], description="listen multiaddrs")
+    listen: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
+                              description="listen multiaddrs; tcp/0 = a free port (printed at start and in "
+                                          "node.json), so several nodes share a host without conflicts")
     peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
     peer_cache: bool = Field(True, description="p2pd: remember connected peers in <run_dir>/peers.json and dial "
                              "them at start, so a restarted node rejoins without --peers")
@@ -185,16 +189,50 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
+def parse_value(raw: str) -> Any:
+    """A `--set` or environment value: read as TOML (numbers, booleans, lists, tables), else a string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """'optim.lr=3e-4' -> (['optim', 'lr'], 0.0003). Values are read as TOML, else as strings."""
     if "=" not in item:
         raise ConfigError(f"--set expects key=value (e.g. optim.lr=3e-4), got {item!r}")
     key, raw = item.split("=", 1)
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key.strip().split("."), value
+    return key.strip().split("."), parse_value(raw)
+
+
+ENV_PREFIX = "SWARM_NODE_"
+# SWARM_NODE_* variables that are not config keys (read elsewhere), so they are not errors here.
+NON_CONFIG_ENV = {"SWARM_NODE_CACHE": "converted-model cache directory (policy/models.py)"}
+
+
+def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
+    """Config keys set in the environment: SWARM_NODE_SWARM__EXTERNAL_PER_ROUND=2 -> (['swarm',
+    'external_per_round'], 2). `__` separates the levels, names are case-insensitive (keys are
+    lower case), values are parsed like `--set` values. Sorted by name, so the order is stable."""
+    out = []
+    for name in sorted(environ):
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() in NON_CONFIG_ENV:
+            continue
+        rest = name[len(ENV_PREFIX):]
+        path = [part.lower() for part in rest.split("__")]
+        if len(path) < 2 or not all(path):
+            raise ConfigError(
+                f"environment variable {name} is not a config key: config variables are "
+                f"{ENV_PREFIX}<SECTION>__<KEY> (two underscores between levels, e.g. "
+                f"{ENV_PREFIX}SWARM__EXTERNAL_PER_ROUND=2); sections are "
+                f"{', '.join(sorted(NodeConfig.model_fields))}; other {ENV_PREFIX}* variables: "
+                f"{', '.join(sorted(NON_CONFIG_ENV))}. Unset it or fix its name.")
+        try:
+            _check_path(path)
+        except ConfigError as err:
+            raise ConfigError(f"environment variable {name}: {err}") from None
+        out.append((path, parse_value(environ[name])))
+    return out
 
 
 def _check_path(path: list[str]) -> None:
@@ -213,7 +251,9 @@ def _check_path(path: list[str]) -> None:
 
 
 def load_config(preset: str | None = None, file: str | Path | None = None,
-                overrides: list[str] = ()) -> NodeConfig:
+                overrides: list[str] = (), environ: Mapping[str, str] | None = None) -> NodeConfig:
+    """Defaults -> preset -> TOML file -> `environ`'s SWARM_NODE_* keys -> `overrides` (later wins).
+    `environ` is None (no environment) unless the caller passes one: the CLI passes os.environ."""
     data: dict[str, Any] = {}
     if preset is not None:
         if preset not in PRESETS:
@@ -225,9 +265,12 @@ def load_config(preset: str | None = None, file: str | Path | None = None,
             raise ConfigError(f"config file {str(path)!r} not found")
         with path.open("rb") as fh:
             data = deep_merge(data, tomllib.load(fh))
+    settings = env_overrides(environ) if environ is not None else []
     for item in overrides:
         keys, value = parse_override(item)
         _check_path(keys)
+        settings.append((keys, value))
+    for keys, value in settings:
         node = data
         for key in keys[:-1]:
             node = node.setdefault(key, {})

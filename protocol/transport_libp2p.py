@@ -15,60 +15,20 @@ own pubsub signing is on (``strict_signing``), so ``Received.from_peer`` is the 
 origin peer id of the message, which equals the signer identity because the host key is built
 from the same 32-byte Ed25519 seed.
 
-py-libp2p 0.8.1 behaviours handled here (measured / read from the installed source):
-
-* GossipSub drops more than ``max_messages_per_topic_per_second`` (default 10) per forwarder and
-  topic, silently, **including our own publishes**: raised to 1000 and the outbound pump paces
-  itself under that limit so a burst is delayed, not lost.
-* Pubsub delivers to a 32-slot subscription channel and drops when it is full, and the
-  publisher also receives its own messages: ``_InboxPubsub.notify_subscriptions`` hands messages
-  straight to our inbox (synchronously, no 32-slot channel) and skips our own.
-* The per-peer outbound ``RpcQueue`` holds only 32 RPCs of at most 1 MiB (both silently drop) and
-  is created without size arguments: ``_SizedQueues`` resizes every queue as it is registered,
-  and the pump waits (bounded) while a peer queue is nearly full.
-* Inbound RPCs above ``max_inbound_rpc_size`` (default 1 MiB) reset the stream: set from
-  ``max_msg_bytes``.
-* Eclipse protection (IP-diversity grafting/pruning) misbehaves when every peer is 127.0.0.1:
-  ``eclipse_protection_enabled`` is turned off automatically when a listen or bootstrap
-  address is loopback.
-* Adaptive gossip can stretch the heartbeat to 30-60 s and the default heartbeat is 120 s: the
-  heartbeat is set to 1 s and adaptive gossip is off.
-* ``Swarm.listen`` logs a failed bind (port in use) and returns normally: ``start()`` checks
-  the listeners and raises ``TransportStartError`` naming the address.
-* The swarm's negative dial cache blocks a peer for 60 s after one failed dial, and the swarm
-  retries each dial 3 times itself: our reconnect loop owns retries (swarm retries off) and
-  lifts the block (``unblock_peer``) before each of its own backed-off attempts.
-* While a dropped connection is being torn down it stays in ``swarm.connections`` and
-  ``host.connect()`` returns at once without a checkpoint; a naive re-dial loop spins and
-  starves the event loop (close() then hangs): the loop waits for the teardown instead.
-* Throughput: py-libp2p builds ``host.get_addrs()`` (about 1 ms of multiaddr work) for the
-  signed peer record attached to every RPC, and sends IDONTWANT to every mesh peer for every
-  message (our own and tiny ones included). ``get_addrs`` is memoised per host (2 s) and
-  IDONTWANT is limited to received messages of at least ``idontwant_min_bytes``: 1 KiB
-  messages between two processes went from about 60 to about 450 per second.
-* ``equivocation_detection`` keeps up to 1000 full messages: trimmed periodically.
-* GossipSub replays its recent-message cache (a few heartbeats) to a newly subscribed peer: a
-  message published while nobody was connected may still arrive a few seconds later, and
-  duplicates across reconnects are possible. Consumers dedup (the replay window does).
-* Several tasks write RPCs to the same peer stream concurrently and yamux locks only per
-  frame, so two large RPCs interleave and the receiver cannot parse them (seen with a 1 MB
-  message published right after connecting: the pending-queue flush and the recent-message
-  replay both sent it): ``write_msg`` is serialised per stream.
-* A protobuf ``DecodeError`` on an inbound pubsub stream is not caught upstream and crashes the
-  whole host (one malformed RPC from any peer would kill the node): ``stream_handler`` drops
-  that peer's stream instead and counts it (``bad_streams``).
+Every workaround of a py-libp2p 0.8.1 behaviour (dropped messages, crashes on bad input, dial
+caches, throughput) lives in ``protocol/libp2p_patches.py``, one patch per behaviour; this module
+only builds the host from them, paces its outbound pump under GossipSub's per-topic rate limit and
+the per-peer queues, and bridges threads.
 """
 
 from __future__ import annotations
 
 import collections
-import ipaddress
 import logging
 import math
 import random
 import threading
 import time
-import weakref
 from typing import Any
 
 import multiaddr
@@ -82,8 +42,6 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub import gossipsub as _gossipsub
-from libp2p.pubsub.gossipsub import GossipSub
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.noise.transport import (
     PROTOCOL_ID as NOISE_PROTOCOL_ID,
     Transport as NoiseTransport,
@@ -92,6 +50,19 @@ from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID, Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
+from .libp2p_patches import (
+    PatchedPubsub,
+    SelectiveIdontwantGossipSub,
+    connection_state,
+    disable_swarm_dial_retries,
+    eclipse_protection_for,
+    is_shutdown_noise,
+    lift_dial_block,
+    listen_failures,
+    memoize_host_addrs,
+    short_error,
+    trim_equivocation_cache,
+)
 from .transport import (
     COUNTER_DROPPED_INBOUND_FULL,
     COUNTER_DROPPED_OUTBOUND_FULL,
@@ -148,152 +119,6 @@ def keypair_from_seed(seed: bytes) -> KeyPair:
 def peer_id_from_seed(seed: bytes) -> str:
     """The libp2p peer id (12D3KooW...) that a transport built from ``seed`` will have."""
     return ID.from_pubkey(keypair_from_seed(seed).public_key).to_base58()
-
-
-def _is_loopback_maddr(addr: str) -> bool:
-    try:
-        ma = multiaddr.Multiaddr(addr)
-    except Exception:
-        return False
-    for proto in ("ip4", "ip6"):
-        try:
-            value = ma.value_for_protocol(proto)
-        except Exception:
-            value = None
-        if value:
-            try:
-                return ipaddress.ip_address(value).is_loopback
-            except ValueError:
-                return False
-    return False
-
-
-class _SizedQueues(dict):  # type: ignore[type-arg]
-    """``Pubsub.peer_queues`` replacement: resize each per-peer ``RpcQueue`` as it is added.
-
-    py-libp2p creates ``RpcQueue()`` with its defaults (32 RPCs, 1 MiB) inside
-    ``Pubsub._handle_new_peer``; both limits drop silently.
-    """
-
-    def __init__(self, max_message_size: int, max_rpcs: int) -> None:
-        super().__init__()
-        self.max_message_size = max_message_size
-        self.max_rpcs = max_rpcs
-
-    def __setitem__(self, key: Any, queue: Any) -> None:
-        try:
-            queue.max_message_size = self.max_message_size
-            queue._queue.max_size = self.max_rpcs
-        except AttributeError:  # pragma: no cover - a different py-libp2p layout
-            log.warning("libp2p RpcQueue layout changed; outbound queue limits not raised")
-        super().__setitem__(key, queue)
-
-
-class _Router(GossipSub):
-    """GossipSub that sends IDONTWANT only where it can save bandwidth.
-
-    py-libp2p 0.8.1 sends IDONTWANT to every v1.2 mesh peer for every message, tiny ones and
-    our own publishes included (nobody can have those yet): with its per-RPC costs (a signed
-    peer record is attached to, and verified on, every RPC) that multiplies the work per
-    message. go-libp2p only does it for messages above a size threshold (1 KiB).
-    """
-
-    def __init__(self, *args: Any, idontwant_min_bytes: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._idontwant_min_bytes = idontwant_min_bytes
-        self._skip_idontwant: set[bytes] = set()
-
-    async def publish(self, msg_forwarder: ID, pubsub_msg: Any) -> None:
-        msg_id = None
-        if self.pubsub is not None and (
-            len(pubsub_msg.data) < self._idontwant_min_bytes
-            or pubsub_msg.from_id == self.pubsub.my_id.to_bytes()
-        ):
-            msg_id = self.pubsub.get_message_id(pubsub_msg)
-            self._skip_idontwant.add(msg_id)
-        try:
-            await super().publish(msg_forwarder, pubsub_msg)
-        finally:
-            if msg_id is not None:
-                self._skip_idontwant.discard(msg_id)
-
-    async def _emit_idontwant_for_message(self, msg_id: bytes, topic_ids: Any) -> None:
-        if msg_id in self._skip_idontwant:
-            return
-        await super()._emit_idontwant_for_message(msg_id, topic_ids)
-
-
-def _cache_host_addrs(host: Any, ttl: float = 2.0) -> None:
-    """Memoise ``host.get_addrs()`` on this host object for ``ttl`` seconds.
-
-    py-libp2p rebuilds the signed peer record check from ``get_addrs()`` (multiaddr parsing,
-    about 1 ms) for every pubsub RPC it sends; addresses change rarely.
-    """
-    original = host.get_addrs
-    cache: list[Any] = [0.0, None]
-
-    def get_addrs() -> Any:
-        now = time.monotonic()
-        if cache[1] is None or now - cache[0] > ttl:
-            cache[1] = original()
-            cache[0] = now
-        return list(cache[1])
-
-    host.get_addrs = get_addrs
-
-
-class _InboxPubsub(Pubsub):
-    """Pubsub with the py-libp2p 0.8.1 fixes this transport needs.
-
-    * Validated messages go straight to a callback, replacing the 32-slot per-topic trio
-      channel (which drops when a reader falls behind); our own publishes are skipped.
-    * One writer at a time per peer stream; bad inbound RPCs drop the peer, not the host.
-    * Per-peer outbound queues resized (``_SizedQueues``).
-    """
-
-    def __init__(self, *args: Any, on_message: Any, peer_queue_limits: tuple[int, int],
-                 on_bad_stream: Any = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_message = on_message
-        self._my_id_bytes = self.host.get_id().to_bytes()
-        self.peer_queues = _SizedQueues(*peer_queue_limits)
-        self._on_bad_stream = on_bad_stream
-        self._write_locks: weakref.WeakKeyDictionary[Any, trio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    async def write_msg(self, stream: Any, rpc_msg: Any) -> bool:
-        # py-libp2p writes to one peer stream from several tasks (the per-peer sender loop,
-        # flush_pending_messages, replay of recent messages) and yamux only locks per frame:
-        # two large RPCs interleave and the receiver fails to parse. One writer per stream.
-        lock = self._write_locks.get(stream)
-        if lock is None:
-            lock = self._write_locks[stream] = trio.Lock()
-        async with lock:
-            return await super().write_msg(stream, rpc_msg)
-
-    async def stream_handler(self, stream: Any) -> None:
-        # Upstream catches only stream/parse errors here; a protobuf DecodeError from a peer's
-        # garbage bubbles up through the connection nursery and takes the whole host down.
-        try:
-            await super().stream_handler(stream)
-        except Exception as e:  # noqa: BLE001 - any bad input from one peer drops that peer
-            peer_id = stream.muxed_conn.peer_id
-            log.warning("dropping pubsub stream from %s: %s", peer_id, _short_error(e))
-            if self._on_bad_stream is not None:
-                self._on_bad_stream()
-            try:
-                await stream.reset()
-            except Exception:  # noqa: BLE001
-                pass
-            self._handle_dead_peer(peer_id)
-
-    def notify_subscriptions(self, publish_message: Any) -> None:
-        if publish_message.from_id == self._my_id_bytes:
-            return
-        for topic in publish_message.topicIDs:
-            if topic in self.subscribed_topics_receive:
-                self._on_message(topic, publish_message)
 
 
 class Libp2pTransport:
@@ -381,9 +206,7 @@ class Libp2pTransport:
         self._idontwant_min_bytes = int(idontwant_min_bytes)
         self._rate_limit = float(max_messages_per_topic_per_second)
         if eclipse_protection is None:
-            eclipse_protection = not any(
-                _is_loopback_maddr(a) for a in [*self._listen, *(b for b, _ in self._bootstrap)]
-            )
+            eclipse_protection = eclipse_protection_for([*self._listen, *(b for b, _ in self._bootstrap)])
         self._eclipse_protection = bool(eclipse_protection)
         self._dial_timeout = float(dial_timeout)
         self._backoff_initial = float(backoff_initial)
@@ -447,7 +270,7 @@ class Libp2pTransport:
             err = _first_leaf(self._start_error)
             self.close()
             raise TransportStartError(
-                f"libp2p host failed to listen on {self._listen}: {_short_error(err)}"
+                f"libp2p host failed to listen on {self._listen}: {short_error(err)}"
             ) from self._start_error
 
     def publish(self, topic: str, data: bytes) -> None:
@@ -592,7 +415,7 @@ class Libp2pTransport:
         except BaseException as e:  # noqa: BLE001 - the thread must never die noisily
             if not self._ready.is_set():
                 self._start_error = e
-            elif _only_shutdown_noise(e):
+            elif is_shutdown_noise(e):
                 log.debug("libp2p shutdown noise ignored: %r", e)
             else:
                 log.exception("libp2p thread crashed")
@@ -639,14 +462,10 @@ class Libp2pTransport:
                 TProtocol(MPLEX_PROTOCOL_ID): Mplex,
             },
         )
-        # Our reconnect loop owns retries/backoff; the swarm's own 3 quick retries only delay it.
-        try:
-            host.get_network().retry_config.max_retries = 0
-        except AttributeError:  # pragma: no cover
-            pass
+        disable_swarm_dial_retries(host)  # our reconnect loop owns retries and backoff
+        memoize_host_addrs(host)
         d, d_lo, d_hi = self._degree
-        _cache_host_addrs(host)
-        router = _Router(
+        router = SelectiveIdontwantGossipSub(
             protocols=_GOSSIPSUB_PROTOCOLS,
             idontwant_min_bytes=self._idontwant_min_bytes,
             degree=d,
@@ -661,7 +480,7 @@ class Libp2pTransport:
             min_mesh_diversity_ips=3 if self._eclipse_protection else 1,
         )
         limit = self.max_msg_bytes + _RPC_OVERHEAD
-        pubsub = _InboxPubsub(
+        pubsub = PatchedPubsub(
             host,
             router,
             strict_signing=True,
@@ -675,9 +494,7 @@ class Libp2pTransport:
             self._root_scope = root
             async with host.run(listen_addrs=self._listen_maddrs):
                 try:
-                    # Swarm.listen logs a failed bind (port in use, bad address) and carries on.
-                    listening = set(host.get_network().listeners)
-                    failed = [str(m) for m in self._listen_maddrs if str(m) not in listening]
+                    failed = listen_failures(host, self._listen_maddrs)
                     if failed:
                         raise OSError(f"could not listen on {', '.join(failed)} (address in "
                                       "use or not available; see the libp2p log line above)")
@@ -811,11 +628,8 @@ class Libp2pTransport:
         while True:
             await trio.sleep(0.5)
             try:
-                eq = router.equivocation_detection
-                if len(eq) > 256:
-                    for key in list(eq.keys())[:-128]:
-                        eq.pop(key, None)
-            except Exception:  # noqa: BLE001
+                trim_equivocation_cache(router)
+            except Exception:  # noqa: BLE001 - best effort; the router may be shutting down
                 pass
 
     async def _keep_connected(self, host: Any, addr: str, info: Any) -> None:
@@ -826,16 +640,13 @@ class Libp2pTransport:
         warned = False
         closing_since: float | None = None
         while True:
-            conns = list(network.connections.get(info.peer_id) or ())
-            if any(not getattr(c, "is_closed", False) for c in conns):
+            state = connection_state(network, info.peer_id)
+            if state == "live":
                 closing_since = None
                 delay = self._backoff_initial
                 await trio.sleep(0.25)
                 continue
-            if conns:
-                # A connection is closing but not yet removed from the swarm. host.connect()
-                # would "succeed" on it at once without a checkpoint (a busy loop that starves
-                # trio), so wait for the swarm to finish tearing it down (bounded).
+            if state == "closing":  # wait (bounded) for the swarm to finish tearing it down
                 now = time.monotonic()
                 closing_since = closing_since or now
                 if now - closing_since < 5.0:
@@ -852,10 +663,7 @@ class Libp2pTransport:
             if attempts > 1:
                 self._bump("reconnects")
             try:
-                try:
-                    network.unblock_peer(info.peer_id)  # lift the swarm's 60 s negative cache
-                except AttributeError:  # pragma: no cover
-                    pass
+                lift_dial_block(network, info.peer_id)
                 with trio.fail_after(self._dial_timeout):
                     await host.connect(info)
                 self._bump("connects")
@@ -867,7 +675,7 @@ class Libp2pTransport:
             except trio.TooSlowError:
                 reason = f"timed out after {self._dial_timeout:.1f} s"
             except Exception as e:  # noqa: BLE001 - dial failures are expected; never crash
-                reason = _short_error(e)
+                reason = short_error(e)
             self._bump("dial_failures")
             log.log(logging.DEBUG if warned else logging.WARNING,
                     "dial %s failed (%s); retrying in %.1f s", addr, reason, delay)
@@ -876,27 +684,11 @@ class Libp2pTransport:
             delay = min(delay * 2.0, self._backoff_max)
 
 
-def _short_error(e: BaseException) -> str:
-    msg = f"{type(e).__name__}: {e}"
-    return msg if len(msg) < 300 else msg[:297] + "..."
-
-
 def _first_leaf(e: BaseException) -> BaseException:
     """The first real exception inside (nested) trio exception groups."""
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     return e
-
-
-def _only_shutdown_noise(e: BaseException) -> bool:
-    """True for the errors py-libp2p can raise while tearing down (nothing to report)."""
-    if isinstance(e, BaseExceptionGroup):
-        return all(_only_shutdown_noise(x) for x in e.exceptions)
-    if isinstance(e, trio.Cancelled):
-        return True
-    if isinstance(e, RuntimeError) and "closed to new arrivals" in str(e):
-        return True
-    return False
 
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Smoke test of scripts/bench_gossip.py: 3 node processes over real libp2p on 127.0.0.1, few messages."""
+"""Smoke test of scripts/bench_gossip.py: 3 node processes per transport on 127.0.0.1 (both transports
+when this checkout has the p2pd one), few messages, every figure present and plausible."""
 from __future__ import annotations
 
 import json
@@ -11,23 +12,38 @@ import pytest
 pytest.importorskip("libp2p")
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_gossip_node import available_transports  # noqa: E402
 
 
 @pytest.mark.slow
-def test_bench_gossip_three_nodes(tmp_path: Path) -> None:
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_gossip.py"), "--nodes", "3", "--publishers", "2",
-           "--messages", "3", "--isolated", "3", "--flood", "40", "--flood-senders", "2", "--idle-s", "0.5",
-           "--micro-messages", "200", "--worker-deadline", "60", "--shutdown-timeout", "8", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=38)
+def test_bench_gossip_both_transports_three_nodes(tmp_path: Path) -> None:
+    transports = available_transports()
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_gossip.py"), "--transports", ",".join(transports),
+           "--nodes", "3", "--publishers", "2", "--messages", "3", "--isolated", "3", "--flood", "40",
+           "--flood-senders", "2", "--idle-s", "0.3", "--micro-messages", "100", "--worker-deadline", "100",
+           "--shutdown-timeout", "8", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60 + 50 * len(transports))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "bench_gossip.json").read_text())
     assert (tmp_path / "bench_gossip.png").stat().st_size > 0
-    run = result["runs"][0]
-    assert run["n"] == 3 and "error" not in run
-    assert run["latency_isolated"]["deliveries"] == run["latency_isolated"]["deliveries_expected"] == 3 * 2
-    assert run["latency"]["deliveries"] == run["latency"]["deliveries_expected"] == 2 * 3 * 2
-    assert run["latency"]["reach_all_ms"]["p50"] > 0
-    assert run["flood"]["verified"] == run["flood"]["messages"] == 40
-    assert run["shutdown"]["killed"] == [] and not run["dead_before_shutdown"]
-    wire = result["wire"]
-    assert 0 < wire["ratio_envelope_to_json"] < 1
+    assert "reach-all p95" in (tmp_path / "bench_gossip.txt").read_text()
+    envelope_per_token = result["wire"]["envelope_bytes_per_token"]
+    assert [r["transport"] for r in result["runs"]] == transports
+    for run in result["runs"]:
+        assert run["n"] == 3 and "error" not in run, run.get("error")
+        iso, burst, flood = run["latency_isolated"], run["latency"], run["flood"]
+        assert iso["deliveries"] == iso["deliveries_expected"] == 3 * 2 and iso["delivery_ratio"] == 1.0
+        assert burst["deliveries"] == burst["deliveries_expected"] == 2 * 3 * 2
+        assert 0 < burst["reach_all_ms"]["p50"] <= burst["reach_all_ms"]["p95"]
+        assert burst["cpu_s_per_delivery"] > 0
+        # every delivery crossed at least one TCP hop carrying the whole signed envelope
+        assert burst["wire_bytes_per_delivered_token"] >= envelope_per_token
+        assert flood["verified"] == flood["messages"] == 40 and 3000 < flood["envelope_bytes"] < 5000
+        assert flood["ingest_msgs_per_s"] > 0 and flood["transport_rx_msgs_per_s"] > 0
+        assert run["shutdown"]["killed"] == [] and not run["dead_before_shutdown"]
+    if len(transports) == 2:
+        ratios = result["ratios"]["by_n"]["3"]
+        assert ratios["burst: reach-all p50 ms"] > 0 and ratios["flood: delivery ratio"] == pytest.approx(1.0)
+    assert 0 < result["wire"]["ratio_envelope_to_json"] < 1

@@ -1,0 +1,317 @@
+#!/usr/bin/env python
+"""One node of scripts/bench_gossip.py: a protocol-only node (no model) in its own process.
+
+    python scripts/bench_gossip_node.py CONFIG.json
+
+It builds the transport named in CONFIG (``libp2p``: protocol/transport_libp2p.py; ``p2pd``: the
+go-libp2p daemon transport), verifies every message with a real Ingress, and talks to the
+coordinator over stdin/stdout JSON lines (libraries' logs go to stderr, a per-node log file).
+It exits at a hard deadline, when stdin closes (coordinator gone) or on ``quit``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SWARM = "bench"
+ROLLOUT_KIND = "rollouts"
+FLOOD_KIND = "flood"
+N_TEMPLATES = 8  # distinct group contents; every seal gets a new sequence -> distinct bytes
+GROUP_COMPLETIONS, TOKENS_PER_COMPLETION = 8, 64  # latency phases: a realistic group (~7.5 KB)
+FLOOD_COMPLETIONS = 4  # flood phase: ~4 KB envelopes
+TRANSPORTS = ("p2pd", "libp2p")
+
+
+def build_group(seed: int, index: int, completions: int = GROUP_COMPLETIONS):
+    """A RolloutGroup shaped like node/exchange.py's to_wire(): completions x 64 tokens, token ids,
+    behavior log-probs, char offsets, claimed rewards, task ref, model card, sampling, question
+    and answer."""
+    from proto import swarm_pb2
+    from protocol.testing import make_completion
+
+    return swarm_pb2.RolloutGroup(
+        task_ref=swarm_pb2.TaskRef(source="reasoning_gym", dataset="basic_arithmetic",
+                                   config_digest="3f9a1c0e5b7d2468", seed=1234, index=index),
+        model=swarm_pb2.ModelCard(name="HuggingFaceTB/SmolLM2-135M-Instruct",
+                                  tokenizer_fingerprint="a41c9e07d3b25f68",
+                                  weights_version="9d0e5c1b27a4f836"),
+        sampling=swarm_pb2.SamplingParams(temperature=1.0, max_new_tokens=TOKENS_PER_COMPLETION, top_p=1.0),
+        completions=[make_completion(TOKENS_PER_COMPLETION, seed=seed * 1000 + i) for i in range(completions)],
+        policy_version=17,
+        round=42,
+        question=f"Calculate {index % 97} + {(index * 7) % 89}. Give only the final number.",
+        answer=str(index % 97 + (index * 7) % 89),
+    )
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:20]
+
+
+def topics() -> tuple[str, str]:
+    from protocol import topic_name
+
+    return topic_name(SWARM, ROLLOUT_KIND), topic_name(SWARM, FLOOD_KIND)
+
+
+def p2pd_transport_class() -> Any:
+    """The go-libp2p daemon transport, or None when this checkout does not have it."""
+    for module in ("protocol.p2pd", "protocol.transport_p2pd"):
+        try:
+            return getattr(__import__(module, fromlist=["P2pdTransport"]), "P2pdTransport")
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def available_transports() -> list[str]:
+    return [t for t in TRANSPORTS if t != "p2pd" or p2pd_transport_class() is not None]
+
+
+def make_transport(name: str, seed: bytes, listen: str, bootstrap: list[str], topic_names: list[str]) -> Any:
+    """The transport factory: every transport the benchmark compares, with the same addresses."""
+    if name == "libp2p":
+        from protocol.transport_libp2p import Libp2pTransport
+
+        return Libp2pTransport(seed, listen=[listen], bootstrap=bootstrap, topics=topic_names, dial_timeout=5.0,
+                               backoff_initial=0.25, backoff_max=2.0, start_timeout=30.0, close_timeout=5.0)
+    if name == "p2pd":
+        cls = p2pd_transport_class()
+        if cls is None:
+            raise RuntimeError("transport p2pd is not in this checkout (protocol.p2pd.P2pdTransport)")
+        return cls(seed, listen=[listen], bootstrap=bootstrap, topics=topic_names, start_timeout_s=30.0)
+    raise ValueError(f"unknown transport {name!r}: choose from {', '.join(TRANSPORTS)}")
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as fh:
+                    kids = [int(x) for x in fh.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def _proc_cpu_s(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_s_with_children() -> float:
+    """This process's CPU seconds plus its live descendants' (the p2pd daemon is a child)."""
+    return time.process_time() + sum(_proc_cpu_s(p) for p in _descendants(os.getpid()))
+
+
+def main(cfg_path: str) -> int:
+    t_proc = time.time()
+    cfg = json.loads(Path(cfg_path).read_text())
+    # Control channel = the real stdout; anything a library prints goes to stderr (the log file).
+    ctl = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    out_lock = threading.Lock()
+
+    def emit(**event: Any) -> None:
+        line = json.dumps(event, separators=(",", ":"))
+        with out_lock:
+            try:
+                ctl.write(line + "\n")
+                ctl.flush()
+            except (BrokenPipeError, ValueError):
+                os._exit(4)  # coordinator gone
+
+    def watchdog() -> None:  # hard deadline: never outlive the benchmark
+        time.sleep(max(1.0, cfg["deadline"] - time.time()))
+        sys.stderr.write("bench_gossip node: hard deadline reached, exiting\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s node{cfg['index']} %(name)s %(levelname)s %(message)s")
+
+    from protocol import Ingress, NodeIdentity, Outbox, RateLimits
+
+    t_imported = time.time()
+    roll_topic, flood_topic = topics()
+    identity = NodeIdentity.from_seed(bytes.fromhex(cfg["seed"]))
+    my_topics = [roll_topic] + ([flood_topic] if cfg["flood_target"] else [])
+    try:
+        transport = make_transport(cfg["transport"], identity.private_seed(), cfg["listen"], cfg["bootstrap"],
+                                   my_topics)
+        transport.start()
+    except Exception as e:  # noqa: BLE001 - reported to the coordinator, which names the node and its log
+        emit(ev="error", error=f"{type(e).__name__}: {e}")
+        return 2
+    t_listening = time.time()
+
+    outbox = Outbox(identity)
+    base = cfg["index"] * 100
+    templates = [build_group(base + k, base + k) for k in range(N_TEMPLATES)]
+    flood_templates = [build_group(base + k, base + k, FLOOD_COMPLETIONS) for k in range(N_TEMPLATES)]
+    ingress = Ingress()  # production defaults (rate limits included) for the latency phases
+    lifted = RateLimits(messages_per_s=1e9, message_burst=1e9, bytes_per_s=1e12, byte_burst=1e12)
+    flood_ingress = Ingress(rate_limits=lifted)  # as protocol/bench.py: the cost, not the policy
+    poll = cfg["poll_ms"] / 1000.0
+    stop = threading.Event()
+    flood_lock = threading.Lock()
+    flood: dict[str, Any] = {}
+
+    def flood_reset() -> None:
+        with flood_lock:
+            flood.clear()
+            flood.update(ok=0, bad=0, rx=0, first_rx=None, last_rx=None, first_done=None, last_done=None,
+                         busy_s=0.0, max_backlog=0, batches=0)
+
+    flood_reset()
+
+    def drain_loop() -> None:
+        while not stop.is_set():
+            got = 0
+            for item in transport.drain(roll_topic):
+                got += 1
+                if ingress.accept_received(item) is not None:
+                    emit(ev="rx", d=digest(item.data), t=time.time(), tr=item.received_at)
+            if cfg["flood_target"]:
+                items = transport.drain(flood_topic)
+                if items:
+                    got += len(items)
+                    with flood_lock:
+                        flood["max_backlog"] = max(flood["max_backlog"], len(items))
+                        flood["batches"] += 1
+                        flood["rx"] += len(items)
+                        first, last = min(it.received_at for it in items), max(it.received_at for it in items)
+                        flood["first_rx"] = min(flood["first_rx"] or first, first)
+                        flood["last_rx"] = max(flood["last_rx"] or last, last)
+                    for item in items:
+                        t0 = time.perf_counter()
+                        ok = flood_ingress.accept_received(item) is not None
+                        dt = time.perf_counter() - t0
+                        now = time.time()
+                        with flood_lock:
+                            flood["busy_s"] += dt
+                            flood["ok" if ok else "bad"] += 1
+                            flood["first_done"] = flood["first_done"] or now
+                            flood["last_done"] = now
+            if not got:
+                stop.wait(poll)
+
+    def status() -> dict[str, Any]:
+        mesh: dict[str, int] | None = None
+        muxers: dict[str, int] = {}
+        if cfg["transport"] == "libp2p":  # read-only peeks into py-libp2p, best effort from another thread
+            try:
+                router = transport._router
+                mesh = {t: len(router.mesh.get(t, ())) for t in my_topics}
+                for conns in list(transport._host.get_network().connections.values()):
+                    for conn in list(conns):
+                        name = str(getattr(getattr(conn, "muxed_conn", conn), "negotiated_muxer_protocol", "?"))
+                        muxers[name] = muxers.get(name, 0) + 1
+            except Exception:  # noqa: BLE001
+                pass
+        return dict(peers=len(transport.peers()), mesh=mesh, stats=transport.stats(), cpu=cpu_s_with_children(),
+                    muxers=muxers)
+
+    def publish_job(topic: str, n: int, spacing: float, tag: str) -> None:
+        sealed = [outbox.seal(templates[k % N_TEMPLATES]) for k in range(n)]
+        records = []
+        for k, data in enumerate(sealed):
+            t = time.time()
+            transport.publish(topic, data)
+            records.append([digest(data), t])
+            if spacing and k + 1 < n:
+                time.sleep(spacing)
+        emit(ev="published", tag=tag, items=records, size=len(sealed[0]) if sealed else 0)
+
+    flood_sealed: list[bytes] = []
+
+    def flood_job() -> None:
+        base_published = transport.stats().get("published", 0)
+        t0 = time.time()
+        for data in flood_sealed:
+            transport.publish(flood_topic, data)
+        t_queued = time.time()
+        deadline = time.monotonic() + 60.0
+        while (transport.stats().get("published", 0) < base_published + len(flood_sealed)
+               and time.monotonic() < deadline):
+            time.sleep(0.005)
+        emit(ev="flood_sent", n=len(flood_sealed), t0=t0, t_queued=t_queued, t_pumped=time.time(),
+             pumped=transport.stats().get("published", 0) - base_published)
+
+    threading.Thread(target=drain_loop, daemon=True).start()
+    emit(ev="ready", peer_id=transport.peer_id, addrs=transport.listen_addrs(), t=time.time(), t_proc=t_proc,
+         import_s=t_imported - t_proc, listen_s=t_listening - t_imported)
+    code = 0
+    try:
+        for line in sys.stdin:  # EOF (coordinator gone) ends the node
+            cmd = json.loads(line)
+            c = cmd["cmd"]
+            if c == "status":
+                emit(ev="status", **status())
+            elif c == "publish":
+                topic = flood_topic if cmd.get("topic") == FLOOD_KIND else roll_topic
+                threading.Thread(target=publish_job, daemon=True,
+                                 args=(topic, int(cmd["n"]), float(cmd.get("spacing", 0)), cmd.get("tag", ""))
+                                 ).start()
+            elif c == "flood_prepare":
+                flood_sealed[:] = [outbox.seal(flood_templates[k % N_TEMPLATES]) for k in range(int(cmd["n"]))]
+                emit(ev="flood_ready", n=len(flood_sealed), size=len(flood_sealed[0]) if flood_sealed else 0)
+            elif c == "flood_go":
+                threading.Thread(target=flood_job, daemon=True).start()
+            elif c == "flood_reset":
+                flood_reset()
+                emit(ev="flood_reset")
+            elif c == "flood_report":
+                with flood_lock:
+                    snap = dict(flood)
+                emit(ev="flood_report", **snap, rejected=dict(flood_ingress.snapshot().rejected_by_reason))
+            elif c == "report":
+                snap = ingress.snapshot()
+                emit(ev="report", accepted=snap.accepted, rejected=dict(snap.rejected_by_reason), **status())
+            elif c == "quit":
+                break
+    except Exception as e:  # noqa: BLE001
+        sys.stderr.write(f"node command loop failed: {type(e).__name__}: {e}\n")
+        code = 5
+    finally:
+        stop.set()
+        t0 = time.time()
+        transport.close()
+        try:
+            emit(ev="bye", close_s=time.time() - t0)
+        except Exception:  # noqa: BLE001
+            pass
+    return code
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: bench_gossip_node.py CONFIG.json (started by scripts/bench_gossip.py)")
+    sys.exit(main(sys.argv[1]))
