@@ -3,7 +3,7 @@
 Threads (none of them ever the caller's): a supervisor starts the daemon, checks it every
 `health_interval_s` (process alive, IDENTIFY answered in time) and restarts it with exponential
 backoff when it exits or its control socket is stuck, re-subscribing every topic; one reader per
-subscription fills a bounded per-topic inbox (oldest evicted); one writer sends publishes; a
+subscription fills a bounded per-topic inbox (fair: the heaviest sender loses, protocol/inbox.py); one writer sends publishes; a
 discovery thread keeps bootstrap and cached peers dialed, asks the DHT for more, refreshes the
 peer/topic counts that `peers()` and `stats()` return, and writes the peer cache.
 
@@ -37,6 +37,7 @@ from ..transport import (
     COUNTER_RECEIVED,
     Received,
 )
+from ..inbox import FairInbox
 from .addrs import addr_text, peer_id_bytes, peer_id_text, split_peer_addr
 from .control import (
     ControlConnection,
@@ -131,7 +132,7 @@ class P2pdTransport:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._stats = dict.fromkeys(STAT_KEYS, 0)
-        self._inbox: dict[str, collections.deque[Received]] = {}
+        self._inbox: dict[str, FairInbox[Received]] = {}
         self._outbound: collections.deque[tuple[str, bytes, float]] = collections.deque()
         self._state = STATE_STARTING
         self._daemon: DaemonProcess | None = None
@@ -144,7 +145,7 @@ class P2pdTransport:
         self._threads: list[threading.Thread] = []
         self._started = False
         for topic in topics:
-            self._inbox[topic] = collections.deque()
+            self._inbox[topic] = FairInbox(inbox_size)
 
     # ------------------------------------------------------------------ Transport API (any thread)
 
@@ -169,7 +170,7 @@ class P2pdTransport:
         with self._lock:
             if topic in self._inbox:
                 return
-            self._inbox[topic] = collections.deque()
+            self._inbox[topic] = FairInbox(self._inbox_size)
             generation = self._generation if self._state == STATE_RUNNING else None
         if generation is not None:
             self._spawn_thread(lambda: self._read_topic(topic, generation), "p2pd-reader")
@@ -196,8 +197,7 @@ class P2pdTransport:
             box = self._inbox.get(topic)
             if not box:
                 return []
-            n = len(box) if max_items is None else max(0, min(int(max_items), len(box)))
-            return [box.popleft() for _ in range(n)]
+            return box.take(None if max_items is None else max(0, int(max_items)))
 
     def peers(self) -> list[str]:
         with self._lock:
@@ -410,9 +410,8 @@ class P2pdTransport:
                 self._stats[COUNTER_DROPPED_UNSUBSCRIBED] += 1
                 return
             if len(box) >= self._inbox_size:
-                box.popleft()
-                self._stats[COUNTER_DROPPED_INBOUND_FULL] += 1
-            box.append(item)
+                self._stats[COUNTER_DROPPED_INBOUND_FULL] += 1  # put() drops one of the heaviest sender's
+            box.put(sender, item)
             self._stats[COUNTER_RECEIVED] += 1
 
     def _write_loop(self) -> None:
