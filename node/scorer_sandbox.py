@@ -84,7 +84,8 @@ class ScorerSandbox:
         self.source_spec = source_spec  # (kind, datasets, seed): the worker rebuilds our task source
         self.n_workers = workers
         self.ready_wait_s = ready_wait_s
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = Counter()  # started / scored / killed / unavailable
+        self._counts_lock = threading.Lock()  # _lock is held for a whole call: status must not wait on it
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -99,14 +100,14 @@ class ScorerSandbox:
             raise RuntimeError("the scorer sandbox was closed")
         while len(self._workers) < self.n_workers:
             self._workers.append(_Worker(self.source_spec))
-            self.counters["started"] += 1
+            self._tally("started")
 
     def correctness(self, scorer: str, task, answer: str, timeout_s: float) -> float | None:
         with self._lock:
             self._fill()
             worker = self._ready_worker()
             if worker is None:
-                self.counters["unavailable"] += 1
+                self._tally("unavailable")
                 return None
             try:
                 write_frame(worker.proc.stdin.fileno(), (scorer, task, answer))
@@ -116,10 +117,18 @@ class ScorerSandbox:
                 got, value = False, None
             if not got:
                 self._replace(worker)
-                self.counters["killed"] += 1
+                self._tally("killed")
                 return None
-            self.counters["scored"] += 1
+            self._tally("scored")
             return value
+
+    def _tally(self, key: str) -> None:
+        with self._counts_lock:
+            self.counters[key] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._counts_lock:
+            return dict(self.counters)
 
     def _ready_worker(self) -> _Worker | None:
         deadline = time.monotonic() + self.ready_wait_s
