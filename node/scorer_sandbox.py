@@ -87,6 +87,7 @@ class ScorerSandbox:
         self.counters: Counter[str] = Counter()  # started / scored / killed / unavailable
         self._counts_lock = threading.Lock()  # _lock is held for a whole call: status must not wait on it
         self._workers: list[_Worker] = []
+        self.pids_seen: list[int] = []  # every worker ever started (tests check none outlives close)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -100,6 +101,7 @@ class ScorerSandbox:
             raise RuntimeError("the scorer sandbox was closed")
         while len(self._workers) < self.n_workers:
             self._workers.append(_Worker(self.source_spec))
+            self.pids_seen.append(self._workers[-1].proc.pid)
             self._tally("started")
 
     def correctness(self, scorer: str, task, answer: str, timeout_s: float) -> float | None:
