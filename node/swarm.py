@@ -1,6 +1,8 @@
 """`swarm-node join`: one node of a swarm = the local round loop + libp2p gossip + control service."""
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -13,6 +15,7 @@ from node.exchange import SwarmExchange
 from node.ingest import IngestBudget
 from node.loop import Node
 from node.metrics import RoundTable
+from node.prompts import Retokenizer
 from node.scorer_sandbox import ScorerSandbox
 from proto import swarm_pb2
 from protocol import NodeIdentity, topic_name
@@ -35,15 +38,20 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
         estimate = node.pass_rates.estimate(group.task)
         return 0.5 if estimate is None else 1.0 - estimate
 
+    ingest = ingest or cfg.swarm.ingest
+    retokenizer = node.retokenizer
+    if ingest == "background":  # a fast tokenizer used from two threads at once can raise "Already borrowed"
+        private = dataclasses.replace(node.policy, tokenizer=copy.deepcopy(node.policy.tokenizer))
+        retokenizer = Retokenizer(private, retokenizer.eos_ids)
     max_tokens = cfg.swarm.max_external_tokens or cfg.sampling.max_new_tokens
     budget = IngestBudget(max_messages=cfg.swarm.ingest_max_messages, max_share=cfg.swarm.ingest_max_share,
                           per_sender_staged=cfg.swarm.ingest_staged_per_sender,
                           max_staged=cfg.swarm.ingest_staged_max)
     # started on first use: a node whose scorers are all string comparisons never starts a worker
     sandbox = ScorerSandbox((cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed))
-    return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, node.retokenizer,
+    return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, retokenizer,
                          model, sampling, seed=cfg.run.seed, weakness=weakness, max_completion_tokens=max_tokens,
-                         max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest or cfg.swarm.ingest,
+                         max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest,
                          budget=budget, sandbox=sandbox)
 
 
