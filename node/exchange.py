@@ -42,7 +42,7 @@ from node.scorer_sandbox import ScorerSandbox
 from node.verifiers import Verifier
 from policy.types import TIERS, Rollout
 from proto import swarm_pb2
-from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, topic_name
+from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, Verified, topic_name
 from protocol.scoring import HINT_LEAK, UNKNOWN_TASK, WRONG_REWARD
 
 log = logging.getLogger(__name__)
@@ -205,21 +205,29 @@ class SwarmExchange:
         return "known" if from_peer in self._known_senders else "new"
 
     def _verify_staged(self, staged: Staged) -> None:
-        """One message from the transport, whatever its topic; never raises on peer data."""
+        """One message from the transport, whatever its topic (the background worker's callback)."""
+        item = staged.item
+        self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item)))
+
+    def _guarded(self, from_peer: str, work: Callable[[], None]) -> None:
         try:
-            if staged.topic == self.topics["rollouts"]:
-                self._ingest_rollout(staged.item)
-            elif staged.topic == self.topics["hints"]:
-                self._ingest_hint(staged.item)
-            else:
-                self._ingest_hint_request(staged.item)
+            work()
         except Exception as err:  # our code broke on peer data: drop that message, count it, go on
-            log.warning("dropping a message from %s: %r", staged.item.from_peer, err, exc_info=True)
+            log.warning("dropping a message from %s: %r", from_peer, err, exc_info=True)
             self._count(self.rejected, VERIFY_ERROR)
 
-    def _ingest_rollout(self, item) -> None:
-        verified = self.ingress.accept_received(item)
-        if verified is None or verified.kind != Kind.ROLLOUT_GROUP:
+    def _take(self, topic: str, verified: Verified | None) -> None:
+        if verified is None:
+            return
+        if topic == self.topics["rollouts"]:
+            self._take_rollout(verified)
+        elif topic == self.topics["hints"]:
+            self._take_hint(verified)
+        else:
+            self._take_hint_request(verified)
+
+    def _take_rollout(self, verified: Verified) -> None:
+        if verified.kind != Kind.ROLLOUT_GROUP:
             return
         if verified.sender == self.peer_id:
             self._count(self.rejected, OWN)
@@ -239,10 +247,12 @@ class SwarmExchange:
     _pool_round = 0  # the round verified groups are filed under: the last round collected
 
     def _ingest_inline(self) -> None:
-        for kind in ("hints", "hint-requests", "rollouts"):  # the order of every release so far
+        """Everything that arrived, as every release so far did it: per topic, the Ingress over the
+        whole drain first (rate limits see the burst), then node-level verification."""
+        for kind in ("hints", "hint-requests", "rollouts"):
             topic = self.topics[kind]
-            for item in self.transport.drain(topic):
-                self._verify_staged(Staged(topic, item))
+            for verified in self.ingress.accept_many(self.transport.drain(topic)):
+                self._guarded(verified.from_peer, lambda: self._take(topic, verified))
 
     # -- inbound: what the training loop calls ----------------------------------------------------
     def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]:
@@ -371,9 +381,8 @@ class SwarmExchange:
                            meta={"sender_round": msg.round, "tokenizer": msg.model.tokenizer_fingerprint,
                                  "tier_reasons": reasons})
 
-    def _ingest_hint(self, item) -> None:
-        verified = self.ingress.accept_received(item)
-        if verified is None or verified.kind != Kind.HINT or verified.sender == self.peer_id:
+    def _take_hint(self, verified: Verified) -> None:
+        if verified.kind != Kind.HINT or verified.sender == self.peer_id:
             return
         hint = verified.body
         task = self._rebuild(verified.sender, hint.task_ref, blame=True)
@@ -388,9 +397,8 @@ class SwarmExchange:
         with self._lock:
             self._hints.append(ReceivedHint(task, LEVEL_NAMES[hint.level], hint.text, verified.sender))
 
-    def _ingest_hint_request(self, item) -> None:
-        verified = self.ingress.accept_received(item)
-        if verified is None or verified.kind != Kind.HINT_REQUEST or verified.sender == self.peer_id:
+    def _take_hint_request(self, verified: Verified) -> None:
+        if verified.kind != Kind.HINT_REQUEST or verified.sender == self.peer_id:
             return
         task = self._rebuild(verified.sender, verified.body.task_ref, blame=False)
         if task is None:  # a peer with a task family we lack: not its fault

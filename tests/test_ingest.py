@@ -123,56 +123,51 @@ def _sealed_flood(node: Node, n: int) -> list[tuple[int, bytes]]:
 
 @pytest.mark.slow
 def test_a_flood_of_valid_messages_does_not_lengthen_rounds(tmp_path):
+    """Quiet phases carry ordinary traffic (one round's worth of groups per round, so J external
+    groups are trained on in every phase alike); flood phases FLOOD_FACTOR times as much."""
     bus = MemoryBus()
     node = background_node(tmp_path, bus)
     flooders = [MemoryTransport(bus, f"flooder-{i}") for i in range(FLOOD_SENDERS)]
     for t in flooders:
         t.start()
     own_groups = node.cfg.tasks.prompts_per_round
-    for _ in range(5):  # warm-up: first rounds pay one-time costs
-        node.run_one(10_000)
-    flooding = threading.Event()
+    calibration = [node.run_one(10_000)["t_round"] for _ in range(6)]  # also pays one-time costs
+    round_s = statistics.median(calibration[2:])
+    ordinary = own_groups / round_s  # messages per second in a quiet phase
+    total_s = round_s * ROUNDS_PER_PHASE * ((FLOOD_PHASES + 1) + FLOOD_FACTOR * FLOOD_PHASES)
+    messages = _sealed_flood(node, int(ordinary * total_s * 2))
+    rate = {"per_s": ordinary}
     stop = threading.Event()
-    rate = {"per_s": 0.0}
 
-    def flood(messages):  # paced: `rate` messages per second while `flooding` is set
-        sent = 0
+    def publish():  # paced at rate["per_s"]; bytes only, the sealing was done beforehand
+        sent, clock, credit = 0, time.monotonic(), 0.0
         while not stop.is_set() and sent < len(messages):
-            if not flooding.wait(0.05):
-                continue
-            phase_start, base = time.monotonic(), sent
-            while flooding.is_set() and not stop.is_set() and sent < len(messages):
-                due = min(len(messages), base + int((time.monotonic() - phase_start) * rate["per_s"]))
-                for sender, data in messages[sent:due]:
-                    flooders[sender].publish(TOPIC, data)
-                sent = max(sent, due)
-                time.sleep(0.002)
+            now = time.monotonic()
+            credit += (now - clock) * rate["per_s"]
+            clock = now
+            while credit >= 1 and sent < len(messages):
+                sender, data = messages[sent]
+                flooders[sender].publish(TOPIC, data)
+                sent += 1
+                credit -= 1
+            time.sleep(0.002)
 
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
     phases: list[tuple[str, list[float], list[float]]] = []  # (kind, wall s, training-thread CPU s)
-    thread = None
     try:
         for phase in range(2 * FLOOD_PHASES + 1):
             kind = "quiet" if phase % 2 == 0 else "flood"
-            if kind == "flood":
-                if thread is None:  # the rate: FLOOD_FACTOR x own groups per (quiet) round
-                    quiet_s = statistics.median(phases[0][1])
-                    rate["per_s"] = FLOOD_FACTOR * own_groups / quiet_s
-                    messages = _sealed_flood(node, int(rate["per_s"] * quiet_s * ROUNDS_PER_PHASE * FLOOD_PHASES * 2))
-                    thread = threading.Thread(target=flood, args=(messages,), daemon=True)
-                    thread.start()
-                flooding.set()
+            rate["per_s"] = ordinary * (FLOOD_FACTOR if kind == "flood" else 1)
             wall, cpu = [], []
             for _ in range(ROUNDS_PER_PHASE):
                 cpu_start = time.thread_time()
                 wall.append(node.run_one(10_000)["t_round"])
                 cpu.append(time.thread_time() - cpu_start)
             phases.append((kind, wall, cpu))
-            flooding.clear()
     finally:
         stop.set()
-        flooding.set()
-        if thread is not None:
-            thread.join(5)
+        publisher.join(5)
         node.exchange.close()
     status = node.exchange.status()
     ingest = status["ingest"]
@@ -185,10 +180,11 @@ def test_a_flood_of_valid_messages_does_not_lengthen_rounds(tmp_path):
     wall_ratio, cpu_ratio = statistics.median(paired(1)), statistics.median(paired(2))
     quiet_ms = statistics.median([t for kind, wall, _ in phases if kind == "quiet" for t in wall]) * 1e3
     flood_ms = statistics.median([t for kind, wall, _ in phases if kind == "flood" for t in wall]) * 1e3
-    print(f"\nflood: {rate['per_s']:.0f} msgs/s ({FLOOD_FACTOR}x {own_groups} groups per round); median round "
-          f"quiet {quiet_ms:.1f} ms, flood {flood_ms:.1f} ms; paired wall ratio {wall_ratio:.3f} "
-          f"{[round(r, 3) for r in paired(1)]}, training-thread CPU ratio {cpu_ratio:.3f}; "
-          f"verified {ingest['verified']}, dropped {ingest['dropped']}, accepted {status['accepted']}")
+    print(f"\nflood: {ordinary * FLOOD_FACTOR:.0f} msgs/s ({FLOOD_FACTOR}x {own_groups} groups per round; quiet "
+          f"{ordinary:.0f} msgs/s); median round quiet {quiet_ms:.1f} ms, flood {flood_ms:.1f} ms; paired wall ratio "
+          f"{wall_ratio:.3f} {[round(r, 3) for r in paired(1)]}, training-thread CPU ratio {cpu_ratio:.3f} "
+          f"{[round(r, 3) for r in paired(2)]}; verified {ingest['verified']}, dropped {ingest['dropped']}, "
+          f"accepted {status['accepted']}, used {sum(status['used_by_sender'].values())}")
     assert ingest["verified"] > 0 and status["accepted"] > 0  # the flood really was ingested
     assert sum(ingest["dropped"].values()) > 0  # and more arrived than the budget allowed
     assert cpu_ratio <= MAX_SLOWDOWN, phases
