@@ -2,6 +2,7 @@
 deadline, after a cheap pre-filter; the node keeps training and `status` keeps answering."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -64,7 +65,7 @@ def test_a_hung_math_scorer_is_killed_at_its_deadline_and_replaced():
         ticker.join()
         print(f"\nmath bomb rejected after {elapsed:.3f} s (deadline {DEADLINE_S} s)")
         assert elapsed < DEADLINE_S + SLACK_S
-        assert len(ticks) >= 0.5 * DEADLINE_S / 0.01 * 0.5  # the process never froze meanwhile
+        assert len(ticks) >= 0.25 * DEADLINE_S / 0.01  # the process never froze meanwhile (a tick per 10 ms)
         assert sandbox.snapshot()["killed"] == 1 and len(set(sandbox.pids()) - pids) == 1  # respawned
         assert sandbox.correctness("math", task, task.answer, 30.0) == 1.0  # and scoring goes on
     finally:
@@ -92,22 +93,16 @@ def test_a_countdown_answer_that_hangs_sympy_is_rejected_within_the_deadline():
         assert sandbox.snapshot()["killed"] == 1
     finally:
         sandbox.close()
-    assert all(not pid_alive(pid) for pid in sandbox_pids_seen(sandbox))
+    assert sandbox.pids_seen and not any(pid_alive(pid) for pid in sandbox.pids_seen)  # none outlives close
 
 
 def pid_alive(pid: int) -> bool:
-    import os
-
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     with open(f"/proc/{pid}/stat") as fh:  # a zombie is not alive
         return fh.read().split()[2] != "Z"
-
-
-def sandbox_pids_seen(sandbox: ScorerSandbox) -> list[int]:
-    return list(sandbox.pids_seen)
 
 
 @pytest.mark.slow
