@@ -207,7 +207,11 @@ class SwarmExchange:
     def _verify_staged(self, staged: Staged) -> None:
         """One message from the transport, whatever its topic (the background worker's callback)."""
         item = staged.item
-        self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item)))
+        if self._pool_round - staged.round_index > self.cfg.pool_max_age_rounds:  # waited too long to be pooled
+            self._count(self.observed, "staged_expired")
+            return
+        self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item),
+                                                         staged.round_index))
 
     def _guarded(self, from_peer: str, work: Callable[[], None]) -> None:
         try:
@@ -216,17 +220,17 @@ class SwarmExchange:
             log.warning("dropping a message from %s: %r", from_peer, err, exc_info=True)
             self._count(self.rejected, VERIFY_ERROR)
 
-    def _take(self, topic: str, verified: Verified | None) -> None:
+    def _take(self, topic: str, verified: Verified | None, arrived_round: int) -> None:
         if verified is None:
             return
         if topic == self.topics["rollouts"]:
-            self._take_rollout(verified)
+            self._take_rollout(verified, arrived_round)
         elif topic == self.topics["hints"]:
             self._take_hint(verified)
         else:
             self._take_hint_request(verified)
 
-    def _take_rollout(self, verified: Verified) -> None:
+    def _take_rollout(self, verified: Verified, arrived_round: int) -> None:
         if verified.kind != Kind.ROLLOUT_GROUP:
             return
         if verified.sender == self.peer_id:
@@ -241,28 +245,28 @@ class SwarmExchange:
             self._arrived["flat"] += group.flat
             if group.flat and self.cfg.composition != "cross_actor":
                 return  # SAPO: zero-variance groups carry no advantage signal on their own
-            if self.pool.add(PoolEntry(group, self._pool_round)):
+            if self.pool.add(PoolEntry(group, arrived_round)):
                 self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
 
-    _pool_round = 0  # the round verified groups are filed under: the last round collected
+    _pool_round = 0  # the round the training loop collected last
 
-    def _ingest_inline(self) -> None:
+    def _ingest_inline(self, round_index: int) -> None:
         """Everything that arrived, as every release so far did it: per topic, the Ingress over the
         whole drain first (rate limits see the burst), then node-level verification."""
         for kind in ("hints", "hint-requests", "rollouts"):
             topic = self.topics[kind]
             for verified in self.ingress.accept_many(self.transport.drain(topic)):
-                self._guarded(verified.from_peer, lambda: self._take(topic, verified))
+                self._guarded(verified.from_peer, lambda: self._take(topic, verified, round_index))
 
     # -- inbound: what the training loop calls ----------------------------------------------------
     def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]:
         """This round's external groups from the verified pool (never waits for anything). Inline
         mode verifies what arrived first; background mode only takes what the worker verified."""
+        self._pool_round = round_index
         if self._worker is None:
-            self._pool_round = round_index
-            self._ingest_inline()
+            self._ingest_inline(round_index)
         else:
-            self._worker.new_round()
+            self._worker.new_round(round_index)
         with self._lock:
             self._pool_round = round_index
             return self._collect(round_index, local)

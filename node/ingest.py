@@ -22,7 +22,7 @@ from protocol import Received, Transport
 
 log = logging.getLogger(__name__)
 
-IDLE_SLEEP_S = 0.005  # nothing staged: poll the transport again after this long
+IDLE_SLEEP_S = 0.02  # nothing to verify now: poll again after this long (each wake-up wants the GIL)
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class IngestBudget:
 class Staged:
     topic: str
     item: Received
+    round_index: int  # the round during which it arrived: pooled groups age from there
 
 
 class Staging:
@@ -51,10 +52,10 @@ class Staging:
         self.total = 0
         self.dropped: Counter[str] = Counter()  # "<reason>/<sender class>"
 
-    def add(self, topic: str, items: list[Received]) -> None:
+    def add(self, topic: str, items: list[Received], round_index: int = 0) -> None:
         for item in items:
             queue = self.queues.setdefault(item.from_peer, deque())
-            queue.append(Staged(topic, item))
+            queue.append(Staged(topic, item, round_index))
             self.total += 1
             if len(queue) > self.per_sender:
                 self._drop_oldest(item.from_peer, "sender_quota")
@@ -98,15 +99,17 @@ class IngestWorker:
         self._lock = threading.Lock()  # guards counters and the round's budget, read by status()
         self._round_started = time.monotonic()
         self._round = {"messages": 0, "bytes": 0, "seconds": 0.0}
+        self.round_index = 0  # the training loop's current round
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def new_round(self) -> None:
-        """The training loop started collecting a round: the budget starts over."""
+    def new_round(self, round_index: int) -> None:
+        """The training loop started collecting round `round_index`: the budget starts over."""
         with self._lock:
+            self.round_index = round_index
             self._round_started = time.monotonic()
             self._round = {"messages": 0, "bytes": 0, "seconds": 0.0}
 
@@ -141,7 +144,7 @@ class IngestWorker:
         """Drain, stage, verify what the budget allows; True if it verified anything."""
         with self._lock:
             for topic in self.topics:
-                self.staging.add(topic, self.transport.drain(topic))
+                self.staging.add(topic, self.transport.drain(topic), self.round_index)
         verified_any = False
         while not self._stop.is_set() and self._within_budget():
             with self._lock:
