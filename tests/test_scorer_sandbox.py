@@ -126,15 +126,20 @@ def test_node_rejects_math_bombs_keeps_training_and_answers_status(tmp_path, mon
         time.sleep(0.05)
     assert len(exchange.pool) == 1, exchange.status()
     bombs = 3
-    for i in range(bombs):
-        bomb = honest_group(receiver, 10 + i)
-        bomb.completions[1].text = "9**9**9**9"  # a wrong answer: claimed 0, as an honest scorer would say
-        peer.publish(topic, seal_message(key, bomb, 2 + i, now_ms))
     reason = "score_refused" if prefilter else "score_timeout"
     answered, started = [], time.monotonic()
 
-    def poll_status():
-        while exchange.status()["rejected_by_reason"].get(reason, 0) < bombs and time.monotonic() - started < 30:
+    def rejected() -> int:
+        return exchange.status()["rejected_by_reason"].get(reason, 0)
+
+    def poll_status():  # one bomb at a time (a backlog older than the pool's age limit is dropped unscored)
+        published = 0
+        while rejected() < bombs and time.monotonic() - started < 30:
+            if published == rejected() < bombs:
+                bomb = honest_group(receiver, 10 + published)
+                bomb.completions[1].text = "9**9**9**9"  # a wrong answer: claimed 0, as an honest scorer says
+                peer.publish(topic, seal_message(key, bomb, 2 + published, now_ms))
+                published += 1
             asked = time.monotonic()
             exchange.status()
             answered.append(time.monotonic() - asked)
