@@ -107,8 +107,20 @@ class SwarmConfig(Section):
                               "verified group")
     dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was trained on "
                               "within this many rounds is refused as duplicate_content, whoever signed it")
-    max_external_factor: int = Field(4, ge=1, description="refuse a peer completion longer than this many times "
-                                     "sampling.max_new_tokens in our tokens (it would bloat every padded batch)")
+    max_external_tokens: int | None = Field(None, ge=1, description="refuse a peer completion longer than this in "
+                                            "our tokens (None = sampling.max_new_tokens: what we would generate); "
+                                            "a group may hold at most 2 * group_size times this many in all")
+    ingest: Literal["background", "inline"] = Field(
+        "background", description="where `join` verifies peers' messages: background (a worker thread with a "
+                                  "per-round budget; rounds never wait on ingest) or inline (in collect, as the "
+                                  "in-process memory testnet does for determinism)")
+    ingest_max_messages: int = Field(64, ge=1, description="background ingest: messages verified per round at most")
+    ingest_max_share: float = Field(0.05, gt=0, le=1, description="background ingest: share of wall time spent "
+                                    "verifying at most (it competes with training for the GIL)")
+    ingest_staged_per_sender: int = Field(64, ge=1, description="messages waiting per delivering peer; beyond it "
+                                          "that peer's oldest are dropped (counted)")
+    ingest_staged_max: int = Field(2048, ge=1, description="messages waiting in all; beyond it the heaviest "
+                                   "sender's oldest are dropped (counted)")
     sampling_policy: Literal["uniform", "per_sender", "weak_tasks"] = Field(
         "per_sender", description="which J pooled groups to train on: uniform (SAPO paper), per_sender (fair "
                                   "across senders) or weak_tasks (favour families this node fails, sender-fair)")

@@ -13,6 +13,13 @@ What crosses the network is never trusted (proto/PROTOCOL.md):
   hint requests   -> rebuild the task; the node may answer with hints (node/hint_writer.py)
   SAPO mixing: J groups with reward variance from the pool (uniform / per_sender / weak_tasks);
   in cross-actor composition, first every pooled group for a prompt we sampled this round.
+
+Where ingest runs (`ingest`): "background" (`swarm-node join`): a worker thread (node/ingest.py)
+drains the transport and verifies under a per-round budget with per-sender staging quotas, so
+`collect` only samples the verified pool and a flood never lengthens a round. "inline" (the
+in-process memory testnet, experiments, most tests): `collect` verifies everything that arrived,
+on the caller's thread, in swarm time: runs stay deterministic and reproducible.
+Peers' completions are scored in killable worker processes (node/scorer_sandbox.py).
 """
 from __future__ import annotations
 
@@ -21,19 +28,21 @@ import random
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 from node.config import SwarmConfig
 from node.groups import ScoredGroup
 from node.hints import LEVELS, leaks_answer
+from node.ingest import IngestBudget, IngestWorker, Staged
 from node.pool import GroupPool, PoolEntry
 from node.prompts import Retokenizer
 from node.tasks.base import Task, TaskRef, TaskSource
 from node.tiers import assign_tier
+from node.scorer_sandbox import ScorerSandbox
 from node.verifiers import Verifier
 from policy.types import TIERS, Rollout
 from proto import swarm_pb2
-from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, topic_name
+from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, Verified, topic_name
 from protocol.scoring import HINT_LEAK, UNKNOWN_TASK, WRONG_REWARD
 
 log = logging.getLogger(__name__)
@@ -46,12 +55,16 @@ MISMATCH = "wrong_reward"         # claimed reward disagrees with our recomputat
 DISAGREES = "reward_disagrees"    # another verifier's claim differs from ours: not a rejection (we
                                   # train on our own rewards), counted under `observed`
 TIMEOUT = "score_timeout"         # our scorer ran out of time on a completion: cannot verify, no blame
+REFUSED = "score_refused"         # an answer shaped like a compute bomb (node/answer_filter.py), no blame
 UNTOKENIZABLE = "untokenizable"   # text our tokenizer cannot encode (e.g. outside the tiny vocab)
 TOO_LONG = "too_long"             # longer in our tokens than we would ever train on
+GROUP_TOO_LONG = "group_too_long"  # more tokens in all than a group of ours could have
 OWN = "own_message"               # our own message echoed back (gossip relays can do this)
 HINTED = "hinted_group"           # completions conditioned on a hint we cannot see: not shared
 LEAK = "hint_leaks_answer"        # a hint containing the task's answer
 HINT_REQUEST_UNKNOWN = "hint_request_unknown_task"  # a request for a task we cannot build (no blame)
+VERIFY_ERROR = "verify_error"     # verifying peer data raised in our code: the message is dropped
+MAX_CHARS_PER_TOKEN = 256         # no tokenizer's token spans more: longer text is refused untokenized
 
 LEVEL_NAMES = {swarm_pb2.Hint.L1: "l1", swarm_pb2.Hint.L2: "l2", swarm_pb2.Hint.L3: "l3",
                swarm_pb2.Hint.PREFIX: "prefix"}
@@ -92,12 +105,18 @@ def to_wire(group: ScoredGroup, round_index: int, model: swarm_pb2.ModelCard,
 
 
 class SwarmExchange:
-    """Implements the loop's Exchange over any protocol.Transport; never blocks the loop."""
+    """Implements the loop's Exchange over any protocol.Transport; never blocks the loop.
+
+    Thread-safety: `_lock` guards the pool, the hint queues and every counter, and is only ever
+    held for a few dict operations; verification itself runs outside it (background mode)."""
 
     def __init__(self, transport: Transport, identity: NodeIdentity, cfg: SwarmConfig, source: TaskSource,
                  verifier: Verifier, retokenizer: Retokenizer, model: swarm_pb2.ModelCard,
                  sampling: swarm_pb2.SamplingParams, *, seed: int = 0, limits: Limits | None = None,
-                 max_completion_tokens: int = 4096, weakness: Callable[[ScoredGroup], float] | None = None):
+                 max_completion_tokens: int = 4096, max_group_tokens: int | None = None,
+                 weakness: Callable[[ScoredGroup], float] | None = None,
+                 ingest: Literal["inline", "background"] = "inline", budget: IngestBudget = IngestBudget(),
+                 sandbox: ScorerSandbox | None = None):
         self.transport = transport
         self.peer_id = identity.peer_id()
         self.cfg = cfg
@@ -108,10 +127,14 @@ class SwarmExchange:
         self.sampling = sampling
         self.seed = seed
         self.max_completion_tokens = max_completion_tokens  # ours: longer peer text is refused
+        self.max_group_tokens = max_group_tokens or 64 * max_completion_tokens  # all completions of a group
         self.weakness = weakness  # for the weak_tasks sampler: 1 - our pass rate on a group's family
+        self.sandbox = sandbox  # where peers' text is scored; None: in a thread (trusted callers only)
         self.ingress = Ingress(limits or Limits())
         self.outbox = Outbox(identity, limits=limits or Limits())
         self.topics = {kind: topic_name(cfg.name, kind) for kind in ("rollouts", "hints", "hint-requests")}
+        self._topic_kinds = {self.topics["rollouts"]: {Kind.ROLLOUT_GROUP}, self.topics["hints"]: {Kind.HINT},
+                             self.topics["hint-requests"]: {Kind.HINT_REQUEST}}  # anything else: wrong_topic
         self.rejected: Counter[str] = Counter()  # node-level reasons (Ingress counts its own)
         self.pool = GroupPool.from_config(cfg, rejected=self.rejected)  # counts duplicate_content there
         self.observed: Counter[str] = Counter()  # things worth counting that are not rejections
@@ -123,9 +146,26 @@ class SwarmExchange:
         self._requests: deque[tuple[Task, str]] = deque(maxlen=64)
         self._local_groups = 0
         self._shared = {"wire_bytes": 0, "wire_tokens": 0}
-        self._lock = threading.Lock()  # the control service reads counters from its own thread
+        self._arrived = {"received": 0, "flat": 0}  # verified since the last collect
+        self._known_senders: set[str] = set()  # delivering peers that brought a verified group
+        self._lock = threading.Lock()
         for topic in self.topics.values():
             transport.subscribe(topic)
+        self.ingest_mode = ingest
+        self._worker: IngestWorker | None = None
+        if ingest == "background":
+            self._worker = IngestWorker(transport, list(self.topics.values()), self._verify_staged, budget,
+                                        self._sender_class, name=f"ingest-{self.peer_id[-8:]}")
+            self._worker.start()
+        elif ingest != "inline":
+            raise ValueError(f"ingest must be 'inline' or 'background', got {ingest!r}")
+
+    def close(self) -> None:
+        """Stop the ingest worker and the scorer processes (idempotent); the transport is the caller's."""
+        if self._worker is not None:
+            self._worker.stop()
+        if self.sandbox is not None:
+            self.sandbox.close()
 
     # -- outbound ----------------------------------------------------------------------------
     def share(self, round_index: int, groups: list[ScoredGroup]) -> None:
@@ -155,34 +195,88 @@ class SwarmExchange:
             return self.outbox.publish(self.transport, self.cfg.name, message)
         except ValueError as err:  # skip it and say why
             log.warning("not sharing a %s for %s: %s", type(message).__name__, what, err)
-            self.rejected["outbound_invalid"] += 1
+            self._count(self.rejected, "outbound_invalid")
             return None
 
-    # -- inbound -----------------------------------------------------------------------------
-    def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]:
-        """Verify what arrived, then this round's external groups (never waits for anything)."""
+    # -- inbound: verification (the ingest worker's thread, or collect's in inline mode) ---------
+    def _count(self, counter: Counter, key: str, n: int = 1) -> None:
         with self._lock:
-            self._drain_hint_traffic()
+            counter[key] += n
+
+    def _sender_class(self, from_peer: str) -> str:
+        return "known" if from_peer in self._known_senders else "new"
+
+    def _verify_staged(self, staged: Staged) -> None:
+        """One message from the transport, whatever its topic (the background worker's callback)."""
+        item = staged.item
+        if self._pool_round - staged.round_index > self.cfg.pool_max_age_rounds:  # waited too long to be pooled
+            self._count(self.observed, "staged_expired")
+            return
+        kinds = self._topic_kinds[staged.topic]
+        self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item, kinds),
+                                                         staged.round_index))
+
+    def _guarded(self, from_peer: str, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Exception as err:  # our code broke on peer data: drop that message, count it, go on
+            log.warning("dropping a message from %s: %r", from_peer, err, exc_info=True)
+            self._count(self.rejected, VERIFY_ERROR)
+
+    def _take(self, topic: str, verified: Verified | None, arrived_round: int) -> None:
+        if verified is None:
+            return
+        if topic == self.topics["rollouts"]:
+            self._take_rollout(verified, arrived_round)
+        elif topic == self.topics["hints"]:
+            self._take_hint(verified)
+        else:
+            self._take_hint_request(verified)
+
+    def _take_rollout(self, verified: Verified, arrived_round: int) -> None:
+        if verified.sender == self.peer_id:
+            self._count(self.rejected, OWN)
+            return
+        group = self.verify_group(verified.sender, verified.body)
+        if group is None:
+            return
+        with self._lock:
+            self._known_senders.add(verified.from_peer)
+            self._arrived["received"] += 1
+            self._arrived["flat"] += group.flat
+            if group.flat and self.cfg.composition != "cross_actor":
+                return  # SAPO: zero-variance groups carry no advantage signal on their own
+            if self.pool.add(PoolEntry(group, arrived_round)):
+                self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
+
+    _pool_round = 0  # the round the training loop collected last
+
+    def _ingest_inline(self, round_index: int) -> None:
+        """Everything that arrived, as every release so far did it: per topic, the Ingress over the
+        whole drain first (rate limits see the burst), then node-level verification."""
+        for kind in ("hints", "hint-requests", "rollouts"):
+            topic = self.topics[kind]
+            for verified in self.ingress.accept_many(self.transport.drain(topic), self._topic_kinds[topic]):
+                self._guarded(verified.from_peer, lambda: self._take(topic, verified, round_index))
+
+    # -- inbound: what the training loop calls ----------------------------------------------------
+    def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]:
+        """This round's external groups from the verified pool (never waits for anything). Inline
+        mode verifies what arrived first; background mode only takes what the worker verified."""
+        self._pool_round = round_index
+        if self._worker is None:
+            self._ingest_inline(round_index)
+        else:
+            self._worker.new_round(round_index)
+        with self._lock:
+            self._pool_round = round_index
             return self._collect(round_index, local)
 
     def _collect(self, round_index: int, local: list[ScoredGroup]) -> list[ScoredGroup]:
-        received = flat = 0
-        rejected_before = sum(self.rejected.values())
-        for verified in self.ingress.accept_many(self.transport.drain(self.topics["rollouts"]), {Kind.ROLLOUT_GROUP}):
-            if verified.kind != Kind.ROLLOUT_GROUP:
-                continue
-            if verified.sender == self.peer_id:
-                self.rejected[OWN] += 1
-                continue
-            group = self.verify_group(verified.sender, verified.body)
-            if group is None:
-                continue
-            received += 1
-            flat += group.flat
-            if group.flat and self.cfg.composition != "cross_actor":
-                continue  # SAPO: zero-variance groups carry no advantage signal on their own
-            if self.pool.add(PoolEntry(group, round_index)):
-                self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
+        received, flat = self._arrived["received"], self._arrived["flat"]
+        self._arrived = {"received": 0, "flat": 0}
+        rejected_now = sum(self.rejected.values())
+        rejected_before, self._rejected_at_last_collect = self._rejected_at_last_collect, rejected_now
         self.pool.evict(round_index)
         chosen = []
         if self.cfg.composition == "cross_actor":  # peers' groups for the prompts we just sampled
@@ -197,7 +291,7 @@ class SwarmExchange:
         self.history.append({"round": round_index, "local_groups": self._local_groups,
                              "external_groups_received": received, "external_groups_used": len(chosen),
                              "external_groups_dropped": (0 if self.cfg.composition == "cross_actor" else flat)
-                                                        + sum(self.rejected.values()) - rejected_before,
+                                                        + rejected_now - rejected_before,
                              **{f"tier{t}_rollouts": tiers.get(str(t), 0) for t in TIERS}})
         self.last_round = {
             "external_received": received,
@@ -213,13 +307,15 @@ class SwarmExchange:
         }
         return chosen
 
+    _rejected_at_last_collect = 0
+
     def _rebuild(self, sender: str, msg_ref: swarm_pb2.TaskRef, blame: bool) -> Task | None:
         try:
             return self.source.rebuild(local_task_ref(msg_ref))
         except ValueError as err:  # UnknownTaskError / UnknownDatasetError: we cannot check it
             log.debug("unknown task from %s: %s", sender, err)
             if blame:
-                self.rejected[UNKNOWN] += 1
+                self._count(self.rejected, UNKNOWN)
                 self.ingress.report(sender, UNKNOWN_TASK)
             return None
 
@@ -227,7 +323,7 @@ class SwarmExchange:
         """Rebuild the task, re-score every completion, re-tokenize and pick each completion's
         behavior tier; None (counted) if refused."""
         if msg.hint_text:
-            self.rejected[HINTED] += 1
+            self._count(self.rejected, HINTED)
             return None
         verifier = self.verifier
         use_sender_answer = bool(self.cfg.accept_sender_answers and msg.question and msg.answer)
@@ -241,30 +337,42 @@ class SwarmExchange:
         try:
             prompt_ids = self.retokenizer.prompt(task.question)
         except Exception as err:  # only a sender-supplied question can be outside our vocabulary
-            self.rejected[UNTOKENIZABLE] += 1
+            self._count(self.rejected, UNTOKENIZABLE)
             log.debug("cannot tokenize the question from %s: %s", sender, err)
+            return None
+        # Length first: it is free, and it bounds every later step (scoring, tokenizing, memory).
+        if any(len(c.text) > self.max_completion_tokens * MAX_CHARS_PER_TOKEN for c in msg.completions):
+            self._count(self.rejected, TOO_LONG)
             return None
         same_verifier = msg.verifier_digest == verifier.digest
         rewards, correct, rollouts, reasons = [], [], [], []
+        group_tokens = 0
         for completion in msg.completions:
-            reward, info = verifier.score(task, self.source, completion.text)
+            reward, info = verifier.score(task, self.source, completion.text, self.sandbox)
+            if info["refused"]:
+                self._count(self.rejected, REFUSED)
+                return None
             if info["timed_out"]:
-                self.rejected[TIMEOUT] += 1
+                self._count(self.rejected, TIMEOUT)
                 return None
             if abs(reward - completion.claimed_reward) > REWARD_TOLERANCE:
                 if same_verifier:  # it must have computed exactly our reward: a lie
-                    self.rejected[MISMATCH] += 1
+                    self._count(self.rejected, MISMATCH)
                     self.ingress.report(sender, WRONG_REWARD)
                     return None
-                self.observed[DISAGREES] += 1
+                self._count(self.observed, DISAGREES)
             try:
                 text_ids, offsets = self.retokenizer.encode_text(completion.text)
             except Exception as err:  # a tokenizer's error on foreign text is not the sender's fault
-                self.rejected[UNTOKENIZABLE] += 1
+                self._count(self.rejected, UNTOKENIZABLE)
                 log.debug("cannot tokenize a completion from %s: %s", sender, err)
                 return None
             if len(text_ids) > self.max_completion_tokens:
-                self.rejected[TOO_LONG] += 1  # would blow up our padded batch; not a protocol fault
+                self._count(self.rejected, TOO_LONG)  # would blow up our padded batch; not a protocol fault
+                return None
+            group_tokens += len(text_ids)
+            if group_tokens > self.max_group_tokens:
+                self._count(self.rejected, GROUP_TOO_LONG)
                 return None
             behavior = assign_tier(completion, msg.model.tokenizer_fingerprint, text_ids, offsets, self.retokenizer)
             rewards.append(reward)
@@ -278,42 +386,47 @@ class SwarmExchange:
                            meta={"sender_round": msg.round, "tokenizer": msg.model.tokenizer_fingerprint,
                                  "tier_reasons": reasons})
 
-    def _drain_hint_traffic(self) -> None:
-        for verified in self.ingress.accept_many(self.transport.drain(self.topics["hints"]), {Kind.HINT}):
-            if verified.kind != Kind.HINT or verified.sender == self.peer_id:
-                continue
-            hint = verified.body
-            task = self._rebuild(verified.sender, hint.task_ref, blame=True)
-            if task is None:
-                continue
-            if leaks_answer(hint.text, task.reference_answer):
-                self.rejected[LEAK] += 1
-                self.ingress.report(verified.sender, HINT_LEAK)
-                continue
-            if not self._encodable(hint.text):  # it would be fed to our model: check it fits now
-                continue
+    def _take_hint(self, verified: Verified) -> None:
+        if verified.sender == self.peer_id:
+            return
+        hint = verified.body
+        task = self._rebuild(verified.sender, hint.task_ref, blame=True)
+        if task is None:
+            return
+        if leaks_answer(hint.text, task.reference_answer):
+            self._count(self.rejected, LEAK)
+            self.ingress.report(verified.sender, HINT_LEAK)
+            return
+        if not self._encodable(hint.text):  # it would be fed to our model: check it fits now
+            return
+        with self._lock:
             self._hints.append(ReceivedHint(task, LEVEL_NAMES[hint.level], hint.text, verified.sender))
-        for verified in self.ingress.accept_many(self.transport.drain(self.topics["hint-requests"]), {Kind.HINT_REQUEST}):
-            if verified.kind != Kind.HINT_REQUEST or verified.sender == self.peer_id:
-                continue
-            task = self._rebuild(verified.sender, verified.body.task_ref, blame=False)
-            if task is None:  # a peer with a task family we lack: not its fault
-                self.rejected[HINT_REQUEST_UNKNOWN] += 1
-                continue
+
+    def _take_hint_request(self, verified: Verified) -> None:
+        if verified.sender == self.peer_id:
+            return
+        task = self._rebuild(verified.sender, verified.body.task_ref, blame=False)
+        if task is None:  # a peer with a task family we lack: not its fault
+            self._count(self.rejected, HINT_REQUEST_UNKNOWN)
+            return
+        with self._lock:
             if all(t.prompt_key != task.prompt_key for t, _ in self._requests):
                 self._requests.append((task, verified.sender))
 
     def _encodable(self, text: str) -> bool:
         """Peer text our tokenizer can encode within our length cap; refusals are counted, never
         blamed (another model's alphabet is not a fault)."""
+        if len(text) > self.max_completion_tokens * MAX_CHARS_PER_TOKEN:
+            self._count(self.rejected, TOO_LONG)
+            return False
         try:
             ids, _ = self.retokenizer.encode_text(text)
         except Exception as err:  # e.g. a character outside the tiny vocabulary
-            self.rejected[UNTOKENIZABLE] += 1
+            self._count(self.rejected, UNTOKENIZABLE)
             log.debug("cannot tokenize peer text: %s", err)
             return False
         if len(ids) > self.max_completion_tokens:
-            self.rejected[TOO_LONG] += 1
+            self._count(self.rejected, TOO_LONG)
             return False
         return True
 
@@ -330,7 +443,15 @@ class SwarmExchange:
             return [self._requests.popleft() for _ in range(min(k, len(self._requests)))]
 
     def status(self) -> dict:
+        """Counters and recent rounds; only ever waits for a few dict copies, never for ingest."""
         snap = self.ingress.snapshot()
+        ingest = {"mode": self.ingest_mode}
+        if self._worker is not None:
+            ingest.update(self._worker.snapshot(), alive=self._worker.alive)
+        if self.sandbox is not None:
+            ingest["scorer_sandbox"] = self.sandbox.snapshot()
+        transport = {"transport": {**self.transport.stats(), **self.outbox.counters}, "connected": self.transport.peers(),
+                     "listen_addrs": self.transport.listen_addrs()}
         with self._lock:
             return {
                 "peer_id": self.peer_id,
@@ -338,11 +459,10 @@ class SwarmExchange:
                 "accepted": snap.accepted,
                 "rejected_by_reason": {**snap.rejected_by_reason, **self.rejected},
                 "peers": snap.peers,
-                "transport": {**self.transport.stats(), **self.outbox.counters},
-                "connected": self.transport.peers(),
-                "listen_addrs": self.transport.listen_addrs(),
+                **transport,
                 "rounds": list(self.history),
                 "used_by_sender": dict(self.used_by_sender),
                 "tiers_used": dict(self.tiers_used),
                 "observed": dict(self.observed),
+                "ingest": ingest,
             }

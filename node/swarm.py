@@ -1,6 +1,8 @@
 """`swarm-node join`: one node of a swarm = the local round loop + libp2p gossip + control service."""
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -10,8 +12,11 @@ from rich.console import Console
 from node.config import MAX_START_WAIT_S, NodeConfig
 from node.control import start_control_server, write_node_file
 from node.exchange import SwarmExchange
+from node.ingest import IngestBudget
 from node.loop import Node
 from node.metrics import RoundTable
+from node.prompts import Retokenizer
+from node.scorer_sandbox import ScorerSandbox
 from proto import swarm_pb2
 from protocol import NodeIdentity, topic_name
 
@@ -22,7 +27,9 @@ def identity_path(cfg: NodeConfig, run_dir: Path) -> Path:
     return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(run_dir) / IDENTITY_FILE
 
 
-def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transport) -> SwarmExchange:
+def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transport,
+                   ingest: str | None = None) -> SwarmExchange:
+    """The exchange `join` uses; `ingest` overrides swarm.ingest (the memory testnet runs inline)."""
     model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=node.policy.tokenizer_fingerprint)
     sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                         max_new_tokens=cfg.sampling.max_new_tokens)
@@ -31,19 +38,34 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
         estimate = node.pass_rates.estimate(group.task)
         return 0.5 if estimate is None else 1.0 - estimate
 
-    return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, node.retokenizer,
-                         model, sampling, seed=cfg.run.seed, weakness=weakness,
-                         max_completion_tokens=cfg.swarm.max_external_factor * cfg.sampling.max_new_tokens)
+    ingest = ingest or cfg.swarm.ingest
+    retokenizer = node.retokenizer
+    if ingest == "background":  # a fast tokenizer used from two threads at once can raise "Already borrowed"
+        private = dataclasses.replace(node.policy, tokenizer=copy.deepcopy(node.policy.tokenizer))
+        retokenizer = Retokenizer(private, retokenizer.eos_ids)
+    max_tokens = cfg.swarm.max_external_tokens or cfg.sampling.max_new_tokens
+    budget = IngestBudget(max_messages=cfg.swarm.ingest_max_messages, max_share=cfg.swarm.ingest_max_share,
+                          per_sender_staged=cfg.swarm.ingest_staged_per_sender,
+                          max_staged=cfg.swarm.ingest_staged_max)
+    # started on first use: a node whose scorers are all string comparisons never starts a worker
+    sandbox = ScorerSandbox((cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed))
+    return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, retokenizer,
+                         model, sampling, seed=cfg.run.seed, weakness=weakness, max_completion_tokens=max_tokens,
+                         max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest,
+                         budget=budget, sandbox=sandbox)
 
 
-def join_memory_bus(node: Node, bus, name: str, identity: NodeIdentity | None = None) -> SwarmExchange:
+def join_memory_bus(node: Node, bus, name: str, identity: NodeIdentity | None = None,
+                    ingest: str = "inline") -> SwarmExchange:
     """Connect an in-process node to a protocol.MemoryBus as peer `name` (tests, experiments, and
-    simulations that run many nodes in one process): the same exchange as `join`, another transport."""
+    simulations that run many nodes in one process): the same exchange as `join`, another transport.
+    Ingest is inline by default: verification happens in collect(), in swarm time, so simulations
+    are deterministic."""
     from protocol import MemoryTransport
 
     transport = MemoryTransport(bus, name)
     transport.start()
-    node.exchange = build_exchange(node.cfg, node, identity or NodeIdentity.generate(), transport)
+    node.exchange = build_exchange(node.cfg, node, identity or NodeIdentity.generate(), transport, ingest)
     return node.exchange
 
 
@@ -109,5 +131,6 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
         node.run(cfg.run.rounds, table)
     finally:
         server.stop(grace=1.0)
+        exchange.close()
         transport.close()
     return 0

@@ -1,9 +1,13 @@
 """Turning a completion into a reward: answer extraction, format reward, scorers, and the Verifier.
 
 The same code scores our own rollouts and re-scores peers' rollouts, so it must never raise on
-arbitrary text and never hang: scorers that parse math (math-verify, reasoning-gym's sympy-based
-scorers) run in a worker thread under a wall-clock cap. math-verify's own timeouts are disabled
-because they use signals, which only work on the main thread.
+arbitrary text and never hang: answers shaped like compute bombs are refused first
+(node/answer_filter.py, they score 0), then scorers that parse math (math-verify, reasoning-gym's
+sympy-based scorers) run under a wall-clock cap. Peers' text goes to a killable worker process
+(a `sandbox`, node/scorer_sandbox.py); our own completions, which no peer chooses, run in a worker
+thread as before (a thread cannot be stopped inside a GIL-holding C call, hence the sandbox for
+anything a peer wrote). math-verify's own timeouts are disabled because they use signals, which
+only work on the main thread.
 """
 from __future__ import annotations
 
@@ -12,10 +16,11 @@ import json
 import logging
 import re
 import threading
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from node.answer_filter import bomb_reason
 from node.tasks.base import Task, TaskSource
 
 log = logging.getLogger(__name__)
@@ -201,6 +206,13 @@ def math_verify_match(pred: str | None, gold: str | None, timeout_s: float = DEF
 # --- the verifier ---------------------------------------------------------------------------------
 
 
+class Sandbox(Protocol):
+    """Runs one capped correctness check out of process (node/scorer_sandbox.ScorerSandbox)."""
+
+    def correctness(self, scorer: str, task: Task, answer: str, timeout_s: float) -> float | None: ...
+
+
+
 class Verifier(BaseModel):
     """Scores one completion of one task.
 
@@ -228,13 +240,20 @@ class Verifier(BaseModel):
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def score(self, task: Task, source: TaskSource, completion: str) -> tuple[float, dict[str, Any]]:
+    def score(self, task: Task, source: TaskSource, completion: str,
+              sandbox: Sandbox | None = None) -> tuple[float, dict[str, Any]]:
+        """(reward, info). `sandbox`: where to run capped scorers on untrusted (peer) text; None runs
+        them in a worker thread. info["refused"] names a compute bomb refused before scoring (it
+        scores 0); info["timed_out"] is True when the scorer ran out of time (it scores 0)."""
         extracted = extract_answer(completion, self.fmt)
         format_ok = extracted is not None if self.fmt == "raw" else format_reward(completion) == 1.0
         scorer = self._scorer_for(task)
         correctness: float | None = 0.0
+        refused = None
         if extracted is not None:
-            correctness = self._correctness(scorer, task, source, extracted)
+            refused = None if self._is_cheap(scorer, source) else bomb_reason(extracted)
+            if refused is None:
+                correctness = self._correctness(scorer, task, source, extracted, sandbox)
         timed_out = correctness is None
         correctness = correctness or 0.0
         reward = correctness + self.format_weight * float(format_ok)
@@ -245,6 +264,7 @@ class Verifier(BaseModel):
             "format_ok": format_ok,
             "scorer": scorer,
             "timed_out": timed_out,
+            "refused": refused,
         }
         return reward, info
 
@@ -253,11 +273,21 @@ class Verifier(BaseModel):
             return self.scorer
         return "dataset"
 
-    def _correctness(self, scorer: str, task: Task, source: TaskSource, answer: str) -> float | None:
+    @staticmethod
+    def _is_cheap(scorer: str, source: TaskSource) -> bool:
+        """A string comparison: bounded on any text, needs no cap."""
+        return scorer == "exact" or (scorer == "dataset" and source.score_is_bounded)
+
+    def _correctness(self, scorer: str, task: Task, source: TaskSource, answer: str,
+                     sandbox: Sandbox | None) -> float | None:
         if scorer == "exact":
             return exact_match(answer, task.reference_answer)
+        if scorer == "math" and (not isinstance(task.reference_answer, str) or len(answer) > MAX_MATH_ANSWER_CHARS):
+            return 0.0
+        if scorer == "dataset" and source.score_is_bounded:
+            return source.score(task, answer)
+        if sandbox is not None:
+            return sandbox.correctness(scorer, task, answer, self.timeout_s)
         if scorer == "math":
             return _math_verify_bounded(answer, task.reference_answer, self.timeout_s)
-        if source.score_is_bounded:
-            return source.score(task, answer)
         return run_with_deadline(lambda: source.score(task, answer), self.timeout_s)

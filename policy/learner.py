@@ -10,12 +10,19 @@ One call of `Learner.update` is one round's training:
   4. `epochs` passes over `minibatches` shuffled minibatches, one optimizer step each, so ratios
      really leave 1 after the first step. This node's samples get the local objective, peers'
      samples the external one (per tier, for the statistics); one aggregation over both.
+
+Peers' samples cannot blow up the batch: before padding, a peer's sample longer than
+`max_external_tokens` (+ eos), with a prompt much longer than ours, or with a token id outside our
+vocabulary is refused (its group, or its samples in a merged group, counted as
+`external_groups_refused`); an exception while training on peers' samples drops them and trains
+the round on this node's own samples (`external_update_failed`), never ends the round.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 from typing import Literal
 
@@ -29,6 +36,12 @@ from policy.losses import LossInputs, Objective, apply_row_keep
 from policy.types import TIER_ALIGNED, TIER_PROXY, TIERS, TrainGroup, TrainSample
 
 LOCAL = -1  # tier code of this node's own samples in the per-row tier tensor
+# A peer's prompt may be this much longer than our longest (padding is to the longest row, and the
+# attention mask grows with its square); rebuilt tasks of the same families are about as long as ours.
+EXTERNAL_PROMPT_SLACK = 2.0
+MIN_PROMPT_CAP = 256
+
+log = logging.getLogger(__name__)
 
 
 class OptimConfig(BaseModel):
@@ -105,7 +118,8 @@ def autocast_context(enabled: bool | Literal["auto"], device: torch.device):
 class Learner:
     def __init__(self, model: torch.nn.Module, objective: Objective, cfg: OptimConfig, pad_id: int,
                  temperature: float, *, external_objective: Objective | None = None,
-                 off_policy: OffPolicyConfig = OffPolicyConfig(), completion_budget: int | None = None):
+                 off_policy: OffPolicyConfig = OffPolicyConfig(), completion_budget: int | None = None,
+                 max_external_tokens: int | None = None):
         self.model = model
         self.objective = objective
         self.external_objective = external_objective or objective
@@ -114,6 +128,9 @@ class Learner:
         self.pad_id = pad_id
         self.temperature = temperature  # log-probs on logits / T, else the on-policy ratio is not 1
         self.completion_budget = completion_budget  # max new tokens: Dr. GRPO's L_norm
+        # a peer's completion longer than this (plus its eos) is refused before padding
+        self.max_external_tokens = max_external_tokens or completion_budget
+        self.vocab_size = model.get_input_embeddings().num_embeddings
         self.params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.device = next(model.parameters()).device
@@ -188,8 +205,48 @@ class Learner:
             stats.update({prefix + k: v for k, v in part_stats.items()})
         return self.objective.aggregate(term, dataclasses.replace(x, mask=mask)), stats
 
+    def _fits(self, sample: TrainSample, prompt_cap: int) -> bool:
+        """Can a peer's sample join the batch without growing it beyond what our own could be?"""
+        ids = sample.completion_ids
+        if self.max_external_tokens is not None and len(ids) > self.max_external_tokens + 1:  # + eos
+            return False
+        if len(sample.prompt_ids) > prompt_cap:
+            return False
+        return all(0 <= t < self.vocab_size for t in (*sample.prompt_ids, *ids))
+
+    def admit_external(self, groups: list[TrainGroup]) -> tuple[list[TrainGroup], int]:
+        """`groups` without peers' samples that do not fit (see the module doc); a peer's group with
+        one such sample goes whole, a merged group keeps its own samples. Returns (groups, refused)."""
+        local_prompts = [len(s.prompt_ids) for g in groups for s in g.samples if s.tier is None]
+        prompt_cap = max(MIN_PROMPT_CAP, int(EXTERNAL_PROMPT_SLACK * max(local_prompts, default=0)))
+        kept, refused = [], 0
+        for group in groups:
+            bad = [s for s in group.samples if s.tier is not None and not self._fits(s, prompt_cap)]
+            if not bad:
+                kept.append(group)
+                continue
+            refused += 1
+            own = [s for s in group.samples if s.tier is None]
+            if own:
+                kept.append(dataclasses.replace(group, samples=own))
+        return kept, refused
+
     def update(self, groups: list[TrainGroup]) -> dict[str, float]:
         """Train on `groups`; returns loss/ratio statistics averaged over the optimizer steps."""
+        groups, refused = self.admit_external(groups)
+        refused_stats = {"external_groups_refused": float(refused)} if refused else {}
+        if not any(s.tier is not None for g in groups for s in g.samples):
+            return {**self._update(groups), **refused_stats}
+        try:
+            return {**self._update(groups), **refused_stats}
+        except (RuntimeError, ValueError, IndexError) as err:  # includes torch's allocation failures
+            log.warning("training on peers' samples failed (%r); this round trains on our own samples only", err)
+            self.optimizer.zero_grad(set_to_none=True)
+            own = [dataclasses.replace(g, samples=[s for s in g.samples if s.tier is None]) for g in groups]
+            stats = self._update([g for g in own if g.samples])
+            return {**stats, **refused_stats, "external_update_failed": 1.0}
+
+    def _update(self, groups: list[TrainGroup]) -> dict[str, float]:
         samples, advantages, n_zero = self._advantages(groups)
         stats: dict[str, float] = {"groups_zero_adv": float(n_zero), "samples_trained": float(len(samples))}
         if not samples:

@@ -180,7 +180,7 @@ def test_process_entry_point_against_a_libp2p_node(tmp_path):
                                 topics=[topic_name(SWARM, k) for k in ("rollouts", "hints", "hint-requests")])
     transport.start()
     out, log = tmp_path / "hostile.json", open(tmp_path / "hostile.log", "wb")
-    proc = None
+    proc = node = None
     try:
         node = Node(cfg, tmp_path / "node")
         node.exchange = build_exchange(cfg, node, identity, transport)
@@ -207,5 +207,7 @@ def test_process_entry_point_against_a_libp2p_node(tmp_path):
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        if node is not None and node.exchange is not None:
+            node.exchange.close()  # its background ingest thread
         transport.close()
         log.close()

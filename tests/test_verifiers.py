@@ -195,7 +195,7 @@ def test_verifier_raw_for_the_tiny_model(synthetic):
     reward, info = verifier.score(task, source, task.answer + "\n")
     assert reward == 1.0
     assert info == {"correct": True, "correctness": 1.0, "extracted": task.answer, "format_ok": True,
-                    "scorer": "dataset", "timed_out": False}
+                    "scorer": "dataset", "timed_out": False, "refused": None}
     wrong = str((int(task.answer) + 1) % 10)
     assert verifier.score(task, source, wrong)[0] == 0.0
 

@@ -323,7 +323,9 @@ class HostilePeer:
         if others and self.rng.random() < 0.25:
             return self.rng.choice(others)
         letters = sorted(self._alphabet.get(family) or set("0123456789"))
-        length = self.rng.randint(1, min(MAX_TEXT, 2 * max(1, len(answer)) + 2))
+        # no longer than the answer: an honest node's wrong answers fit its own length limit, which
+        # receivers enforce on peers (swarm.max_external_tokens; one token in the tiny preset)
+        length = self.rng.randint(1, min(MAX_TEXT, max(1, len(answer))))
         return "".join(self.rng.choice(letters) for _ in range(length))
 
     def _junk_completion(self, task: Task) -> str:

@@ -1,0 +1,91 @@
+"""One scorer sandbox worker: `python -m node.scorer_worker`, started by node/scorer_sandbox.py.
+
+Imports only what scoring needs (math-verify, the task source: reasoning-gym for reasoning-gym
+tasks), never torch. Reads length-prefixed pickled requests on stdin, answers on the original
+stdout (print() from a library goes to stderr instead). Dies with its parent (PR_SET_PDEATHSIG),
+so a worker stuck in a C call never outlives the node.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import sys
+
+HEADER = struct.Struct("!I")
+READY = "ready"
+
+
+def read_frame(fd: int):
+    """The next unpickled frame from `fd`, or None at end of file."""
+    header = _read_exact(fd, HEADER.size)
+    if header is None:
+        return None
+    body = _read_exact(fd, HEADER.unpack(header)[0])
+    return None if body is None else pickle.loads(body)
+
+
+def write_frame(fd: int, value) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
+
+
+def correctness(scorer: str, task, answer: str, source) -> float:
+    from node.verifiers import _math_verify_unbounded, exact_match
+
+    if scorer == "exact":
+        return exact_match(answer, task.reference_answer)
+    if scorer == "math":
+        return _math_verify_unbounded(answer, task.reference_answer)
+    return source.score(task, answer)
+
+
+def main() -> None:
+    parent_pid = int(sys.argv[1])
+    _die_with_parent(parent_pid)
+    reply_fd = os.dup(1)
+    os.dup2(2, 1)  # stray prints must not corrupt the reply stream
+    spec = read_frame(0)  # (source kind, datasets, seed) or None
+    source = None
+    if spec is not None:
+        from node.tasks import make_source
+
+        source = make_source(*spec)
+    import math_verify  # noqa: F401  (about 1 s: paid here, before we say we are ready)
+
+    write_frame(reply_fd, READY)
+    while (request := read_frame(0)) is not None:
+        scorer, task, answer = request
+        try:
+            value = float(correctness(scorer, task, answer, source))
+        except Exception:  # a scorer's error on hostile text scores 0, as in-process
+            value = 0.0
+        write_frame(reply_fd, value)
+
+
+if __name__ == "__main__":
+    main()
