@@ -63,6 +63,7 @@ OWN = "own_message"               # our own message echoed back (gossip relays c
 HINTED = "hinted_group"           # completions conditioned on a hint we cannot see: not shared
 LEAK = "hint_leaks_answer"        # a hint containing the task's answer
 HINT_REQUEST_UNKNOWN = "hint_request_unknown_task"  # a request for a task we cannot build (no blame)
+OUTBOUND_INVALID = "outbound_invalid"  # one of OUR messages broke a limit peers enforce (not a peer's message)
 VERIFY_ERROR = "verify_error"     # verifying peer data raised in our code: the message is dropped
 MAX_CHARS_PER_TOKEN = 256         # no tokenizer's token spans more: longer text is refused untokenized
 
@@ -195,7 +196,7 @@ class SwarmExchange:
             return self.outbox.publish(self.transport, self.cfg.name, message)
         except ValueError as err:  # skip it and say why
             log.warning("not sharing a %s for %s: %s", type(message).__name__, what, err)
-            self._count(self.rejected, "outbound_invalid")
+            self._count(self.rejected, OUTBOUND_INVALID)
             return None
 
     # -- inbound: verification (the ingest worker's thread, or collect's in inline mode) ---------
@@ -443,7 +444,11 @@ class SwarmExchange:
             return [self._requests.popleft() for _ in range(min(k, len(self._requests)))]
 
     def status(self) -> dict:
-        """Counters and recent rounds; only ever waits for a few dict copies, never for ingest."""
+        """Counters and recent rounds; only ever waits for a few dict copies, never for ingest.
+        `accepted` counts messages that passed every check, the Ingress's and this node's (a group
+        the Ingress let through and we then refused is not accepted); `ingress_accepted` the former."""
+        with self._lock:  # node-level refusals first: each belongs to a message the snapshot below counts
+            refused = sum(n for reason, n in self.rejected.items() if reason != OUTBOUND_INVALID)
         snap = self.ingress.snapshot()
         ingest = {"mode": self.ingest_mode}
         if self._worker is not None:
@@ -456,7 +461,8 @@ class SwarmExchange:
             return {
                 "peer_id": self.peer_id,
                 "swarm": self.cfg.name,
-                "accepted": snap.accepted,
+                "accepted": max(0, snap.accepted - refused),
+                "ingress_accepted": snap.accepted,
                 "rejected_by_reason": {**snap.rejected_by_reason, **self.rejected},
                 "peers": snap.peers,
                 **transport,

@@ -117,7 +117,9 @@ def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp
                    "nonfinite_logprob", "positive_logprob", "rate_limited"):
         assert reasons.get(reason, 0) >= 1, (reason, reasons)
     assert reasons["bad_signature"] >= 2  # forged and tampered
-    assert status["accepted"] >= 200 and honest.peer_id() in status["used_by_sender"]
+    assert status["ingress_accepted"] >= 200 and honest.peer_id() in status["used_by_sender"]
+    # the flooder's 200 admitted copies of one group: pooled once, the rest refused as duplicates
+    assert reasons["duplicate_content"] >= 195 and status["accepted"] <= status["ingress_accepted"] - 195
     assert [r["round"] for r in read_metrics(tmp_path)] == [0, 1, 2]
     scores = {p.peer_id: p for p in status["peers"]}
     assert scores[hostile.peer_id()].score < 0 < scores[honest.peer_id()].score
@@ -159,3 +161,21 @@ def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus):
     assert {g.origin for g in used} == {flood_key.peer_id(), honest_key.peer_id()}  # one of each sender
     assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool.entries) <= exchange.cfg.pool_max_per_sender
     assert exchange.observed["pool_sender_cap"] == 40 - exchange.cfg.pool_max_per_sender
+
+
+def test_status_accepted_counts_only_messages_that_passed_every_check(node, bus):
+    """`accepted` in status is what passed the Ingress AND this node's own checks; a Hint on the
+    rollouts topic is refused as wrong_topic (kind and topic are bound)."""
+    liar, honest = peer(bus, "liar"), peer(bus, "honest")
+    lying = honest_group(node, 1)
+    lying.verifier_digest = node.verifier.digest  # claims our verifier, so it must match our rewards
+    lying.completions[1].claimed_reward = 1.0  # signature fine, reward a lie: the Ingress lets it through
+    Outbox(NodeIdentity.generate()).publish(liar, SWARM, lying)
+    Outbox(NodeIdentity.generate()).publish(honest, SWARM, honest_group(node, 2))
+    hint = swarm_pb2.Hint(task_ref=lying.task_ref, level=swarm_pb2.Hint.L1, text="think")
+    honest.publish(TOPIC, seal_message(NodeIdentity.generate(), hint, 1, int(time.time() * 1000)))  # Hint on rollouts
+    node.exchange.collect(0)
+    status = node.exchange.status()
+    assert status["rejected_by_reason"]["wrong_reward"] == 1
+    assert status["rejected_by_reason"]["wrong_topic"] == 1
+    assert status["ingress_accepted"] == 2 and status["accepted"] == 1
