@@ -117,7 +117,7 @@ class SwarmExchange:
                  max_completion_tokens: int = 4096, max_group_tokens: int | None = None,
                  weakness: Callable[[ScoredGroup], float] | None = None,
                  ingest: Literal["inline", "background"] = "inline", budget: IngestBudget = IngestBudget(),
-                 sandbox: ScorerSandbox | None = None):
+                 sandbox: ScorerSandbox | None = None, swarm_clock: Callable[[], float] | None = None):
         self.transport = transport
         self.peer_id = identity.peer_id()
         self.cfg = cfg
@@ -131,8 +131,10 @@ class SwarmExchange:
         self.max_group_tokens = max_group_tokens or 64 * max_completion_tokens  # all completions of a group
         self.weakness = weakness  # for the weak_tasks sampler: 1 - our pass rate on a group's family
         self.sandbox = sandbox  # where peers' text is scored; None: in a thread (trusted callers only)
-        self.ingress = Ingress(limits or Limits())
-        self.outbox = Outbox(identity, limits=limits or Limits())
+        # swarm_clock: the time rate limits and our publication pace run on (default: the wall clock;
+        # an in-process simulation passes its swarm time, as its nodes share one CPU)
+        self.ingress = Ingress(limits or Limits(), rate_clock=swarm_clock)
+        self.outbox = Outbox(identity, limits=limits or Limits(), pace_clock=swarm_clock)
         self.topics = {kind: topic_name(cfg.name, kind) for kind in ("rollouts", "hints", "hint-requests")}
         self._topic_kinds = {self.topics["rollouts"]: {Kind.ROLLOUT_GROUP}, self.topics["hints"]: {Kind.HINT},
                              self.topics["hint-requests"]: {Kind.HINT_REQUEST}}  # anything else: wrong_topic

@@ -178,9 +178,6 @@ def plain_number_answer_ok(pred: str, gold: str) -> bool:
 def _math_verify_unbounded(pred: str, gold: str) -> float:
     from math_verify import parse, verify
 
-    if not plain_number_answer_ok(pred, gold):
-        return 0.0
-
     # Timeouts off: math-verify implements them with signals (main thread only); we cap instead.
     gold_parsed = parse(gold, parsing_timeout=None)
     pred_parsed = parse(pred, parsing_timeout=None)
@@ -191,6 +188,8 @@ def _math_verify_unbounded(pred: str, gold: str) -> float:
 
 def _math_verify_bounded(pred: str | None, gold: str | None, timeout_s: float) -> float | None:
     if not isinstance(pred, str) or not isinstance(gold, str) or len(pred) > MAX_MATH_ANSWER_CHARS:
+        return 0.0
+    if not plain_number_answer_ok(pred, gold):
         return 0.0
     import math_verify  # noqa: F401  (imported here, not in the worker: the import takes ~1 s)
 
@@ -282,8 +281,9 @@ class Verifier(BaseModel):
                      sandbox: Sandbox | None) -> float | None:
         if scorer == "exact":
             return exact_match(answer, task.reference_answer)
-        if scorer == "math" and (not isinstance(task.reference_answer, str) or len(answer) > MAX_MATH_ANSWER_CHARS):
-            return 0.0
+        if scorer == "math" and (not isinstance(task.reference_answer, str) or len(answer) > MAX_MATH_ANSWER_CHARS
+                                 or not plain_number_answer_ok(answer, task.reference_answer)):
+            return 0.0  # decided here, before any scorer runs (the sandbox's workers only run math-verify)
         if scorer == "dataset" and source.score_is_bounded:
             return source.score(task, answer)
         if sandbox is not None:

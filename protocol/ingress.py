@@ -101,12 +101,17 @@ class Ingress:
         max_unknown_senders: int = 4_096,
         blame_neighbours: bool = False,
         clock: Callable[[], float] = time.time,
+        rate_clock: Callable[[], float] | None = None,
     ) -> None:
+        """`rate_clock`: the time rate limits run on (default `clock`); an in-process simulation
+        passes its swarm time, or nodes sharing a CPU would look to each other like floods."""
         self.limits = limits
         self.blame_neighbours = blame_neighbours
         self._clock = clock
-        self.rate_limiter = RateLimiter(rate_limits, clock)
-        self.neighbour_rate_limiter = RateLimiter(neighbour_rate_limits or rate_limits.scaled(NEIGHBOUR_RATE_FACTOR), clock)
+        rate_clock = rate_clock or clock
+        self.rate_limiter = RateLimiter(rate_limits, rate_clock)
+        self.neighbour_rate_limiter = RateLimiter(neighbour_rate_limits or rate_limits.scaled(NEIGHBOUR_RATE_FACTOR),
+                                                  rate_clock)
         self.scores = PeerScores(score_config, clock)
         # A sender's window only needs keeping while its messages' timestamps could still pass.
         replay_ttl_s = limits.max_age_s + limits.max_clock_skew_s

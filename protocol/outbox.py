@@ -85,16 +85,20 @@ class Outbox:
         limits: Limits | None = Limits(),
         pace: Pace | None = PACE,
         clock: Callable[[], float] = time.time,
+        pace_clock: Callable[[], float] | None = None,
         sequencer: Sequencer | None = None,
     ) -> None:
+        """`clock` stamps messages (peers check it against theirs); `pace_clock` (default `clock`)
+        is the time the pace runs on: an in-process simulation passes its swarm time."""
         self.identity = identity
         self.limits = limits
         self.pace = pace
         self._clock = clock
+        self._pace_clock = pace_clock or clock
         self.sequencer = sequencer or Sequencer(clock=clock)
         self.counters: Counter[str] = Counter()  # paced_queued, paced_sent, dropped_paced
         self._tokens = pace.burst if pace else 0.0
-        self._refilled_at = clock()
+        self._refilled_at = self._pace_clock()
         self._queue: deque[tuple[str, Message]] = deque()
         self._lock = threading.Lock()
 
@@ -144,7 +148,7 @@ class Outbox:
 
     def _release(self, transport: Transport) -> dict[int, bytes]:
         pace = self.pace
-        now = self._clock()
+        now = self._pace_clock()
         elapsed = now - self._refilled_at
         if elapsed > 0:  # a clock stepping back refills nothing
             self._tokens = min(pace.burst, self._tokens + elapsed * pace.messages_per_s)

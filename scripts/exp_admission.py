@@ -39,13 +39,27 @@ if str(ROOT) not in sys.path:
 SWARM = "adm"
 
 
-def _tiny_node(run_dir: Path, name: str, bus, extra=()):
+class SwarmClock:
+    """Swarm time for nodes taking turns on one CPU: every round lasts ROUND_S, whatever the wall
+    clock says, so rate limits and publication pace see what a real swarm would send."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def next_round(self) -> None:
+        self.t += ROUND_S
+
+
+def _tiny_node(run_dir: Path, name: str, bus, extra=(), clock: SwarmClock | None = None):
     from node.config import load_config
     from node.loop import Node
     from node.swarm import join_memory_bus
 
     node = Node(load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra]), run_dir / name)
-    join_memory_bus(node, bus, name)
+    join_memory_bus(node, bus, name, swarm_clock=clock)
     return node
 
 
@@ -73,32 +87,27 @@ def content_of(group) -> str:
     return hashlib.sha256(repr((group.task.prompt_key, sorted(r.text for r in group.rollouts))).encode()).hexdigest()
 
 
-# Honest peers must stay within the Ingress's per-peer rate (20 msgs/s, burst 200), or the run
-# measures rate limiting instead of admission: 6 groups a round, at least 0.2 s a round.
+# Honest peers must stay within their publication pace (10 msgs/s) and the Ingress's per-peer rate
+# (20 msgs/s), or the run measures rate limiting instead of admission: 6 groups a 1-second round.
 HONEST_PROMPTS = 6
-PACE_S = 0.2
-
-
-def _paced(started: float) -> None:
-    time.sleep(max(0.0, PACE_S - (time.perf_counter() - started)))
+ROUND_S = 1.0
 
 
 def sybil_share(run_dir: Path, keys: int = 100, warmup: int = 24, rounds: int = 10, seed: int = 0,
                 extra=()) -> dict:
     from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox
 
-    bus = MemoryBus()
-    receiver = _tiny_node(run_dir, "receiver", bus, extra)
+    bus, clock = MemoryBus(), SwarmClock()
+    receiver = _tiny_node(run_dir, "receiver", bus, extra, clock)
     honest = [_tiny_node(run_dir, f"honest{i}", bus, [f"run.seed={i + 1}", f"tasks.seed={i + 1}",
-                                                      f"tasks.prompts_per_round={HONEST_PROMPTS}", *extra])
+                                                      f"tasks.prompts_per_round={HONEST_PROMPTS}", *extra], clock)
               for i in range(2)]
     honest_ids = {h.exchange.peer_id for h in honest}
     for r in range(warmup):  # the honest peers have been around: they earn weight
-        started = time.perf_counter()
         for h in honest:
             h.run_round(r)
         receiver.run_round(r)
-        _paced(started)
+        clock.next_round()
     outboxes = [Outbox(NodeIdentity.generate()) for _ in range(keys)]
     # each key under its own transport origin, as over GossipSub, where the sender picks the origin
     transports = [MemoryTransport(bus, f"sybil-{o.identity.peer_id()}") for o in outboxes]
@@ -110,7 +119,6 @@ def sybil_share(run_dir: Path, keys: int = 100, warmup: int = 24, rounds: int = 
     honest_per_round = []
     t0 = time.perf_counter()
     for r in range(warmup, warmup + rounds):
-        started = time.perf_counter()
         for h in honest:
             h.run_round(r)
         tasks = receiver.source.batch(10_000 + r, keys)
@@ -121,7 +129,7 @@ def sybil_share(run_dir: Path, keys: int = 100, warmup: int = 24, rounds: int = 
         used["attacker"] += sum(n for s, n in by_sender.items() if s in attacker_ids)
         used["honest"] += sum(n for s, n in by_sender.items() if s in honest_ids)
         honest_per_round.append(sum(n for s, n in by_sender.items() if s in honest_ids))
-        _paced(started)
+        clock.next_round()
     total = used["attacker"] + used["honest"]
     return {"keys": keys, "warmup": warmup, "rounds": rounds, "attacker_used": used["attacker"],
             "honest_used": used["honest"], "attacker_share": used["attacker"] / total if total else 0.0,

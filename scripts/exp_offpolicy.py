@@ -110,7 +110,7 @@ class ReplayingPeer:
         self.snapshots: deque[dict] = deque(maxlen=(k or 0) + 1)
         self.transport = MemoryTransport(bus, "peer")
         self.transport.start()
-        self.outbox = Outbox(NodeIdentity.generate())
+        self.outbox = Outbox(NodeIdentity.generate(), pace=None)  # a round's groups at once, as a real round sends them
         self.card = swarm_pb2.ModelCard(name=cfg.model.name, tokenizer_fingerprint=self.policy.tokenizer_fingerprint)
         self.sampling_card = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                                       max_new_tokens=cfg.sampling.max_new_tokens)
@@ -189,12 +189,14 @@ def run_setting(model: str, source: str, correction: str, seed: int, args, other
     with tempfile.TemporaryDirectory(prefix="exp-offpolicy-") as tmp:
         bus = MemoryBus(seed=seed)
         node = Node(cfg, Path(tmp))
-        join_memory_bus(node, bus, "receiver")
+        swarm_time = [0.0]  # one round = one second for the receiver's rate limits, whatever the CPU's speed
+        join_memory_bus(node, bus, "receiver", swarm_clock=lambda: swarm_time[0])
         k = None if source == "other" else int(source.removeprefix("stale"))
         peer = ReplayingPeer(node, bus, k, other_state if source == "other" else None, spec["external"] * 2, seed)
         rows = []
         started = time.perf_counter()
         for r in range(args.rounds):
+            swarm_time[0] = float(r)
             peer.publish(r)
             row = node.run_round(r)
             rows.append({key: row.get(key) for key in (

@@ -84,7 +84,7 @@ def main() -> None:
     if hasattr(exchange, "close"):
         exchange.close()
     print(json.dumps({"peak_rss_mb": peak_rss_mb(), "rounds": len(rows), "bytes_sent": sum(sizes),
-                      "max_message_bytes": max(sizes, default=0), "accepted": status["accepted"],
+                      "max_message_bytes": max(sizes, default=0), "accepted": status["ingress_accepted"],
                       "rejected": status["rejected_by_reason"],
                       "external_used": sum(r.get("external_used", 0) for r in rows),
                       "max_tokens_trained": max(r.get("tokens_trained", 0) for r in rows)}))

@@ -22,7 +22,8 @@ TOPIC = topic_name(SWARM, "rollouts")
 
 
 def background_node(tmp_path, bus, *overrides) -> Node:
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *overrides])
+    # one fresh key gets the whole mix here: these tests are about ingest (admission: tests/test_admission.py)
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.young_share_max=1.0", *overrides])
     node = Node(cfg, tmp_path)
     join_memory_bus(node, bus, "receiver", ingest="background")
     return node

@@ -108,8 +108,9 @@ def pid_alive(pid: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("prefilter", [True, False], ids=["prefilter", "sandbox_only"])
 def test_node_rejects_math_bombs_keeps_training_and_answers_status(tmp_path, monkeypatch, prefilter):
-    if not prefilter:  # the second defence on its own: every bomb reaches a worker and is killed
+    if not prefilter:  # the last defence on its own: every bomb reaches a worker and is killed
         monkeypatch.setattr(node.verifiers, "bomb_reason", lambda answer: None)
+        monkeypatch.setattr(node.verifiers, "plain_number_answer_ok", lambda answer, gold: True)
     swarm = "bomb"
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={swarm}", "verifier.scorer=math",
                                      f"verifier.timeout_s={DEADLINE_S}"])

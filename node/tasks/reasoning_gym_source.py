@@ -28,6 +28,7 @@ from .base import (
     UnknownTaskError,
     WeightedChoice,
     check_seed,
+    heldout_seed,
     config_digest,
 )
 from .hash_seed import HASH_SEED_DEPENDENT
@@ -102,7 +103,7 @@ class ReasoningGymSource(MixtureSource):
     "config": {"min_terms": 2, "max_terms": 3}}}, seed=0).
 
     Only datasets in the mixture can be rebuilt (weight 0 = rebuild peers' tasks, never draw), and
-    only at the swarm's task seeds (`seed` and `peer_seeds`): a peer's ref for another dataset or
+    only at the swarm's task seeds (`seed` and `peer_seeds`, and their held-out seeds): a peer's ref for another dataset or
     config has no config we could trust, and every new seed means constructing a dataset (0.2-0.8 s
     for acre), so building datasets at any seed a peer names would be a cheap way to make us burn
     CPU. Constructed datasets are cached (at most _DATASET_CACHE_SIZE)."""
@@ -112,7 +113,8 @@ class ReasoningGymSource(MixtureSource):
     def __init__(self, datasets: Mapping[str, float | Mapping[str, Any]], seed: int, size: int = DEFAULT_SIZE,
                  peer_seeds: Iterable[int] = ()):
         self.seed = check_seed(seed)
-        self.task_seeds = frozenset({self.seed, *(check_seed(s) for s in peer_seeds)})
+        seeds = {self.seed, *(check_seed(s) for s in peer_seeds)}
+        self.task_seeds = frozenset(seeds | {heldout_seed(s) for s in seeds})  # held-out evals rebuild too
         self._overrides: dict[str, dict[str, Any]] = {}
         weights = {}
         for name, value in datasets.items():

@@ -16,12 +16,12 @@ from node.testnet.hostile import HostilePeer
 from node.testnet.plan import Plan, halves, node_overrides, restart_event, slowdown
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
 from protocol.impairment import parse_netem
-from protocol.ratelimit import RateLimiter
 
-# Per-peer rate limits count swarm time here, one tick = one second: the bus has no sender pacing
-# and ticks run at whatever speed the machine allows (fast once only the slow nodes are left), so on
-# the wall clock honest nodes would rate-limit and ban each other.
-TICK_S = 1.0
+# Rate limits and each node's publication pace run on swarm time here, one tick (a round) = 2 s:
+# ticks run at whatever speed the machine allows (fast once only the slow nodes are left), so on the
+# wall clock honest nodes would look like floods to each other and their outboxes would drop most
+# groups. 2 s lets a tiny node's 16 groups a round through the default pace (10 messages/s).
+TICK_S = 2.0
 
 
 class MemoryTestnet:
@@ -46,9 +46,7 @@ class MemoryTestnet:
         node = Node(cfg, self.run_dir(index))
         resumed = node.resume()
         identity = NodeIdentity.load_or_generate(self.run_dir(index) / IDENTITY_FILE)
-        join_memory_bus(node, self.bus, f"node{index}", identity)
-        ingress = node.exchange.ingress
-        ingress.rate_limiter = RateLimiter(ingress.rate_limiter.limits, clock=lambda: self.tick * TICK_S)
+        join_memory_bus(node, self.bus, f"node{index}", identity, swarm_clock=lambda: self.tick * TICK_S)
         self.nodes[index] = node
         if index in self.restarts:
             self.events.append({"tick": self.tick, "event": restart_event(index, resumed)})
