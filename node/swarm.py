@@ -1,4 +1,4 @@
-"""`swarm-node join`: one node of a swarm = the local round loop + libp2p gossip + control service."""
+"""`swarm-node join`: one node of a swarm = the local round loop + gossip (p2pd, py-libp2p or the in-process bus) + control service."""
 from __future__ import annotations
 
 import copy
@@ -6,6 +6,7 @@ import dataclasses
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
