@@ -1,7 +1,7 @@
 """Issue 9 with real processes on 127.0.0.1 (tiny preset): (a) two nodes started as the README says
 never ban each other and use each other's groups; (b) an attacker flooding through an honest relay
-gets the relay nobody's blame, and the node behind it keeps training (its round time under attack
-relative to a quiet round is measured and printed, not yet asserted).
+gets the relay nobody's blame, and the node behind it keeps training, its rounds under attack within
+25% of quiet ones.
 
 Each test prints one `FIGURES {...}` line (pytest -s) with what it measured. Only processes these
 tests start are ended, by their Popen handles."""
@@ -177,6 +177,7 @@ def test_a_flood_through_an_honest_relay_does_not_get_the_relay_banned(tmp_path)
         wait_for(lambda: any(p.peer_id not in (victim_id, relay_id) for p in status(relay).peers),
                  "the flood to reach the relay", procs, timeout=240)
         attack_from = len(read_metrics(victim))
+        relay_accepted_before = peer_info(status(victim), relay_id).accepted
         run_for(15, procs)
         attack = read_metrics(victim)[attack_from:]
         replies = {d: status(d) for d in (relay, victim)}
@@ -198,6 +199,7 @@ def test_a_flood_through_an_honest_relay_does_not_get_the_relay_banned(tmp_path)
         "attacker_banned_at_victim": bool(attacker_record and attacker_record.banned),
         "attacker_accepted_at_victim": attacker_record.accepted if attacker_record else 0,
         "relay_groups_used_during_attack": used_from(victim, relay_id, attack),
+        "relay_messages_accepted_during_attack": relay_record.accepted - relay_accepted_before,
         "attacker_groups_used_during_attack": used_from(victim, attacker_id, attack),
         "attacker_rejected_at_victim": attacker_record.rejected if attacker_record else 0,
         "victim_rejected": dict(at_victim.rejected_by_reason), "relay_rejected": dict(at_relay.rejected_by_reason),
@@ -207,8 +209,10 @@ def test_a_flood_through_an_honest_relay_does_not_get_the_relay_banned(tmp_path)
     assert summary["connected_at_start"] and figures["attacker_messages"] > 1000, figures
     assert attacker_record is not None, figures  # the flood reached the victim, through the relay
     assert not relay_record.banned and relay_record.ban_count == 0 and relay_record.score > 0, figures
-    assert figures["relay_groups_used_during_attack"] > 0, figures
+    # the relay's own messages kept getting through (once its model solves every task its groups
+    # are zero-variance and not trained on, so "used" alone would not say so)
+    assert figures["relay_messages_accepted_during_attack"] > 0, figures
     assert len(attack) >= 3, figures  # the victim kept training
-    # Issue 9 wants t_round_ratio <= 1.25. Not asserted here: peer groups are still verified on
-    # the training thread (the background-ingest work moves that off it), and on a 2-core machine
-    # the attacker's own process competes for the CPU. The figure is printed above.
+    # Issue 9: the victim's rounds under attack within 25% of quiet ones (verification runs on the
+    # background ingest thread under a budget; on 2 shared cores the attacker's process competes too)
+    assert figures["t_round_ratio"] <= 1.25, figures
