@@ -362,8 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     testnet.add_argument("--kill", metavar="ROUND:NODES[:DOWN]", help="e.g. 150:1,2,3:40 (';' separates events)")
     testnet.add_argument("--partition", metavar="START-END", help="split the swarm in two halves, e.g. 100-200")
     testnet.add_argument("--netem", metavar="SPEC", help='network delay/loss, e.g. "delay 50ms loss 1%%"')
-    testnet.add_argument("--transport", choices=["libp2p", "memory"], default="libp2p",
-                         help="libp2p: one process per node on 127.0.0.1; memory: all nodes in this process")
+    testnet.add_argument("--transport", choices=["p2pd", "libp2p", "memory"], default="libp2p",
+                         help="p2pd or libp2p: one `join` process per node on 127.0.0.1 over that transport (hostile "
+                              "peers always speak py-libp2p); memory: all nodes in this process")
     testnet.add_argument("--homogeneous", action="store_true", help="identical nodes (default: heterogeneous "
                          "seeds, learning rates, task emphasis and speed)")
     testnet.add_argument("--model-sizes", metavar="WxL,...", help="tiny: nodes of these widths x layers in turn, "

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from node.metrics import read_metrics
+from processes import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -73,12 +74,4 @@ def test_default_listen_uses_free_ports_and_printed_addresses_are_dialable(tmp_p
 
         wait_for(b_trains_on_a, "node B to train on groups from A, dialed at A's printed address", procs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=15)
+        stop(procs)

@@ -19,6 +19,7 @@ import pytest
 
 from node.control import control_address, fetch_status
 from node.metrics import read_metrics
+from processes import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -67,17 +68,6 @@ def run_for(seconds: float, procs) -> None:
             assert p.poll() is None, f"a process exited early ({p.returncode})"
         time.sleep(0.5)
 
-
-def stop(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=20)
 
 
 def info(run_dir: Path) -> dict:

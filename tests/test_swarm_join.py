@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from node.metrics import read_metrics
+from processes import stop
 from protocol import NodeIdentity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,17 +49,6 @@ def senders_used(run_dir: Path, since_round: int = -1) -> set[str]:
     return {s for r in read_metrics(run_dir) if r["round"] > since_round
             for s, n in r.get("external_used_by_sender", {}).items() if n > 0}
 
-
-def stop(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=15)
 
 
 def test_three_nodes_share_survive_a_kill_and_rejoin(tmp_path):

@@ -79,14 +79,18 @@ def test_memory_testnet_survives_a_kill_a_partition_and_a_liar(tmp_path):
 
 
 @pytest.mark.slow
-def test_processes_keep_training_through_a_sigkill_and_a_partition(tmp_path):
-    """Real `swarm-node join` processes: the survivors never wait for the killed node, which resumes
-    from its checkpoint; a partition stops groups crossing halves until it heals."""
+@pytest.mark.parametrize("transport", ["p2pd", "libp2p"])
+def test_processes_keep_training_through_a_sigkill_and_a_partition(tmp_path, transport):
+    """Real `swarm-node join` processes on either network transport: the survivors never wait for
+    the killed node, which resumes from its checkpoint; a partition stops groups crossing halves
+    until it heals."""
     plan = Plan(nodes=4, rounds=80, mixes=[(4, 4)], out=tmp_path, kills=parse_kills("15:3:10"),
-                partitions=parse_partitions("36-64"), min_round_s=0.3, timeout_s=240, overrides=["eval.every=40"])
+                partitions=parse_partitions("36-64"), min_round_s=0.3, timeout_s=240, overrides=["eval.every=40"],
+                transport=transport)
     assert run_testnet(plan, "test", Console(file=open("/dev/null", "w")), quiet=True) == 0
     report = json.loads((tmp_path / "testnet.json").read_text())
     (run,) = report["runs"]
+    assert run["transport"] == transport
     assert not run["timed_out"] and all(n["rounds"] == 80 for n in run["nodes"])
     killed = read_metrics(tmp_path / "mix4-4-seed0" / "node3")
     assert [r["round"] for r in killed] == list(range(80))  # resumed: nothing lost or logged twice

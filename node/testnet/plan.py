@@ -58,8 +58,8 @@ class Plan:
             raise ValueError(f"unknown preset {self.preset!r}: valid presets are {', '.join(PRESETS)}")
         if self.nodes < 1 or self.rounds < 1 or self.seeds < 1:
             raise ValueError("--nodes, --rounds and --seeds must be >= 1")
-        if self.transport not in ("libp2p", "memory"):
-            raise ValueError(f"--transport must be libp2p or memory, got {self.transport!r}")
+        if self.transport not in ("p2pd", "libp2p", "memory"):
+            raise ValueError(f"--transport must be p2pd, libp2p or memory, got {self.transport!r}")
         for event in self.kills:
             bad = [i for i in event.nodes if not 0 <= i < self.nodes]
             if bad:

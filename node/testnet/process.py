@@ -268,7 +268,7 @@ class ProcessTestnet:
             summary = json.loads(path.read_text()) if path.is_file() else {"kind": kind, "identities": [], "counters": {}}
             hostile.append(summary)
         return {
-            "transport": "libp2p", "mix": f"{self.mix[0]}/{self.mix[1]}", "seed": self.seed, "timed_out": timed_out,
+            "transport": self.plan.transport, "mix": f"{self.mix[0]}/{self.mix[1]}", "seed": self.seed, "timed_out": timed_out,
             "nodes": [{"index": i, "run_dir": str(self.run_dir(i)), "peer_id": self.info.get(i, {}).get("peer_id"),
                        "slowdown": slowdown(self.plan, i), "overrides": node_overrides(self.plan, i, self.seed, self.mix),
                        "status": self.status.get(i, {})} for i in range(self.plan.nodes)],
