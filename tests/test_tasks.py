@@ -20,6 +20,7 @@ from node.tasks.base import (
     UnknownTaskError,
     canonical_json,
     config_digest,
+    heldout_seed,
 )
 from node.tasks.synthetic import ALPHABET, GENERATORS, SyntheticSource
 
@@ -244,7 +245,8 @@ def test_reasoning_gym_rebuilds_only_the_swarms_task_seeds_and_never_builds_a_da
 
 
 def test_make_source_passes_peer_seeds_to_reasoning_gym_only():
-    assert make_source("reasoning_gym", {"leg_counting": 1.0}, 3, peer_seeds=[5]).task_seeds == {3, 5}
+    seeds = make_source("reasoning_gym", {"leg_counting": 1.0}, 3, peer_seeds=[5]).task_seeds
+    assert seeds == {3, 5, heldout_seed(3), heldout_seed(5)}  # held-out evals rebuild their refs too
     synthetic = make_source("synthetic", {"copy": 1.0}, 3, peer_seeds=[5])
     peer_ref = make_source("synthetic", {"copy": 1.0}, 99).batch(0, 1)[0].ref
     assert synthetic.rebuild(peer_ref).ref == peer_ref  # no dataset to build: any seed
