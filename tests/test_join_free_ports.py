@@ -6,13 +6,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from node.metrics import read_metrics
-from processes import stop
+from processes import stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -28,16 +27,6 @@ def start(run_dir: Path, log: Path, **env: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONPATH": str(ROOT), **HEADLESS, **env})
 
-
-def wait_for(predicate, what: str, procs, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        for p in procs:
-            assert p.poll() is None, f"a node exited ({p.returncode}) while waiting for {what}"
-        time.sleep(0.25)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
 
 
 def printed_addrs(log: Path) -> list[str]:
@@ -55,7 +44,8 @@ def test_default_listen_uses_free_ports_and_printed_addresses_are_dialable(tmp_p
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     procs = [start(a, log_a)]
     try:
-        wait_for(lambda: (a / "node.json").exists() and printed_addrs(log_a), "node A to print its addresses", procs)
+        wait_for(lambda: (a / "node.json").exists() and printed_addrs(log_a), "node A to print its addresses", procs,
+                 timeout=90)
         addrs_a = printed_addrs(log_a)
         info_a = json.loads((a / "node.json").read_text())
         assert addrs_a == info_a["listen_addrs"]  # what is printed is what node.json says
@@ -65,13 +55,15 @@ def test_default_listen_uses_free_ports_and_printed_addresses_are_dialable(tmp_p
         assert loopback, f"no loopback address printed: {addrs_a}"
 
         procs.append(start(b, log_b, SWARM_NODE_SWARM__PEERS=json.dumps(loopback)))  # joins with the print
-        wait_for(lambda: (b / "node.json").exists() and printed_addrs(log_b), "node B to print its addresses", procs)
+        wait_for(lambda: (b / "node.json").exists() and printed_addrs(log_b), "node B to print its addresses", procs,
+                 timeout=90)
         assert tcp_port(printed_addrs(log_b)[0]) not in (0, tcp_port(addrs_a[0]))
 
         def b_trains_on_a() -> bool:
             used = {s for r in read_metrics(b) for s, n in r.get("external_used_by_sender", {}).items() if n > 0}
             return info_a["peer_id"] in used
 
-        wait_for(b_trains_on_a, "node B to train on groups from A, dialed at A's printed address", procs)
+        wait_for(b_trains_on_a, "node B to train on groups from A, dialed at A's printed address", procs,
+                 timeout=90)
     finally:
         stop(procs)

@@ -19,7 +19,7 @@ import pytest
 
 from node.control import control_address, fetch_status
 from node.metrics import read_metrics
-from processes import stop
+from processes import stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -48,16 +48,6 @@ def start_attacker(tmp_path: Path, kind: str, peers: list[str], swarm: str, seco
            "--connect-timeout-s", "20"]
     return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
 
-
-def wait_for(predicate, what: str, procs, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        for p in procs:
-            assert p.poll() is None, f"a process exited early ({p.returncode}) while waiting for {what}"
-        time.sleep(0.25)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def run_for(seconds: float, procs) -> None:

@@ -5,13 +5,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from node.metrics import read_metrics
-from processes import stop
+from processes import stop, wait_for
 from protocol import NodeIdentity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,16 +28,6 @@ def start(run_dir: Path, peers=(), args=ARGS):
     log = open(run_dir.parent / f"{run_dir.name}.log", "ab")
     return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
 
-
-def wait_for(predicate, what: str, procs, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        for p in procs:
-            assert p.poll() is None, f"a node exited early ({p.returncode}) while waiting for {what}"
-        time.sleep(0.25)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def node_info(run_dir: Path) -> dict:
