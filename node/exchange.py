@@ -150,6 +150,7 @@ class SwarmExchange:
         self._local_groups = 0
         self._shared = {"wire_bytes": 0, "wire_tokens": 0}
         self._arrived = {"received": 0, "flat": 0}  # verified since the last collect
+        self._pool_round = 0  # the round the training loop collected last (staged messages age from it)
         self._known_senders: set[str] = set()  # delivering peers that brought a verified group
         self._lock = threading.Lock()
         for topic in self.topics.values():
@@ -252,8 +253,6 @@ class SwarmExchange:
             if self.pool.add(PoolEntry(group, arrived_round)):
                 self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
 
-    _pool_round = 0  # the round the training loop collected last
-
     def _ingest_inline(self, round_index: int) -> None:
         """Everything that arrived, as every release so far did it: per topic, the Ingress over the
         whole drain first (rate limits see the burst), then node-level verification."""
@@ -272,7 +271,6 @@ class SwarmExchange:
         else:
             self._worker.new_round(round_index)
         with self._lock:
-            self._pool_round = round_index
             return self._collect(round_index, local)
 
     def _collect(self, round_index: int, local: list[ScoredGroup]) -> list[ScoredGroup]:
