@@ -37,6 +37,7 @@ from .errors import Rejected
 from .identity import NodeIdentity
 from .kinds import KIND_SPECS, kind_of
 from .limits import Limits, validate_body
+from .ratelimit import TokenBucket
 from .transport import Transport, topic_name
 
 SEQUENCE_COUNTER_BITS = 22
@@ -97,8 +98,7 @@ class Outbox:
         self._pace_clock = pace_clock or clock
         self.sequencer = sequencer or Sequencer(clock=clock)
         self.counters: Counter[str] = Counter()  # paced_queued, paced_sent, dropped_paced
-        self._tokens = pace.burst if pace else 0.0
-        self._refilled_at = self._pace_clock()
+        self._bucket = TokenBucket(pace.messages_per_s, pace.burst, self._pace_clock()) if pace else None
         self._queue: deque[tuple[str, Message]] = deque()
         self._lock = threading.Lock()
 
@@ -147,16 +147,10 @@ class Outbox:
             return len(self._queue)
 
     def _release(self, transport: Transport) -> dict[int, bytes]:
-        pace = self.pace
-        now = self._pace_clock()
-        elapsed = now - self._refilled_at
-        if elapsed > 0:  # a clock stepping back refills nothing
-            self._tokens = min(pace.burst, self._tokens + elapsed * pace.messages_per_s)
-            self._refilled_at = now
+        self._bucket.refill(self._pace_clock())
         sent: dict[int, bytes] = {}
-        while self._queue and self._tokens >= 1.0:
+        while self._queue and self._bucket.take():
             topic, message = self._queue.popleft()
-            self._tokens -= 1.0
             sent[id(message)] = self._send(transport, topic, message)
         return sent
 

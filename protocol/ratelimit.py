@@ -51,28 +51,50 @@ class Verdict(enum.Enum):
     FLOOD = "flood"      # over the abuse line: refuse and score
 
 
-class _Bucket:
-    __slots__ = ("messages", "bytes", "updated")
+class TokenBucket:
+    """`rate` tokens a second, at most `burst`: the one token bucket of the protocol (rate limits,
+    publication pace). Out-of-order times and a clock stepping back refill nothing."""
 
-    def __init__(self, messages: float, nbytes: float, now: float) -> None:
-        self.messages = messages
-        self.bytes = nbytes
+    __slots__ = ("rate", "burst", "tokens", "updated")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens = burst
         self.updated = now
 
-    def refill(self, now: float, messages_per_s: float, message_burst: float, bytes_per_s: float,
-               byte_burst: float) -> None:
+    def refill(self, now: float) -> None:
         elapsed = now - self.updated
-        if elapsed <= 0:  # out-of-order arrivals and a clock stepping back refill nothing
+        if elapsed <= 0:
             return
-        self.messages = min(message_burst, self.messages + elapsed * messages_per_s)
-        self.bytes = min(byte_burst, self.bytes + elapsed * bytes_per_s)
+        self.tokens = min(self.burst, self.tokens + elapsed * self.rate)
         self.updated = now
+
+    def take(self, n: float = 1.0) -> bool:
+        if self.tokens < n:
+            return False
+        self.tokens -= n
+        return True
+
+
+class _Bucket:
+    """A message bucket and a byte bucket, charged together or not at all."""
+
+    __slots__ = ("messages", "bytes")
+
+    def __init__(self, messages_per_s: float, message_burst: float, bytes_per_s: float, byte_burst: float,
+                 now: float) -> None:
+        self.messages = TokenBucket(messages_per_s, message_burst, now)
+        self.bytes = TokenBucket(bytes_per_s, byte_burst, now)
+
+    def refill(self, now: float) -> None:
+        self.messages.refill(now)
+        self.bytes.refill(now)
 
     def take(self, nbytes: int) -> bool:
-        if self.messages < 1.0 or self.bytes < nbytes:
+        if self.messages.tokens < 1.0 or self.bytes.tokens < nbytes:
             return False
-        self.messages -= 1.0
-        self.bytes -= nbytes
+        self.messages.tokens -= 1.0
+        self.bytes.tokens -= nbytes
         return True
 
 
@@ -98,16 +120,17 @@ class RateLimiter:
         factor = limits.abuse_factor
         buckets = self._peers.get(peer)
         if buckets is None:
-            buckets = self._peers[peer] = (_Bucket(limits.message_burst, limits.byte_burst, now),
-                                           _Bucket(limits.message_burst * factor, limits.byte_burst * factor, now))
+            buckets = self._peers[peer] = (
+                _Bucket(limits.messages_per_s, limits.message_burst, limits.bytes_per_s, limits.byte_burst, now),
+                _Bucket(limits.messages_per_s * factor, limits.message_burst * factor, limits.bytes_per_s * factor,
+                        limits.byte_burst * factor, now))
             if len(self._peers) > limits.max_peers:
                 self._peers.popitem(last=False)
         else:
             self._peers.move_to_end(peer)
         limit, abuse = buckets
-        limit.refill(now, limits.messages_per_s, limits.message_burst, limits.bytes_per_s, limits.byte_burst)
-        abuse.refill(now, limits.messages_per_s * factor, limits.message_burst * factor,
-                     limits.bytes_per_s * factor, limits.byte_burst * factor)
+        limit.refill(now)
+        abuse.refill(now)
         if not abuse.take(nbytes):
             return Verdict.FLOOD
         return Verdict.ALLOW if limit.take(nbytes) else Verdict.DROP

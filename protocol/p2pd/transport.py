@@ -38,6 +38,7 @@ from ..transport import (
     Received,
 )
 from ..inbox import FairInbox
+from ..ratelimit import TokenBucket
 from .addrs import addr_text, peer_id_bytes, peer_id_text, split_peer_addr
 from .control import (
     ControlConnection,
@@ -609,18 +610,16 @@ class P2pdTransport:
 
 
 class _Pacer:
-    """Token bucket: `wait` returns when one more message may go (or when `stop` is set)."""
+    """Paces the writer: `wait` returns when one more message may go (or at once when `stop` is set)."""
 
     def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, burst
-        self.tokens = float(burst)
-        self.at = time.monotonic()
+        self.bucket = TokenBucket(rate, float(burst), time.monotonic())
 
     def wait(self, stop: threading.Event) -> None:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens < 1.0:
-            stop.wait((1.0 - self.tokens) / self.rate)
-            self.tokens, self.at = 1.0, time.monotonic()
-        self.tokens -= 1.0
+        bucket = self.bucket
+        bucket.refill(time.monotonic())
+        if bucket.tokens < 1.0:
+            stop.wait((1.0 - bucket.tokens) / bucket.rate)
+            bucket.refill(time.monotonic())
+            bucket.tokens = max(bucket.tokens, 1.0)  # woken early by stop: this message still goes
+        bucket.take()
