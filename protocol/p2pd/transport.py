@@ -3,9 +3,10 @@
 Threads (none of them ever the caller's): a supervisor starts the daemon, checks it every
 `health_interval_s` (process alive, IDENTIFY answered in time) and restarts it with exponential
 backoff when it exits or its control socket is stuck, re-subscribing every topic; one reader per
-subscription fills a bounded per-topic inbox (fair: the heaviest sender loses, protocol/inbox.py); one writer sends publishes; a
-discovery thread keeps bootstrap and cached peers dialed, asks the DHT for more, refreshes the
-peer/topic counts that `peers()` and `stats()` return, and writes the peer cache.
+subscription fills a bounded per-topic inbox (fair: the heaviest sender loses, protocol/inbox.py);
+one writer sends publishes; a discovery thread keeps bootstrap and cached peers dialed and asks
+the DHT for more (protocol/p2pd/discovery.py), refreshes the peer/topic counts that `peers()` and
+`stats()` return, and writes the peer cache.
 
 Semantics worth knowing:
 * `Received.from_peer` is the GossipSub origin (the message's signed `from`), not the neighbour
@@ -39,11 +40,10 @@ from ..transport import (
 )
 from ..inbox import FairInbox
 from ..ratelimit import TokenBucket
-from .addrs import addr_text, peer_id_bytes, peer_id_text, split_peer_addr
+from .addrs import peer_id_text, split_peer_addr
 from .control import (
     ControlConnection,
     ControlError,
-    connect_request,
     identify_request,
     list_peers_request,
     publish_request,
@@ -51,6 +51,7 @@ from .control import (
     topic_peers_request,
 )
 from .daemon import DaemonProcess, DaemonStartError
+from .discovery import Dialer, ask_dht, peer_addrs
 from .peer_cache import PeerCache
 from proto._generated import p2pd_control_pb2 as pb
 
@@ -111,11 +112,11 @@ class P2pdTransport:
         self.peer_id = self.identity.peer_id()
         self._seed = bytes(identity_seed)
         self._listen = list(listen) or ["/ip4/127.0.0.1/tcp/0"]
-        self._bootstrap: dict[str, list[str]] = {}  # peer id -> full multiaddrs
+        bootstrap_by_peer: dict[str, list[str]] = {}  # peer id -> full multiaddrs
         for addr in bootstrap:
             peer, _ = split_peer_addr(addr)  # ValueError naming the bad address
             if peer != self.peer_id:
-                self._bootstrap.setdefault(peer, []).append(addr)
+                bootstrap_by_peer.setdefault(peer, []).append(addr)
         if max_msg_bytes > MAX_MESSAGE_BYTES:
             raise ValueError(f"max_msg_bytes={max_msg_bytes} exceeds what the daemon delivers ({MAX_MESSAGE_BYTES})")
         self.max_msg_bytes = max_msg_bytes
@@ -126,6 +127,8 @@ class P2pdTransport:
         self._publish_rate, self._settle_s = publish_rate, settle_s
         self._health_interval_s, self._discovery_interval_s = health_interval_s, discovery_interval_s
         self._backoff_initial_s, self._backoff_max_s = backoff_initial_s, backoff_max_s
+        self._dialer = Dialer(self.peer_id, bootstrap_by_peer, self.peer_cache, control_timeout_s,
+                              backoff_initial_s, backoff_max_s)
 
         self._lock = threading.Lock()
         self._wake_writer = threading.Condition(self._lock)
@@ -478,7 +481,6 @@ class P2pdTransport:
     def _discovery_loop(self) -> None:
         """Keeps bootstrap and cached peers dialed, grows the peer set through the DHT, refreshes
         the counts shown by peers()/stats(), and writes the peer cache."""
-        backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next attempt, delay)
         cache_written = 0.0
         remembered: set[str] = set()
         dialed_generation = -1
@@ -486,10 +488,10 @@ class P2pdTransport:
             with self._lock:
                 generation = self._generation
             if generation != dialed_generation:  # a new daemon knows nobody: dial everyone at once
-                backoff.clear()
+                self._dialer.reset()
                 dialed_generation = generation
             try:
-                self._discovery_round(generation, backoff)
+                self._discovery_round(generation)
                 with self._lock:
                     connected = set(self._connected)
                 # written when we meet somebody new, and refreshed every 10 s (fresh `seen` times)
@@ -501,7 +503,7 @@ class P2pdTransport:
             if self._stop.wait(self._discovery_interval_s):
                 return
 
-    def _discovery_round(self, generation: int, backoff: dict) -> None:
+    def _discovery_round(self, generation: int) -> None:
         socket_path = self._socket_for(generation)
         if socket_path is None:
             return
@@ -512,8 +514,8 @@ class P2pdTransport:
                 with self._lock:
                     self._connected = sorted(connected)
                     self._topic_peers.update(topic_peers)
-                self._dial_missing(conn, connected, backoff)
-            dht_peers = self._ask_dht(socket_path)
+                self._dialer.dial_missing(conn, connected, self._bump)
+            dht_peers = ask_dht(socket_path, self.peer_id, self._control_timeout_s)
             with self._lock:
                 self._dht_peers = dht_peers
         except ControlError as err:
@@ -527,7 +529,7 @@ class P2pdTransport:
         try:
             with ControlConnection(socket_path, self._control_timeout_s) as conn:
                 connected = [peer_id_text(p.id) for p in conn.request(list_peers_request()).peers]
-                addrs = self._peer_addrs(conn, connected)
+                addrs = peer_addrs(conn, connected)
         except ControlError as err:
             log.debug("peer cache update failed: %s", err)
             return False
@@ -543,71 +545,6 @@ class P2pdTransport:
     def _topics(self) -> list[str]:
         with self._lock:
             return list(self._inbox)
-
-    def _dial_missing(self, conn: ControlConnection, connected: set[str], backoff: dict) -> None:
-        wanted = {pid: list(addrs) for pid, addrs in self._bootstrap.items()}
-        if self.peer_cache is not None:
-            for pid, addrs in self.peer_cache.dial_targets().items():
-                if pid != self.peer_id:
-                    wanted.setdefault(pid, addrs)
-        now = time.monotonic()
-        for pid, addrs in wanted.items():
-            if pid in connected:
-                backoff.pop(pid, None)
-                continue
-            next_at, delay = backoff.get(pid, (0.0, self._backoff_initial_s))
-            if now < next_at:
-                continue
-            try:
-                request = connect_request(peer_id_bytes(pid), [split_peer_addr(a)[1] for a in addrs],
-                                          timeout_s=max(1, int(self._control_timeout_s) - 1))
-            except ValueError as err:  # a hand-edited or corrupt peers.json entry: skip it, say so once
-                log.warning("not dialing %s: %s", pid, err)
-                backoff[pid] = (float("inf"), self._backoff_max_s)
-                continue
-            self._bump("dial_attempts")
-            try:
-                conn.request(request)
-                backoff.pop(pid, None)
-            except ControlError as err:
-                self._bump("dial_failures")
-                log.log(logging.DEBUG if pid in backoff else logging.WARNING,
-                        "dialing %s failed (%s); retrying in %.1f s", pid, err, delay)
-                backoff[pid] = (now + delay, min(2 * delay, self._backoff_max_s))
-
-    def _ask_dht(self, socket_path: Path) -> int:
-        """A DHT lookup of our own id: the daemon connects to the peers it meets on the way (how a
-        swarm stays connected when its first node dies). Returns how many peers it named."""
-        request = pb.Request(type=pb.Request.DHT, dht=pb.DHTRequest(
-            type=pb.DHTRequest.GET_CLOSEST_PEERS, key=peer_id_bytes(self.peer_id),
-            timeout=max(1, int(self._control_timeout_s) - 1)))
-        found = 0
-        try:
-            with ControlConnection(socket_path, self._control_timeout_s) as conn:
-                response = conn.request(request)
-                if response.dht.type == pb.DHTResponse.BEGIN:
-                    while conn.read(pb.DHTResponse).type != pb.DHTResponse.END:
-                        found += 1
-        except ControlError as err:  # "failed to find any peer in table": alone, for now
-            log.debug("DHT lookup: %s", err)
-        return found
-
-    def _peer_addrs(self, conn: ControlConnection, connected: list[str]) -> dict[str, list[str]]:
-        """Dialable addresses of connected peers: the DHT's/peerstore's (their listen addresses),
-        not the connection's (an inbound connection shows the peer's ephemeral port)."""
-        out: dict[str, list[str]] = {}
-        for pid in connected[:32]:
-            request = pb.Request(type=pb.Request.DHT, dht=pb.DHTRequest(type=pb.DHTRequest.FIND_PEER,
-                                                                        peer=peer_id_bytes(pid), timeout=2))
-            try:
-                info = conn.request(request).dht.peer
-            except ControlError:
-                continue
-            addrs = [a for a in map(addr_text, info.addrs) if a and "/p2p-circuit" not in a]
-            if addrs:
-                out[pid] = addrs
-        return out
-
 
 class _Pacer:
     """Paces the writer: `wait` returns when one more message may go (or at once when `stop` is set)."""

@@ -1,0 +1,98 @@
+"""Finding and keeping peers through the daemon (the p2pd transport's discovery thread uses these):
+dial bootstrap and cached peers with backoff, ask the DHT, read peers' dialable addresses."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+from .addrs import addr_text, peer_id_bytes, split_peer_addr
+from .control import ControlConnection, ControlError, connect_request
+from .peer_cache import PeerCache
+from proto._generated import p2pd_control_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class Dialer:
+    """Dials the bootstrap and cached peers we are not connected to, each with its own doubling
+    backoff; `reset()` when a new daemon starts (it knows nobody: dial everyone at once)."""
+
+    def __init__(self, own_id: str, bootstrap: dict[str, list[str]], peer_cache: PeerCache | None,
+                 control_timeout_s: float, backoff_initial_s: float, backoff_max_s: float) -> None:
+        self.own_id, self.bootstrap, self.peer_cache = own_id, bootstrap, peer_cache
+        self.control_timeout_s = control_timeout_s
+        self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
+        self.backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next attempt, delay)
+
+    def reset(self) -> None:
+        self.backoff.clear()
+
+    def dial_missing(self, conn: ControlConnection, connected: set[str], count: Callable[[str], None]) -> None:
+        """One pass; `count("dial_attempts" | "dial_failures")` for the transport's stats."""
+        backoff = self.backoff
+        wanted = {pid: list(addrs) for pid, addrs in self.bootstrap.items()}
+        if self.peer_cache is not None:
+            for pid, addrs in self.peer_cache.dial_targets().items():
+                if pid != self.own_id:
+                    wanted.setdefault(pid, addrs)
+        now = time.monotonic()
+        for pid, addrs in wanted.items():
+            if pid in connected:
+                backoff.pop(pid, None)
+                continue
+            next_at, delay = backoff.get(pid, (0.0, self.backoff_initial_s))
+            if now < next_at:
+                continue
+            try:
+                request = connect_request(peer_id_bytes(pid), [split_peer_addr(a)[1] for a in addrs],
+                                          timeout_s=max(1, int(self.control_timeout_s) - 1))
+            except ValueError as err:  # a hand-edited or corrupt peers.json entry: skip it, say so once
+                log.warning("not dialing %s: %s", pid, err)
+                backoff[pid] = (float("inf"), self.backoff_max_s)
+                continue
+            count("dial_attempts")
+            try:
+                conn.request(request)
+                backoff.pop(pid, None)
+            except ControlError as err:
+                count("dial_failures")
+                log.log(logging.DEBUG if pid in backoff else logging.WARNING,
+                        "dialing %s failed (%s); retrying in %.1f s", pid, err, delay)
+                backoff[pid] = (now + delay, min(2 * delay, self.backoff_max_s))
+
+
+def ask_dht(socket_path: Path, own_id: str, control_timeout_s: float) -> int:
+    """A DHT lookup of our own id: the daemon connects to the peers it meets on the way (how a
+    swarm stays connected when its first node dies). Returns how many peers it named."""
+    request = pb.Request(type=pb.Request.DHT, dht=pb.DHTRequest(
+        type=pb.DHTRequest.GET_CLOSEST_PEERS, key=peer_id_bytes(own_id),
+        timeout=max(1, int(control_timeout_s) - 1)))
+    found = 0
+    try:
+        with ControlConnection(socket_path, control_timeout_s) as conn:
+            response = conn.request(request)
+            if response.dht.type == pb.DHTResponse.BEGIN:
+                while conn.read(pb.DHTResponse).type != pb.DHTResponse.END:
+                    found += 1
+    except ControlError as err:  # "failed to find any peer in table": alone, for now
+        log.debug("DHT lookup: %s", err)
+    return found
+
+
+def peer_addrs(conn: ControlConnection, connected: list[str]) -> dict[str, list[str]]:
+    """Dialable addresses of connected peers: the DHT's/peerstore's (their listen addresses),
+    not the connection's (an inbound connection shows the peer's ephemeral port)."""
+    out: dict[str, list[str]] = {}
+    for pid in connected[:32]:
+        request = pb.Request(type=pb.Request.DHT, dht=pb.DHTRequest(type=pb.DHTRequest.FIND_PEER,
+                                                                    peer=peer_id_bytes(pid), timeout=2))
+        try:
+            info = conn.request(request).dht.peer
+        except ControlError:
+            continue
+        addrs = [a for a in map(addr_text, info.addrs) if a and "/p2p-circuit" not in a]
+        if addrs:
+            out[pid] = addrs
+    return out
