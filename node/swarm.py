@@ -107,6 +107,7 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     resumed = node.resume()  # a restarted node continues its own run
     if resumed is not None:
         console.print(f"resumed from checkpoint of round {resumed}")
+    console.print(f"rollouts: {node.backend_line}", highlight=False, soft_wrap=True)
 
     transport = build_transport(cfg, identity, run_dir, [topic_name(cfg.swarm.name, "rollouts")])
     if cfg.swarm.fault_file:  # a testnet injects delay, loss and partitions through this file
@@ -136,4 +137,5 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
         server.stop(grace=1.0)
         exchange.close()
         transport.close()
+        node.close()
     return 0

@@ -1,4 +1,5 @@
-"""Rollout generation backends: HF `generate` (default, CPU or GPU) and vLLM (GPU, optional).
+"""Rollout generation backends: HF `generate` (in-process, CPU or GPU) and vLLM (its own process,
+policy/vllm_backend.py; the CPU build or CUDA).
 
 Every backend returns, per completion, the token ids, the behavior log-probs b_t at the sampling
 temperature (policy/ALGORITHMS.md: computed on logits / T, so the on-policy ratio is exactly 1), the
@@ -10,7 +11,6 @@ and `completion_logprobs(..., temperature=0)` uses the same convention.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
@@ -25,39 +25,43 @@ if TYPE_CHECKING:
     from policy.models import LoadedPolicy
 
 
+class StaleWeightsError(RuntimeError):
+    """A generator sampled with other weights than the policy about to be trained on its rollouts."""
+
+
 class Generator(Protocol):
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Rollout]]:
         """n completions for each prompt, in prompt order."""
         ...
 
-    def refresh(self) -> None:
-        """Called after every optimizer step: the next `generate` must use the new weights."""
+    def refresh(self, policy_version: int) -> None:
+        """Called after every optimizer step: the next `generate` must use the new weights, and its
+        rollouts carry `policy_version`."""
         ...
 
 
 def make_generator(
     backend: Literal["auto", "hf", "vllm"], policy: LoadedPolicy, max_batch: int = 64, **vllm_options
-) -> Generator:
-    """"auto" picks vLLM when it is importable and CUDA is available, else HF generate."""
-    if backend == "auto":
-        backend = "vllm" if _vllm_usable() else "hf"
-    if backend == "hf":
-        return HFGenerator(policy.model, policy.tokenizer, max_batch=max_batch)
-    if backend == "vllm":
-        from policy.vllm_backend import VLLMGenerator
+) -> tuple[Generator, str]:
+    """The generator and a line saying which backend it is and why. "auto" picks vLLM when a vLLM
+    environment exists (scripts/bench_policy.py measures it faster than HF on CPU and GPU), else HF."""
+    from policy.vllm_backend import INSTALL_HINT, VLLMGenerator, find_vllm_python
 
-        return VLLMGenerator(policy, **vllm_options)
-    raise ValueError(f"unknown generation backend {backend!r}: expected 'auto', 'hf' or 'vllm'")
-
-
-def _vllm_usable() -> bool:
-    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+    if backend not in ("auto", "hf", "vllm"):
+        raise ValueError(f"unknown generation backend {backend!r}: expected 'auto', 'hf' or 'vllm'")
+    if backend == "hf" or (backend == "auto" and find_vllm_python() is None):
+        why = "as configured" if backend == "hf" else f"no vLLM environment found; to use vLLM, {INSTALL_HINT}"
+        return HFGenerator(policy.model, policy.tokenizer, max_batch=max_batch), f"hf ({why})"
+    generator = VLLMGenerator(policy, **vllm_options)
+    why = "as configured" if backend == "vllm" else "auto: a vLLM environment was found"
+    return generator, (f"vllm {generator.vllm_version} in its own process, started in "
+                       f"{generator.start_seconds:.0f} s ({why})")
 
 
 class HFGenerator:
     """Batched `model.generate` over all prompts x n, left padded, plain temperature sampling.
 
-    Shares the weights of the training model, so `refresh()` has nothing to do.
+    Shares the weights of the training model, so `refresh()` only records the policy version.
     """
 
     def __init__(self, model, tokenizer, max_batch: int = 64):
@@ -67,9 +71,10 @@ class HFGenerator:
         self.eos_ids = eos_token_ids(model, tokenizer)
         pad_id = tokenizer.pad_token_id
         self.pad_id = pad_id if pad_id is not None else self.eos_ids[0]
+        self.policy_version = 0
 
-    def refresh(self) -> None:
-        pass
+    def refresh(self, policy_version: int) -> None:
+        self.policy_version = policy_version
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Rollout]]:
         validate_request(prompts, n, params)
@@ -95,7 +100,8 @@ class HFGenerator:
         logprobs = recorder.finish(new_tokens)  # [B, S]
         # One transfer to Python lists; the per-row work left is string decoding.
         return [
-            build_rollout(self.tokenizer, prompt, tokens, row_logprobs, self.eos_ids, params.max_new_tokens)
+            build_rollout(self.tokenizer, prompt, tokens, row_logprobs, self.eos_ids, params.max_new_tokens,
+                          self.policy_version)
             for prompt, tokens, row_logprobs in zip(prompts, new_tokens.tolist(), logprobs.tolist())
         ]
 
@@ -165,6 +171,7 @@ def build_rollout(
     logprobs: list[float],
     eos_ids: list[int],
     max_new_tokens: int,
+    policy_version: int | None = None,
 ) -> Rollout:
     """Cut after the first eos (kept, with its log-prob: the policy chose to stop), decode."""
     eos = set(eos_ids)
@@ -179,6 +186,7 @@ def build_rollout(
         text=text,
         offsets=offsets,
         truncated=not ended and length >= max_new_tokens,
+        policy_version=policy_version,
     )
 
 

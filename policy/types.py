@@ -38,6 +38,7 @@ class Rollout:
     hint_tokens: int = 0  # leading completion tokens forced from a hint (context, never trained)
     tier: int | None = None  # None: sampled by this node; else the behavior tier of a peer's rollout
     alignment: SegmentPlan | None = None  # tier 1 only: how the sender's log-probs map onto our tokens
+    policy_version: int | None = None  # optimizer steps of the weights that sampled it (our own rollouts)
 
 
 @dataclass

