@@ -57,19 +57,24 @@ def find_vllm_python() -> str | None:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the node's process dies (Linux)."""
+    """In the server before exec: SIGTERM it when the node's process dies (Linux); its handler
+    takes the engine processes down with it (policy/vllm_server.py)."""
     PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _shutdown(process: subprocess.Popen, connection: Connection | None, folders: list[str]) -> None:
     try:
         if connection is not None and process.poll() is None:
             connection.send({"op": "close"})
-        process.wait(timeout=10)
+        process.wait(timeout=30)
     except (OSError, EOFError, subprocess.TimeoutExpired):
         process.kill()
         process.wait(timeout=10)
+    try:  # the server leads its own process group: whatever vLLM spawned in it goes too
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -114,14 +119,14 @@ class VLLMGenerator:
                "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib)),
                "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
         command = [python, "-m", "policy.vllm_server", "--model", self.folder, "--socket", socket_path,
-                   "--dtype", str(self.model.dtype).removeprefix("torch.")]
+                   "--dtype", str(self.model.dtype).removeprefix("torch."), "--owned-dir", self.weights_folder]
         if max_model_len:
             command += ["--max-model-len", str(max_model_len)]
         try:
             with open(self.log_path, "wb") as log:
                 self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                 stdin=subprocess.DEVNULL, cwd=self.folder,
-                                                preexec_fn=_die_with_parent)
+                                                start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as error:
             for folder in (self.folder, self.weights_folder):
                 shutil.rmtree(folder, ignore_errors=True)

@@ -15,6 +15,8 @@ $SWARM_NODE_VLLM_AUTHKEY (hex); each request is a dict answered by one dict:
 - {"op": "load_weights", "path", "policy_version"} -> {"policy_version", "seconds"}: a safetensors
    file of HF-named tensors (in /dev/shm), loaded by every vLLM worker; the prefix cache is reset;
 - {"op": "close"} -> {} and the process exits. Any failure answers {"error": "..."}.
+On exit, and on SIGTERM (sent when the node dies), it removes its --owned-dir folders and the
+exported weights and kills its process group, so no vLLM engine process outlives the node.
 
 Behavior log-probs: vLLM's default `logprobs_mode` gives log-probs of the raw logits; this engine
 runs with "processed_logprobs" (after temperature, nothing else enabled): log_softmax(logits / T),
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
 import sys
 import time
 from multiprocessing.connection import Listener
@@ -71,7 +75,7 @@ def build_engine(args: argparse.Namespace):
         enable_prefix_caching=True,  # a group's n requests share their prompt's KV blocks
         logprobs_mode="processed_logprobs",
         generation_config="vllm",
-        worker_extension_cls=f"{__name__}.WeightLoader",
+        worker_extension_cls="policy.vllm_server.WeightLoader",  # by module path: this file runs as __main__
     )
     if torch.cuda.is_available():
         options["gpu_memory_utilization"] = args.gpu_memory_utilization
@@ -109,7 +113,26 @@ def generate(vllm, llm, request: dict) -> dict:
     return {"tokens": tokens, "logprobs": logprobs}
 
 
+def drop_model_files(model_dir: str) -> None:
+    """The exported weights (hundreds of MB) are in the engine once it runs: free the disk."""
+    for name in os.listdir(model_dir):
+        if name.endswith(".safetensors"):
+            os.unlink(os.path.join(model_dir, name))
+
+
+def end_process_group(args: argparse.Namespace) -> None:
+    """Remove this server's files (its log stays, for the node to quote), then SIGKILL its process
+    group: itself and the engine processes vLLM spawned (the node started the server as a group
+    leader, so nothing else is in it)."""
+    for folder in args.owned_dir:
+        shutil.rmtree(folder, ignore_errors=True)
+    drop_model_files(args.model)
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 def serve(args: argparse.Namespace) -> None:
+    # The node dies -> SIGTERM (PR_SET_PDEATHSIG) -> no engine process outlives it.
+    signal.signal(signal.SIGTERM, lambda *_: end_process_group(args))
     authkey = bytes.fromhex(os.environ.pop("SWARM_NODE_VLLM_AUTHKEY"))
     with Listener(args.socket, family="AF_UNIX", authkey=authkey) as listener:
         # The client connects first and waits (with its own timeout) for the engine's "ready".
@@ -120,6 +143,7 @@ def serve(args: argparse.Namespace) -> None:
     except Exception as error:  # noqa: BLE001 - reported to the client, which raises it
         connection.send({"error": f"the vLLM engine did not start: {type(error).__name__}: {error}"})
         raise
+    drop_model_files(args.model)
     policy_version = 0
     while True:
         try:
@@ -153,7 +177,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
-    serve(parser.parse_args(argv))
+    parser.add_argument("--owned-dir", action="append", default=[], help="removed when the server exits")
+    args = parser.parse_args(argv)
+    try:
+        serve(args)
+    finally:
+        end_process_group(args)
 
 
 if __name__ == "__main__":  # the engine core is spawned as a subprocess: it must not re-run this

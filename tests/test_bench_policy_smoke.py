@@ -21,8 +21,11 @@ def test_bench_policy_quick_writes_json_and_png(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "bench_policy.json").read_text())
     assert (tmp_path / "bench_policy.png").stat().st_size > 0
-    gen = result["generation"]
-    assert gen["ratio"] > 0 and gen["ours_tokens"] == gen["plain_tokens"]  # forced full length on both
+    gen = result["generation"]["batches"]["8"]  # quick: 2 prompts x G=4
+    assert gen["ratio_vs_plain"]["hf"] > 0 and gen["hf"]["tokens"] == gen["plain"]["tokens"] == [8 * 8]
+    assert "vllm" not in gen  # the tiny model's head dim is not one vLLM's CPU attention supports
+    memory = result["memory"]
+    assert [m["backend"] for m in memory] == ["hf"] and 100 < memory[0]["total_peak_rss_mib"] < 4096
     ours = result["training"]["ours"]
     assert ours["tok_s_median"] > 0 and ours["tokens"] == [2 * 4 * 8]  # prompts x G x max_new_tokens
     assert ours["samples_trained"] == [2 * 4]  # zero-advantage groups are trained too, as TRL does

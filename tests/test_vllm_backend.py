@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from policy.generation import StaleWeightsError
 from policy.models import ModelConfig, load_policy
 from policy.types import SamplingParams
 from policy.vllm_backend import VLLM_VENV, VLLMGenerator
+from processes import wait_for
 from test_generation import SMOLLM2_QUESTIONS, chat_prompts, recompute, smollm2_cache
 
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
@@ -143,3 +145,62 @@ def test_train_smollm2_on_vllm_end_to_end(tmp_path, tmp_path_factory):
     assert versions == sorted(versions) and versions[-1] >= 1  # trained, and every round sampled on-policy
     assert all(row["tokens_generated"] > 0 for row in rows)
     assert list(scratch.glob("swarm-node-vllm-*")) == []  # the server's model export and socket are gone
+
+
+def test_bench_policy_measures_the_vllm_backend(tmp_path):
+    """scripts/bench_policy.py in a small SmolLM2 setting: the vLLM side in (1), our round on vLLM in
+    (2) with its weight refresh timed (the full run's figures are in the README)."""
+    env = {**os.environ, "SWARM_NODE_VLLM_PYTHON": str(VLLM_PYTHON)}
+    command = [sys.executable, str(ROOT / "scripts" / "bench_policy.py"), "--prompts", "1", "--group-size", "2",
+               "--max-new-tokens", "4", "--steps", "1", "--gen-reps", "1", "--skip-trl", "--skip-rss",
+               "--out", str(tmp_path)]
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads((tmp_path / "bench_policy.json").read_text())
+    gen = result["generation"]["batches"]["2"]
+    assert gen["vllm"]["tokens"] == gen["hf"]["tokens"] == gen["plain"]["tokens"] == [2 * 4]
+    assert gen["ratio_vs_plain"]["vllm"] > 0 and result["generation"]["vllm_start_s"] > 0
+    training = result["training"]
+    assert training["backend"] == "vllm" and training["ours"]["tokens"] == [2 * 4]
+    assert len(training["refresh_seconds"]) == 2 and all(0 < s < 60 for s in training["refresh_seconds"])
+
+
+NODE_WITH_VLLM = """
+import sys, time
+from policy.models import ModelConfig, load_policy
+from policy.vllm_backend import VLLMGenerator
+if __name__ == "__main__":
+    policy = load_policy(ModelConfig(name="smollm2", dtype="float32", cache_dir=sys.argv[1]))
+    generator = VLLMGenerator(policy, python=sys.argv[2], max_model_len=256)
+    print(generator.process.pid, generator.folder, generator.weights_folder, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_node_takes_its_vllm_processes_with_it(tmp_path_factory):
+    """SIGKILL the node: the server (PR_SET_PDEATHSIG) ends its whole process group, engine
+    processes included, and removes the weight files; nothing is left running."""
+    node = subprocess.Popen([sys.executable, "-c", NODE_WITH_VLLM, smollm2_cache(tmp_path_factory), str(VLLM_PYTHON)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid, folder, weights_folder = node.stdout.readline().split()  # blocks until the engine is up
+        server_pid = int(server_pid)
+        assert len(process_group(server_pid)) >= 2  # the server and vLLM's engine process(es)
+    finally:
+        node.kill()
+        node.wait(timeout=30)
+    wait_for(lambda: not process_group(server_pid), "the vLLM process group to end", [], timeout=60)
+    assert not os.path.exists(weights_folder) and not list(Path(folder).glob("*.safetensors"))
+    shutil.rmtree(folder, ignore_errors=True)  # the log is kept for the user to read
+
+
+def process_group(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # field 5 of /proc/pid/stat: the process group
+            members.append(int(stat.parent.name))
+    return members
