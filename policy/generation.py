@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import torch
 from tokenizers.decoders import DecodeStream
 from torch import Tensor
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from policy.logprobs import pad_batch
 from policy.types import Rollout, SamplingParams
@@ -78,21 +78,23 @@ class HFGenerator:
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Rollout]]:
         validate_request(prompts, n, params)
-        repeated = [prompt for prompt in prompts for _ in range(n)]
+        owners = [index for index in range(len(prompts)) for _ in range(n)]  # row -> its prompt
         rollouts: list[Rollout] = []
         with _eval_mode(self.model), _seeded(params.seed, self.model.device):
-            for start in range(0, len(repeated), self.max_batch):
-                rollouts.extend(self._generate_batch(repeated[start : start + self.max_batch], params))
+            for start in range(0, len(owners), self.max_batch):
+                rollouts.extend(self._generate_batch(prompts, owners[start : start + self.max_batch], params))
         return [rollouts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Rollout]:
+    def _generate_batch(self, prompts: list[list[int]], owners: list[int], params: SamplingParams) -> list[Rollout]:
         device = self.model.device
-        input_ids, attention_mask, _ = pad_batch(prompts, [[] for _ in prompts], self.pad_id)  # [B, P]
+        rows = [prompts[index] for index in owners]
+        input_ids, attention_mask, _ = pad_batch(rows, [[] for _ in rows], self.pad_id)  # [B, P]
         recorder = SampledTokenLogprobs(params.temperature)
         with _without_model_generation_defaults(self.model):
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
+                past_key_values=self._shared_prefix_cache(prompts, owners),
                 generation_config=self._generation_config(params),
                 logits_processor=LogitsProcessorList([recorder]),
             )  # [B, P+S]
@@ -102,8 +104,40 @@ class HFGenerator:
         return [
             build_rollout(self.tokenizer, prompt, tokens, row_logprobs, self.eos_ids, params.max_new_tokens,
                           self.policy_version)
-            for prompt, tokens, row_logprobs in zip(prompts, new_tokens.tolist(), logprobs.tolist())
+            for prompt, tokens, row_logprobs in zip(rows, new_tokens.tolist(), logprobs.tolist())
         ]
+
+    def _shared_prefix_cache(self, prompts: list[list[int]], owners: list[int]) -> DynamicCache | None:
+        """KV cache of every row's prompt but its last token, computed once per distinct prompt.
+
+        The n rows of a prompt share it, so the prefill runs on the distinct prompts of the batch
+        and its keys/values are then copied out to the rows. `generate` sees a cache shorter than
+        `input_ids` and feeds only the last prompt column (it must run through the model anyway:
+        its logits give the first token). The layout is the rows' one (left padded to the same
+        width P), so masks and positions line up column for column.
+        """
+        distinct = sorted(set(owners))  # prompt indices present in this batch
+        input_ids, attention_mask, _ = pad_batch([prompts[i] for i in distinct], [[] for _ in distinct], self.pad_id)  # [U, P]
+        if input_ids.shape[1] < 2:
+            return None  # one-token prompts: nothing to share
+        device = self.model.device
+        input_ids = input_ids[:, :-1].to(device)  # [U, P-1]
+        attention_mask = attention_mask[:, :-1].to(device)  # [U, P-1]
+        # Positions count real tokens only, as generate() and policy/logprobs.py compute them.
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P-1]
+        cache = DynamicCache(config=self.model.config)
+        with torch.no_grad():
+            self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,  # the logits are not needed; keep the [U, P-1, V] tensor from existing
+            )
+        slot = {index: position for position, index in enumerate(distinct)}
+        cache.batch_select_indices(torch.tensor([slot[index] for index in owners], device=device))  # [B, heads, P-1, d] per layer
+        return cache
 
     def _generation_config(self, params: SamplingParams) -> GenerationConfig:
         """Plain temperature sampling and nothing else. HF fills unset fields with global defaults;

@@ -118,6 +118,37 @@ def test_greedy_logprobs_use_the_untempered_model(tiny):
     assert (learner - behavior).abs().max() < 1e-4
 
 
+def test_shared_prompt_prefill_matches_the_plain_path(tiny, monkeypatch):
+    """Each distinct prompt is prefilled once and its cache copied to its n rows. With prompts of
+    different lengths (one of a single token), groups split across batches (max_batch 4, n 3) and
+    greedy decoding, the completions and log-probs must be those of the plain path (every row
+    prefills its own prompt), and the learner must agree with them."""
+    prompts = encode_prompts(tiny, ["1+2=", "345+67=", "", "8+8+8+8+8="])  # lengths 5, 8, 1, 11
+    params = SamplingParams(temperature=0.0, max_new_tokens=8)
+    generator = HFGenerator(tiny.model, tiny.tokenizer, max_batch=4)  # 12 rows: [0 0 0 1][1 1 2 2][2 3 3 3]
+    first_step_lengths = []
+
+    def record(module, args, kwargs):
+        if kwargs.get("past_key_values") is not None and kwargs["past_key_values"].get_seq_length() > 0:
+            first_step_lengths.append(kwargs["input_ids"].shape[1])
+
+    hook = tiny.model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        shared = generator.generate(prompts, 3, params)
+    finally:
+        hook.remove()
+    assert first_step_lengths and set(first_step_lengths) == {1}  # the cache was used: one column fed
+    monkeypatch.setattr(HFGenerator, "_shared_prefix_cache", lambda self, prompts, owners: None)
+    plain = generator.generate(prompts, 3, params)
+    for shared_group, plain_group in zip(shared, plain):
+        for ours, reference in zip(shared_group, plain_group):
+            assert ours.completion_ids == reference.completion_ids
+            torch.testing.assert_close(torch.tensor(ours.logprobs), torch.tensor(reference.logprobs), atol=1e-5, rtol=0)
+    assert len({tuple(group[0].completion_ids) for group in shared}) > 1  # prompts mixed up would show
+    learner, behavior, _ = recompute(tiny, [r for group in shared for r in group], 0.0)
+    assert (learner - behavior).abs().max() < 1e-4
+
+
 # --- generation behavior ----------------------------------------------------------------------
 
 
