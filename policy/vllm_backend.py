@@ -189,7 +189,7 @@ class VLLMGenerator:
         path = os.path.join(self.weights_folder, f"policy-v{policy_version}.safetensors")
         tied = getattr(self.model.config, "tie_word_embeddings", False)
         # One file of HF-named tensors; a tied lm_head is the embedding (safetensors refuses aliases).
-        tensors = {name: tensor.detach().contiguous() for name, tensor in self.model.state_dict().items()
+        tensors = {name: tensor.detach().cpu().contiguous() for name, tensor in self.model.state_dict().items()
                    if not (tied and name == "lm_head.weight")}
         save_file(tensors, path)
         try:

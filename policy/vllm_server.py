@@ -73,6 +73,10 @@ def build_engine(args: argparse.Namespace):
         seed=args.seed,
         max_model_len=args.max_model_len,
         enable_prefix_caching=True,  # a group's n requests share their prompt's KV blocks
+        # Whole prompts in one step: a chunked prefill rewinds the seeded request's generator,
+        # which only CUDA generators can do ("CPU Generator does not use offset", at 64 x 66 tokens).
+        enable_chunked_prefill=False,
+        max_num_batched_tokens=65536,
         logprobs_mode="processed_logprobs",
         generation_config="vllm",
         worker_extension_cls="policy.vllm_server.WeightLoader",  # by module path: this file runs as __main__

