@@ -566,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
                 generation["vllm_start_s"] = vllm.start_seconds if vllm else None
                 gen_dtypes = probe.summary()["generate"]
                 probe.seen["generate"].clear()
+            if vllm is not None and backend != "vllm":  # its ~3 GB would only crowd (2): TRL's step is large
+                vllm.close()
             training = bench_training(node, args, console, skip_trl=args.skip_trl)
             training["backend"] = backend
             training["refresh_seconds"] = list(getattr(node.generator, "refresh_seconds", []))
