@@ -108,7 +108,7 @@ def test_two_nodes_ask_answer_and_train_with_prefix_hints(tmp_path):
     task = next(weak.source.rebuild(ref) for ref in weak.hints.revisits(99, set()))
     hint = weak.hints.current(task)
     assert hint is not None and hint.level == "prefix" and task.answer.startswith(hint.text)
-    groups, _ = weak.sampler.sample([task], [hint], 0)
+    groups, _ = weak.sampler.sample([task], [hint], weak.learner.policy_version)
     hinted = [r for r, h in zip(groups[0].rollouts, groups[0].hinted) if h]
     assert len(hinted) == weak.cfg.sampling.group_size - 1 and not groups[0].hinted[0]
     prefix_ids = weak.policy.tokenizer(hint.text, add_special_tokens=False)["input_ids"]

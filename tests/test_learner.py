@@ -93,3 +93,32 @@ def test_tiny_preset_learns_from_scratch(tmp_path):
     rewards = [r["reward_mean"] for r in read_metrics(tmp_path)]
     first, last = sum(rewards[:20]) / 20, sum(rewards[-20:]) / 20
     assert last >= max(3 * first, 0.5), (first, last)
+
+
+@pytest.mark.parametrize("objective", ["grpo", "dapo", "gspo"])
+def test_chunked_backward_gives_the_same_step(objective):
+    """backward_chunk_tokens splits the model's backward into row chunks after the loss saw the
+    whole minibatch: same loss, same statistics and (to float rounding) the same weights after the
+    step as one backward over all rows."""
+    groups = [group([1.0, 0.0, 0.0, 1.0], completion_len=4), group([0.0, 1.0, 1.0, 1.0], completion_len=2),
+              group([0.5, 0.0, 1.0, 0.0], completion_len=3)]
+    grads = {}
+
+    def recording(lrn, key):  # the gradient each optimizer step is about to apply
+        step = lrn.optimizer.step
+
+        def wrapped(*args, **kwargs):
+            grads[key] = {n: p.grad.clone() for n, p in lrn.model.named_parameters() if p.grad is not None}
+            return step(*args, **kwargs)
+        lrn.optimizer.step = wrapped
+        return lrn
+
+    whole = recording(learner(objective, backward_chunk_tokens=0)[0], "whole")
+    chunked = recording(learner(objective, backward_chunk_tokens=20)[0], "chunked")  # 84 tokens -> 5 chunks
+    assert chunked._backward_chunks(torch.Size([12, 7])) == 5
+    stats_whole, stats_chunked = whole.update(groups), chunked.update(groups)
+    assert stats_chunked["loss"] == pytest.approx(stats_whole["loss"], abs=1e-7)
+    assert stats_chunked["grad_norm"] == pytest.approx(stats_whole["grad_norm"], rel=1e-5)
+    assert grads["whole"].keys() == grads["chunked"].keys() and grads["whole"]
+    for name, grad in grads["whole"].items():
+        assert torch.allclose(grads["chunked"][name], grad, rtol=1e-4, atol=1e-7), name

@@ -163,7 +163,7 @@ def test_bench_policy_measures_the_vllm_backend(tmp_path):
     (2) with its weight refresh timed (the full run's figures are in the README)."""
     env = {**os.environ, "SWARM_NODE_VLLM_PYTHON": str(VLLM_PYTHON)}
     command = [sys.executable, str(ROOT / "scripts" / "bench_policy.py"), "--prompts", "1", "--group-size", "2",
-               "--max-new-tokens", "4", "--steps", "1", "--gen-reps", "1", "--skip-trl", "--skip-rss",
+               "--max-new-tokens", "4", "--steps", "1", "--gen-reps", "1", "--skip-trl", "--skip-rss", "--backend", "vllm",
                "--out", str(tmp_path)]
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
