@@ -56,7 +56,8 @@ class LossConfig(Section):
     name: str = Field("grpo", description="objective for this node's own samples: a registry name or a "
                       "wrapper such as tis(grpo) / mc(dapo) (policy/ALGORITHMS.md)")
     knobs: dict[str, Any] = Field(default_factory=dict, description="knobs of `name`, e.g. {eps = 0.2}")
-    external: str = Field("minpro", description="objective for peers' samples (any of the menu)")
+    external: str = Field("minpro", description="objective for peers' samples (any of the menu but mc(...): "
+                          "advantages use loss.name's kind for every group)")
     external_knobs: dict[str, Any] = Field(default_factory=dict, description="knobs of `external`")
     off_policy: OffPolicyConfig = Field(default_factory=OffPolicyConfig)
 
@@ -66,9 +67,13 @@ class LossConfig(Section):
         for field_name, spec, knobs in (("name", self.name, self.knobs), ("external", self.external,
                                                                         self.external_knobs)):
             try:
-                make_objective(spec, **knobs)
+                objective = make_objective(spec, **knobs)
             except (ValueError, TypeError) as err:
                 raise ValueError(f"loss.{field_name} = {spec!r}: {err}") from None
+            if field_name == "external" and objective.extra_samples:
+                raise ValueError(f"loss.external = {spec!r}: every group, ours or a peer's, uses loss.name's "
+                                 f"advantage kind (one scale for both), so mc(...) there would change nothing; "
+                                 f"write its inner objective, or put mc(...) in loss.name")
         return self
 
 

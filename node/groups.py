@@ -76,7 +76,10 @@ def compose(local: list[ScoredGroup], external: list[ScoredGroup], mode: Composi
     many peer groups were merged into a local group."""
     groups = [to_train_group(g) for g in local]
     merged = 0
-    by_prompt = {g.task.prompt_key: train for g, train in zip(local, groups)} if mode == "cross_actor" else {}
+    # a hinted group is never a merge target: its completions were conditioned on a hint, and the
+    # pool never takes peers' groups for those prompts either (Exchange.collect)
+    by_prompt = {g.task.prompt_key: train for g, train in zip(local, groups)
+                 if g.hint is None} if mode == "cross_actor" else {}
     for group in external:
         target = by_prompt.get(group.task.prompt_key)
         if target is None:

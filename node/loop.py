@@ -76,7 +76,8 @@ class Node:
                                temperature=cfg.sampling.temperature,
                                external_objective=make_objective(cfg.loss.external, **cfg.loss.external_knobs),
                                off_policy=cfg.loss.off_policy, completion_budget=cfg.sampling.max_new_tokens,
-                               max_external_tokens=cfg.swarm.max_external_tokens or cfg.sampling.max_new_tokens)
+                               max_external_tokens=cfg.swarm.max_external_tokens or cfg.sampling.max_new_tokens,
+                               group_size=cfg.sampling.group_size + self.objective.extra_samples)
         self.sampling = SamplingParams(temperature=cfg.sampling.temperature,
                                        max_new_tokens=cfg.sampling.max_new_tokens)
         self.retokenizer = Retokenizer(self.policy, eos_token_ids(self.policy.model, self.policy.tokenizer))

@@ -4,7 +4,7 @@
             the text: the sender's log-probs ARE the behavior log-probs b
     tier 1  otherwise, if the sender shipped log-probs and character offsets and the two
             tokenizations share at least one character boundary: b is derived from l^prox by
-            segment-sum alignment (policy/behavior.py), subject to the trust gate in the learner
+            segment-sum alignment (policy/behavior.py); the learner bounds it by its own l^prox
     tier 2  nothing usable: b = l^prox, the receiver's own log-probs (SAPO's ratio-1 proxy)
 
 Why a rollout did not get tier 0 is kept as a named reason, counted per round.
@@ -56,7 +56,7 @@ def assign_tier(completion: swarm_pb2.Completion, sender_fingerprint: str, text_
     if not raw:
         return Behavior(TIER_PROXY, ids, None, None, NO_OFFSETS)
     sender_offsets = list(zip(raw[0::2], raw[1::2]))
-    plan = plan_alignment(sender_offsets, logprobs, offsets, n_bytes=len(completion.text.encode("utf-8")))
+    plan = plan_alignment(sender_offsets, logprobs, offsets)
     if not plan.sender_sums:
         return Behavior(TIER_PROXY, ids, None, None, NO_SHARED_BOUNDARY)
     return Behavior(TIER_ALIGNED, ids, None, plan, NONCANONICAL if same_tokenizer else OTHER_TOKENIZER)

@@ -15,11 +15,11 @@ boundary (and the total sequence log-ratio) are exact.
 The work splits in two: `plan_alignment` needs only offsets and the sender's numbers, so the node
 runs it once when a peer's rollout arrives; `apply_alignment` needs l^prox (the receiver's own
 log-probs at the start of the update), so the learner runs it, with no extra forward pass.
+`bound_claims` then bounds every claimed b (tier 0 or 1) by l^prox from below.
 """
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 
 import torch
@@ -32,16 +32,10 @@ class SegmentPlan:
 
     token_segment[t] is the segment k of receiver token t, or -1 for tokens past the last shared
     boundary (they keep the proxy b_t = l^prox_t); sender_sums[k] is the sender's log-prob sum
-    over segment k; n_bytes is the UTF-8 length of the text (for the trust gate)."""
+    over segment k."""
 
     token_segment: tuple[int, ...]
     sender_sums: tuple[float, ...]
-    n_bytes: int
-
-    @property
-    def sender_total(self) -> float:
-        """Sum of the sender's log-probs over the covered segments."""
-        return math.fsum(self.sender_sums)
 
 
 def _effective_ends(offsets: list[tuple[int, int]]) -> list[int]:
@@ -65,7 +59,6 @@ def plan_alignment(
     sender_offsets: list[tuple[int, int]],
     sender_logprobs: list[float],
     receiver_offsets: list[tuple[int, int]],
-    n_bytes: int = 0,
 ) -> SegmentPlan:
     """The segment of each receiver token and the sender's log-prob sum per segment.
 
@@ -87,7 +80,7 @@ def plan_alignment(
         k = segment_of(end)
         if k >= 0:
             sums[k] += lp
-    return SegmentPlan(tuple(segment_of(end) for end in r_ends), tuple(sums), n_bytes)
+    return SegmentPlan(tuple(segment_of(end) for end in r_ends), tuple(sums))
 
 
 def apply_alignment(plan: SegmentPlan, prox: Tensor) -> Tensor:
@@ -122,27 +115,20 @@ def align_behavior_logprobs(
     return apply_alignment(plan, prox).tolist()
 
 
-def covered_prox_total(plan: SegmentPlan, prox: Tensor) -> float:
-    """Sum of the receiver's proxy log-probs over the tokens the plan covers."""
-    covered = torch.tensor(plan.token_segment, dtype=torch.long) >= 0  # [n]
-    return float(prox.detach().double()[covered].sum())
+def bound_claims(behavior: Tensor, prox: Tensor, claimed: Tensor) -> tuple[Tensor, float]:
+    """A peer's claimed behavior log-probs b, bounded below by ours: b' = max(b, l^prox) where
+    `claimed` [B, T] (bool) is set, b elsewhere. Returns (b' [B, T], fraction of claimed positions
+    raised).
 
-
-def sequence_trust_ok(
-    prox_logprobs: list[float], sender_logprobs: list[float], n_bytes: int, lambda_min: float = -1.0
-) -> bool:
-    """Sequence trust gate: keep an external rollout unless
-
-        (sum l^prox - sum sender logp) / n_bytes < lambda_min     [lambda_min = -1 nat/byte]
-
-    i.e. drop it when the receiver finds the text far less likely than the sender claims (a lying
-    or badly mismatched sender). Non-finite sums are untrusted; n_bytes < 1 is treated as 1."""
-    return trust_gap_ok(math.fsum(prox_logprobs), math.fsum(sender_logprobs), n_bytes, lambda_min)
-
-
-def trust_gap_ok(prox_total: float, sender_total: float, n_bytes: int, lambda_min: float) -> bool:
-    """The trust gate on precomputed sums (see sequence_trust_ok)."""
-    gap = prox_total - sender_total
-    if not math.isfinite(gap):
-        return False
-    return gap / max(n_bytes, 1) >= lambda_min
+    Why: every weight in the loss menu grows with rho = exp(l - b), so a sender that claims its
+    text was unlikely (b far below our l) buys weight: minpro's cap 1.28 against 0.26 for an
+    honest stale sender, prefix/ftis 2.0, an unbounded ratio for PPO with proximal = behavior.
+    After the bound rho <= exp(l - l^prox), the ratio of the tier-2 (SAPO, ratio 1) treatment of
+    the same text, and each objective's weight is monotone in rho, so no claim weighs a token more
+    than sending no log-probs at all would (policy/ALGORITHMS.md, "What a peer's claims can buy").
+    A claim above ours (the sender found the text likelier) only lowers the weight and is kept:
+    that is the correction for a stale or other sampler."""
+    raised = claimed & (behavior < prox)  # [B, T]
+    n_claimed = int(claimed.sum())
+    frac = float(raised.sum()) / n_claimed if n_claimed else 0.0
+    return torch.where(raised, prox, behavior), frac  # [B, T]

@@ -1,8 +1,10 @@
 """The update step: groups of scored completions in, optimizer steps out.
 
 One call of `Learner.update` is one round's training:
-  1. advantages per group (the objective says which kind: mean/std, mean only, median + pivot);
-     negative advantages of peers' samples are damped per behavior tier;
+  1. advantages per group, one kind for every group, ours or a peer's (the local objective's:
+     mean/std, mean only, median + pivot); peers' failures are damped per behavior tier inside a
+     weighted baseline, so a group still sums to zero; a peer group larger than ours counts as G
+     rows (`group_size_weight`);
   2. pad everything into one [B, P+C] batch (prompts left-padded, completions right-padded);
   3. l^old: this node's log-probs at the start of the update (skipped when there is exactly one
      minibatch step, where l^old == sg[l] exactly, as TRL does); it is also l^prox, from which
@@ -11,11 +13,19 @@ One call of `Learner.update` is one round's training:
      really leave 1 after the first step. This node's samples get the local objective, peers'
      samples the external one (per tier, for the statistics); one aggregation over both.
 
+A peer's claimed log-probs are bounded before any objective sees them: b >= l^old token by token
+(`bound_claims`), so no claim can weigh a peer's token more than the ratio-1 treatment of the same
+text (tier 2, SAPO's) does; policy/ALGORITHMS.md, "What a peer's claims can buy".
+
 Peers' samples cannot blow up the batch: before padding, a peer's sample longer than
 `max_external_tokens` (+ eos), with a prompt much longer than ours, or with a token id outside our
 vocabulary is refused (its group, or its samples in a merged group, counted as
 `external_groups_refused`); an exception while training on peers' samples drops them and trains
-the round on this node's own samples (`external_update_failed`), never ends the round.
+the round on this node's own samples (`external_update_failed`), never ends the round; if some
+optimizer steps were already taken, the update stops there (our samples are not trained twice).
+
+Dropout is off in every forward pass of the update: l^old, the loss and the chunked backward must
+be one deterministic function, else on-policy ratios are not 1 and chunks disagree.
 """
 from __future__ import annotations
 
@@ -29,11 +39,11 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from policy.advantages import group_advantages
-from policy.behavior import apply_alignment, covered_prox_total, trust_gap_ok
+from policy.advantages import group_advantages, group_size_weight
+from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
 from policy.losses import LossInputs, Objective, apply_row_keep
-from policy.types import TIER_ALIGNED, TIER_PROXY, TIERS, TrainGroup, TrainSample
+from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
 
 LOCAL = -1  # tier code of this node's own samples in the per-row tier tensor
 # A peer's prompt may be this much longer than our longest (padding is to the longest row, and the
@@ -79,10 +89,8 @@ class OffPolicyConfig(BaseModel):
                                 "the behavior log-probs (then grpo/dapo clip the ratio to the sampler, as PPO does "
                                 "with stale data)")
     neg_damping: tuple[float, float, float] = Field(
-        (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: A <- kappa * A for external samples with A < 0")
-    trust_lambda_min: float | None = Field(
-        -1.0, description="tier-1 trust gate in nats per byte: (sum l^prox - sum sender logp) / bytes below "
-                          "this demotes the sample to tier 2; None disables the gate")
+        (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: a peer's sample below its group's mean reward "
+                                     "counts with this weight, in the baseline too (the group sums to 0)")
 
 
 def apply_lora(model: torch.nn.Module, cfg: OptimConfig) -> torch.nn.Module:
@@ -123,7 +131,7 @@ class Learner:
     def __init__(self, model: torch.nn.Module, objective: Objective, cfg: OptimConfig, pad_id: int,
                  temperature: float, *, external_objective: Objective | None = None,
                  off_policy: OffPolicyConfig = OffPolicyConfig(), completion_budget: int | None = None,
-                 max_external_tokens: int | None = None):
+                 max_external_tokens: int | None = None, group_size: int | None = None):
         self.model = model
         self.objective = objective
         self.external_objective = external_objective or objective
@@ -134,6 +142,9 @@ class Learner:
         self.completion_budget = completion_budget  # max new tokens: Dr. GRPO's L_norm
         # a peer's completion longer than this (plus its eos) is refused before padding
         self.max_external_tokens = max_external_tokens or completion_budget
+        # our group size (G, plus mc's pivot): a peer group of more completions counts as this many
+        # rows; None = the largest group of our own in each update
+        self.group_size = group_size
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.params = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
@@ -145,47 +156,47 @@ class Learner:
             return completion_logprobs(self.model, input_ids, attention_mask, n_completion,
                                        self.temperature).float()
 
-    def _advantages(self, groups: list[TrainGroup]) -> tuple[list[TrainSample], list[float], int]:
-        """Trainable samples with their advantages, and the number of zero-advantage groups skipped.
-        A group of peers' samples only uses the external objective's advantage kind; a merged group
-        (local + peer samples) uses the local one."""
-        samples, advantages, n_zero = [], [], 0
+    def _advantages(self, groups: list[TrainGroup]) -> tuple[list[TrainSample], list[float], list[float], int]:
+        """Trainable samples with their advantages and row weights, and the number of zero-advantage
+        groups skipped. Every group uses the local objective's advantage kind: a peer group scored
+        on another scale would weigh more or less than ours for nothing (local dr_grpo and external
+        minpro made a peer group weigh 2.8x ours)."""
+        kind = self.objective.advantage
+        reference = self.group_size or max((len(g.samples) for g in groups if not g.external), default=None)
+        samples, advantages, row_weights, n_zero = [], [], [], 0
         for group in groups:
-            objective = self.external_objective if group.external else self.objective
             rewards = torch.tensor([s.reward for s in group.samples], dtype=torch.float32)  # [G]
-            adv, keep = group_advantages(rewards, objective.advantage)  # [G], [G] bool
+            kappa = torch.tensor([1.0 if s.tier is None else self.off_policy.neg_damping[s.tier]
+                                  for s in group.samples])  # [G] a peer's failure counts for less
+            adv, keep = group_advantages(rewards, kind, kappa)  # [G], [G] bool
             if self.cfg.skip_zero_advantage and bool((adv == 0).all()):
                 n_zero += 1
                 continue
+            n_peer = sum(s.tier is not None for s in group.samples)
+            peer_weight, peer_scale = (1.0, 1.0) if reference is None else group_size_weight(
+                n_peer, reference, kind if group.external else "mean")
             for sample, a, k in zip(group.samples, adv.tolist(), keep.tolist()):
                 if not k:  # mc: the pivot sample is excluded from backprop
                     continue
-                if sample.tier is not None and a < 0:
-                    a *= self.off_policy.neg_damping[sample.tier]  # a peer's failure counts for less
                 samples.append(sample)
-                advantages.append(a)
-        return samples, advantages, n_zero
+                advantages.append(a if sample.tier is None else a * peer_scale)
+                row_weights.append(1.0 if sample.tier is None else peer_weight)
+        return samples, advantages, row_weights, n_zero
 
-    def _resolve_behavior(self, samples: list[TrainSample], behavior: torch.Tensor, tier: torch.Tensor,
-                          prox: torch.Tensor) -> dict[str, float]:
+    @staticmethod
+    def _resolve_behavior(samples: list[TrainSample], behavior: torch.Tensor, tier: torch.Tensor,
+                          prox: torch.Tensor) -> None:
         """Fill tier-1 rows of behavior [B, C] from the receiver's proxy log-probs prox [B, C] (in
-        place); rows failing the trust gate are demoted to tier 2 in `tier` [B]. Rows left NaN
-        (tier 2, unknown) take l^old in the loss."""
-        demoted = 0
+        place). A tier-1 row without an alignment plan has no usable claim: tier 2 in `tier` [B].
+        Rows left NaN (tier 2, unknown) take l^old in the loss."""
         for row, sample in enumerate(samples):
             if int(tier[row]) != TIER_ALIGNED:
                 continue
-            n = len(sample.completion_ids)
-            row_prox = prox[row, :n]  # [n]
-            gate = self.off_policy.trust_lambda_min
-            plan = sample.alignment
-            if plan is None or (gate is not None and not trust_gap_ok(
-                    covered_prox_total(plan, row_prox), plan.sender_total, plan.n_bytes, gate)):
+            if sample.alignment is None:
                 tier[row] = TIER_PROXY
-                demoted += 1
                 continue
-            behavior[row, :n] = apply_alignment(plan, row_prox)  # [n]
-        return {"ext_trust_demoted": float(demoted)} if demoted else {}
+            n = len(sample.completion_ids)
+            behavior[row, :n] = apply_alignment(sample.alignment, prox[row, :n])  # [n]
 
     def _loss(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """This node's rows through the local objective, each tier's peer rows through the external
@@ -259,20 +270,27 @@ class Learner:
         refused_stats = {"external_groups_refused": float(refused)} if refused else {}
         if not any(s.tier is not None for g in groups for s in g.samples):
             return {**self._update(groups), **refused_stats}
+        version_before = self.policy_version
         try:
             return {**self._update(groups), **refused_stats}
         except (RuntimeError, ValueError, IndexError) as err:  # includes torch's allocation failures
-            log.warning("training on peers' samples failed (%r); this round trains on our own samples only", err)
             self.optimizer.zero_grad(set_to_none=True)
+            steps = self.policy_version - version_before
+            if steps:  # our samples were already in those steps: training them again would count them twice
+                log.warning("training on peers' samples failed after %d optimizer step(s) (%r); the update "
+                            "stops there", steps, err)
+                return {**refused_stats, "external_update_failed": 1.0, "optimizer_steps": float(steps)}
+            log.warning("training on peers' samples failed (%r); this round trains on our own samples only", err)
             own = [dataclasses.replace(g, samples=[s for s in g.samples if s.tier is None]) for g in groups]
             stats = self._update([g for g in own if g.samples])
             return {**stats, **refused_stats, "external_update_failed": 1.0}
 
     def _update(self, groups: list[TrainGroup]) -> dict[str, float]:
-        samples, advantages, n_zero = self._advantages(groups)
+        samples, advantages, row_weights, n_zero = self._advantages(groups)
         stats: dict[str, float] = {"groups_zero_adv": float(n_zero), "samples_trained": float(len(samples))}
         if not samples:
             return stats
+        self.model.eval()  # dropout off: see the module doc
 
         input_ids, attention_mask, completion_mask = pad_batch(
             [s.prompt_ids for s in samples], [s.completion_ids for s in samples], self.pad_id)
@@ -290,6 +308,7 @@ class Learner:
             if s.behavior_logprobs is not None and (s.tier is None or use_sender):
                 behavior[i, :n] = torch.tensor(s.behavior_logprobs, dtype=torch.float32)
         adv_t = torch.tensor(advantages, dtype=torch.float32)  # [B]
+        row_weight = torch.tensor(row_weights, dtype=torch.float32)  # [B]
         needs_prox = bool((tier == TIER_ALIGNED).any())
         # the batch is built on the CPU; everything the loss touches moves to the model's device
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)  # [B, P+C]
@@ -299,14 +318,15 @@ class Learner:
         if n_steps > 1 or needs_prox:  # l^old must be frozen at the start of the update
             with torch.no_grad():
                 old_logp = self._logprobs(input_ids, attention_mask, n_completion)  # [B, C]
-            stats.update(self._resolve_behavior(samples, behavior, tier, old_logp.cpu()))
-        loss_mask, behavior, adv_t, tier = (t.to(self.device) for t in (loss_mask, behavior, adv_t, tier))
+            self._resolve_behavior(samples, behavior, tier, old_logp.cpu())
+        loss_mask, behavior, adv_t, tier, row_weight = (
+            t.to(self.device) for t in (loss_mask, behavior, adv_t, tier, row_weight))
+        claimed = (tier == TIER_EXACT) | (tier == TIER_ALIGNED)  # [B] rows whose b a peer claimed
 
-        for t in TIERS:  # after the trust gate: a demoted tier-1 sample counts as tier 2
+        for t in TIERS:
             if (n_tier := int((tier == t).sum())) > 0:
                 stats[f"ext_t{t}_samples"] = float(n_tier)
 
-        self.model.train()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         b_size = len(samples)
@@ -321,13 +341,14 @@ class Learner:
                     with torch.no_grad():
                         logp = self._logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
                 old = old_logp[idx] if old_logp is not None else logp.detach()  # [b, C]
-                beh = behavior[idx]  # [b, C]
-                beh = torch.where(torch.isnan(beh), old, beh)  # [b, C] tier 2 / unknown -> l^old
-                if self.off_policy.proximal == "behavior":  # peers' ratios measured against the sampler
-                    old = torch.where((tier[idx] != LOCAL)[:, None], beh, old)  # [b, C]
+                beh, old, bounded_frac = resolve_claims(behavior[idx], old, tier[idx], loss_mask[idx],
+                                                        self.off_policy.proximal)  # [b, C], [b, C]
                 x = LossInputs(logp=logp, old_logp=old, behavior_logp=beh, mask=loss_mask[idx],
-                               advantages=adv_t[idx], completion_budget=self.completion_budget)
+                               advantages=adv_t[idx], completion_budget=self.completion_budget,
+                               row_weight=row_weight[idx])
                 loss, step_stats = self._loss(x, tier[idx])
+                if bool(claimed[idx].any()):
+                    step_stats["ext_claims_bounded_frac"] = bounded_frac
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if chunks > 1:
@@ -346,7 +367,24 @@ class Learner:
         return stats
 
 
+def resolve_claims(behavior: torch.Tensor, old: torch.Tensor, tier: torch.Tensor, mask: torch.Tensor,
+                   proximal: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(b, l^old, fraction of claimed tokens bounded) for a minibatch, as every objective sees them.
+
+    behavior [b, C] (NaN where unknown: tier 2, or our own rows without log-probs), old [b, C] our
+    l^old, tier [b] (LOCAL or a peer tier), mask [b, C]. Unknown b becomes l^old; a peer's claimed
+    b (tiers 0, 1) is bounded below by l^old (`bound_claims`); with proximal = "behavior" a peer
+    row's l^old is that bounded b, so PPO's ratio to the sampler is never above ours either."""
+    beh = torch.where(torch.isnan(behavior), old, behavior)  # [b, C]
+    claimed = ((tier == TIER_EXACT) | (tier == TIER_ALIGNED))[:, None] & (mask > 0)  # [b, C]
+    beh, bounded_frac = bound_claims(beh, old, claimed)  # [b, C]
+    if proximal == "behavior":  # peers' ratios measured against the sampler
+        old = torch.where((tier != LOCAL)[:, None], beh, old)  # [b, C]
+    return beh, old, bounded_frac
+
+
 def _rows(x: LossInputs, rows: torch.Tensor) -> LossInputs:
     """The minibatch restricted to `rows` [b'] (logp keeps its gradient)."""
     return LossInputs(logp=x.logp[rows], old_logp=x.old_logp[rows], behavior_logp=x.behavior_logp[rows],
-                      mask=x.mask[rows], advantages=x.advantages[rows], completion_budget=x.completion_budget)
+                      mask=x.mask[rows], advantages=x.advantages[rows], completion_budget=x.completion_budget,
+                      row_weight=None if x.row_weight is None else x.row_weight[rows])

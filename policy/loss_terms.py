@@ -36,51 +36,77 @@ def ratio_form(w: Tensor, log_rho: Tensor) -> Tensor:
     return w.detach() * torch.exp(log_rho - log_rho.detach())  # [B, T]
 
 
-def clipped_surrogate(ratio: Tensor, A: Tensor, lo: float, hi: float) -> Tensor:
-    """PPO term min(ratio * A, clip(ratio, lo, hi) * A) (to be maximised); ratio, A broadcastable."""
-    return torch.minimum(ratio * A, ratio.clamp(lo, hi) * A)
+def clipped_surrogate(ratio: Tensor, A: Tensor, lo: float, hi: float, dual: float | None = None) -> Tensor:
+    """PPO term min(ratio * A, clip(ratio, lo, hi) * A) (to be maximised); ratio, A broadcastable.
+
+    dual (dual-clip PPO, Ye et al. 2020): for A < 0 the term is also bounded below by dual * A, so a
+    token whose ratio passed `dual` gets no gradient. Without it the A < 0 branch is ratio * A,
+    unbounded in the ratio: a ratio against a stale or claimed behavior log-prob can be e^8."""
+    term = torch.minimum(ratio * A, ratio.clamp(lo, hi) * A)
+    if dual is None:
+        return term
+    return torch.where(A < 0, torch.maximum(term, dual * A), term)
 
 
-def ppo_clip_active(ratio: Tensor, A: Tensor, lo: float, hi: float) -> Tensor:
-    """Where the clipped branch wins and the gradient is zero: (ratio > hi, A > 0) or (ratio < lo, A < 0)."""
-    return ((ratio > hi) & (A > 0)) | ((ratio < lo) & (A < 0))
+def ppo_clip_active(ratio: Tensor, A: Tensor, lo: float, hi: float, dual: float | None = None) -> Tensor:
+    """Where a clipped branch wins and the gradient is zero: (ratio > hi, A > 0), (ratio < lo, A < 0),
+    or, with a dual clip, (ratio > dual, A < 0)."""
+    active = ((ratio > hi) & (A > 0)) | ((ratio < lo) & (A < 0))
+    return active if dual is None else active | ((ratio > dual) & (A < 0))
 
 
-def masked_token_mean(term: Tensor, mask: Tensor) -> Tensor:
-    """TM: sum_{i,t} m term / sum_{i,t} m  (every trainable token of the batch weighs the same)."""
+def _row_weights(mask: Tensor, row_weight: Tensor | None) -> Tensor:
+    """Per-row weight [B] of rows with >= 1 trainable token (1 each unless given), 0 for the others."""
+    has_tok = (mask.sum(-1) > 0).to(mask.dtype)  # [B]
+    return has_tok if row_weight is None else has_tok * row_weight.detach().to(mask.dtype)  # [B]
+
+
+def masked_token_mean(term: Tensor, mask: Tensor, row_weight: Tensor | None = None) -> Tensor:
+    """TM: sum_{i,t} s_i m term / sum_{i,t} s_i m  (every trainable token of the batch weighs the
+    same; row weights s_i, 1 unless given, count an oversized peer group as G rows: policy/learner.py)."""
     term = torch.where(mask > 0, term, torch.zeros_like(term))  # [B, T]
-    return term.sum() / mask.sum().clamp_min(1.0)  # []
+    s = _row_weights(mask, row_weight)[:, None]  # [B, 1]
+    return (s * term).sum() / (s * mask).sum().clamp_min(1e-12)  # []
 
 
-def sequence_mean_token_mean(term: Tensor, mask: Tensor) -> Tensor:
-    """SMTM: mean over sequences of (sum_t m term / sum_t m); rows without trainable tokens are
-    not counted."""
+def sequence_mean_token_mean(term: Tensor, mask: Tensor, row_weight: Tensor | None = None) -> Tensor:
+    """SMTM: (weighted) mean over sequences of (sum_t m term / sum_t m); rows without trainable
+    tokens are not counted."""
     term = torch.where(mask > 0, term, torch.zeros_like(term))  # [B, T]
-    n_tok = mask.sum(-1)  # [B]
-    per_seq = term.sum(-1) / n_tok.clamp_min(1.0)  # [B]
-    return per_seq.sum() / (n_tok > 0).sum().clamp_min(1)  # []
+    per_seq = term.sum(-1) / mask.sum(-1).clamp_min(1.0)  # [B]
+    s = _row_weights(mask, row_weight)  # [B]
+    return (s * per_seq).sum() / s.sum().clamp_min(1e-12)  # []
 
 
-def constant_normalizer(term: Tensor, mask: Tensor, l_norm: float) -> Tensor:
-    """CN (Dr. GRPO): sum_{i,t} m term / (G * L_norm) with a constant L_norm (max new tokens), so
-    long and short completions get the same per-token weight. G = sequences with >= 1 trainable
-    token (a pivot or fully masked row is not counted)."""
+def constant_normalizer(term: Tensor, mask: Tensor, l_norm: float, row_weight: Tensor | None = None) -> Tensor:
+    """CN (Dr. GRPO): sum_{i,t} s_i m term / (G * L_norm) with a constant L_norm (max new tokens), so
+    long and short completions get the same per-token weight. G = sum of the row weights of
+    sequences with >= 1 trainable token (a pivot or fully masked row is not counted)."""
     term = torch.where(mask > 0, term, torch.zeros_like(term))  # [B, T]
-    n_seq = (mask.sum(-1) > 0).sum().clamp_min(1)  # []
-    return term.sum() / (n_seq * l_norm)  # []
+    s = _row_weights(mask, row_weight)  # [B]
+    return (s[:, None] * term).sum() / (s.sum().clamp_min(1e-12) * l_norm)  # []
 
 
-def min_prefix_ratio(log_rho: Tensor, mask: Tensor) -> Tensor:
-    """MinPRO's log pmin: log pmin_{i,t} = min over j < t with m_{i,j} = 1 of log rho_{i,j}.
+def min_prefix_ratio(log_rho: Tensor, mask: Tensor, dead_zone: float = 0.0) -> Tensor:
+    """MinPRO's log pmin: log pmin_{i,t} = shrink(min over j < t with m_{i,j} = 1 of log rho_{i,j}).
 
     Untrainable positions are filled with +inf (never the minimum), then an EXCLUSIVE running min
     (torch.cummin shifted right by one). A token with no trainable predecessor (position 1, or the
-    first completion token after a prompt/hint) gets 0, i.e. pmin = 1. Pure; recompute every
+    first completion token after a prompt/hint) gets 0, i.e. pmin = 1.
+
+    dead_zone delta: shrink(x) = sign(x) * max(|x| - delta, 0). The minimum of n noisy log-ratios
+    drifts like -sd * sqrt(2 ln n) with position even on-policy (sd 0.1 gave mean weight 0.74 at
+    tokens 448-512): log-ratios within delta of 0 are numeric noise (another engine, another
+    precision), not a policy shift, and no longer pull pmin down. delta = 0 is the exact method.
+    Shrinking is monotone, so pmin still never rises when a ratio falls. Pure; recompute every
     minibatch because l (hence rho) changes after each step."""
     filled = log_rho.masked_fill(mask <= 0, math.inf)  # [B, T]
     inclusive = torch.cummin(filled, dim=-1).values  # [B, T]  min over j <= t
     exclusive = torch.cat([torch.zeros_like(inclusive[:, :1]), inclusive[:, :-1]], dim=-1)  # [B, T]
-    return exclusive.masked_fill(exclusive == math.inf, 0.0)  # [B, T]  (-inf, i.e. rho = 0, stays)
+    exclusive = exclusive.masked_fill(exclusive == math.inf, 0.0)  # [B, T]  (-inf, i.e. rho = 0, stays)
+    if dead_zone > 0:
+        exclusive = exclusive.sign() * (exclusive.abs() - dead_zone).clamp_min(0.0)  # [B, T]
+    return exclusive  # [B, T]
 
 
 def effective_sample_size(w: Tensor) -> float:

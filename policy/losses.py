@@ -76,6 +76,8 @@ class LossInputs:
     advantages    [B]     A_i per sequence
     completion_budget     max new tokens the completions were sampled with (set by the learner;
                           Dr. GRPO's CN aggregation divides by it unless l_norm is given)
+    row_weight    [B]     how many rows each row counts for in the aggregation (None: 1 each); the
+                          learner gives a peer group larger than ours G / n per row
     Values at mask == 0 may be anything (even inf/nan): every objective ignores them.
     """
 
@@ -85,6 +87,7 @@ class LossInputs:
     mask: Tensor
     advantages: Tensor
     completion_budget: float | None = None
+    row_weight: Tensor | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.logp.shape)
@@ -95,6 +98,8 @@ class LossInputs:
                 raise ValueError(f"{name} has shape {tuple(getattr(self, name).shape)}, expected {shape}")
         if tuple(self.advantages.shape) != shape[:1]:
             raise ValueError(f"advantages has shape {tuple(self.advantages.shape)}, expected {shape[:1]}")
+        if self.row_weight is not None and tuple(self.row_weight.shape) != shape[:1]:
+            raise ValueError(f"row_weight has shape {tuple(self.row_weight.shape)}, expected {shape[:1]}")
         if self.completion_budget is not None and not self.completion_budget > 0:
             raise ValueError(f"completion_budget must be > 0, got {self.completion_budget}")
         self.old_logp = self.old_logp.detach()  # [B, T]
@@ -130,7 +135,7 @@ class Objective(BaseModel):
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
         """Reduce the per-token term to a scalar; token-mean unless the objective says otherwise."""
-        return masked_token_mean(term, x.mask)
+        return masked_token_mean(term, x.mask, x.row_weight)
 
     def row_keep(self, x: LossInputs) -> Tensor | None:
         """Rows to train on, [B] bool, or None to keep every row. A dropped row's mask is zeroed
@@ -168,10 +173,13 @@ class Grpo(Objective):
 
     No KL knob (beta): a k3 penalty against l_old (this node keeps no frozen reference model) is
     exactly 0 in value and gradient with one optimizer step per round (l = l_old), so it silently
-    did nothing. l_norm: CN's constant (aggregation="cn"); None means LossInputs.completion_budget."""
+    did nothing. l_norm: CN's constant (aggregation="cn"); None means LossInputs.completion_budget.
+    dual_clip c: for A < 0 the term is bounded by c * A (dual-clip PPO), so no token's push-down
+    grows without bound in its ratio (a stale or claimed l_old can make r = e^8); None disables."""
 
     name: ClassVar[str] = "grpo"
     eps: float = Field(0.2, gt=0)
+    dual_clip: float | None = Field(3.0, gt=1)
     aggregation: Literal["smtm", "tm", "cn"] = "smtm"
     l_norm: float | None = Field(None, gt=0)  # only for aggregation="cn"
 
@@ -179,16 +187,17 @@ class Grpo(Objective):
         r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
         A = x.advantages[:, None]  # [B, 1]
         lo, hi = 1 - self.eps, 1 + self.eps
-        term = -clipped_surrogate(r, A, lo, hi)  # [B, T]
-        stats = {"clip_frac": token_fraction(ppo_clip_active(r.detach(), A, lo, hi), x.mask), **ratio_stats(r, x.mask)}
+        term = -clipped_surrogate(r, A, lo, hi, self.dual_clip)  # [B, T]
+        clipped = ppo_clip_active(r.detach(), A, lo, hi, self.dual_clip)  # [B, T]
+        stats = {"clip_frac": token_fraction(clipped, x.mask), **ratio_stats(r, x.mask)}
         return term, stats
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
         if self.aggregation == "tm":
-            return masked_token_mean(term, x.mask)
+            return masked_token_mean(term, x.mask, x.row_weight)
         if self.aggregation == "cn":
-            return constant_normalizer(term, x.mask, self.completion_norm(x))
-        return sequence_mean_token_mean(term, x.mask)
+            return constant_normalizer(term, x.mask, self.completion_norm(x), x.row_weight)
+        return sequence_mean_token_mean(term, x.mask, x.row_weight)
 
     def completion_norm(self, x: LossInputs) -> float:
         """CN's L_norm: the l_norm knob if set, else the sampling budget the learner passes (so
@@ -210,30 +219,33 @@ class DrGrpo(Grpo):
 
 
 class Dapo(Objective):
-    """DAPO: -min(r A, clip(r, 1-eps_low, 1+eps_high) A) (clip-higher), token-mean. Dynamic
-    sampling and the overlong penalty act on data: see policy.advantages."""
+    """DAPO: -min(r A, clip(r, 1-eps_low, 1+eps_high) A) (clip-higher), token-mean, dual clip as in
+    grpo. Dynamic sampling and the overlong penalty act on data: see policy.advantages."""
 
     name: ClassVar[str] = "dapo"
     eps_low: float = Field(0.2, ge=0, le=1)
     eps_high: float = Field(0.28, ge=0)
+    dual_clip: float | None = Field(3.0, gt=1)
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
         A = x.advantages[:, None]  # [B, 1]
         lo, hi = 1 - self.eps_low, 1 + self.eps_high
-        term = -clipped_surrogate(r, A, lo, hi)  # [B, T]
-        stats = {"clip_frac": token_fraction(ppo_clip_active(r.detach(), A, lo, hi), x.mask), **ratio_stats(r, x.mask)}
+        term = -clipped_surrogate(r, A, lo, hi, self.dual_clip)  # [B, T]
+        clipped = ppo_clip_active(r.detach(), A, lo, hi, self.dual_clip)  # [B, T]
+        stats = {"clip_frac": token_fraction(clipped, x.mask), **ratio_stats(r, x.mask)}
         return term, stats
 
 
 class Gspo(Objective):
     """GSPO: sequence ratio s_i = exp(mean_t m (l - l_old)), term -min(s A, clip(s, 1-eps_low,
     1+eps_high) A), mean over sequences (the sequence term is broadcast to its tokens and reduced
-    with SMTM, which is exactly the mean over sequences)."""
+    with SMTM, which is exactly the mean over sequences); dual clip as in grpo."""
 
     name: ClassVar[str] = "gspo"
     eps_low: float = Field(3e-4, ge=0, le=1)
     eps_high: float = Field(4e-4, ge=0)
+    dual_clip: float | None = Field(3.0, gt=1)
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         log_r = masked_log_ratio(x.logp, x.old_logp, x.mask)  # [B, T]
@@ -241,10 +253,10 @@ class Gspo(Objective):
         s = torch.exp(log_s)  # [B]
         A = x.advantages  # [B]
         lo, hi = 1 - self.eps_low, 1 + self.eps_high
-        seq_term = -clipped_surrogate(s, A, lo, hi)  # [B]
+        seq_term = -clipped_surrogate(s, A, lo, hi, self.dual_clip)  # [B]
         term = seq_term[:, None].expand_as(log_r)  # [B, T]
         has_tok = x.mask.sum(-1) > 0  # [B]
-        clipped = ppo_clip_active(s.detach(), A, lo, hi)[has_tok]  # [B']
+        clipped = ppo_clip_active(s.detach(), A, lo, hi, self.dual_clip)[has_tok]  # [B']
         s_ok = s.detach()[has_tok]  # [B']
         stats = {
             "clip_frac": float(clipped.float().mean()) if clipped.numel() else 0.0,
@@ -254,7 +266,7 @@ class Gspo(Objective):
         return term, stats
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
-        return sequence_mean_token_mean(term, x.mask)
+        return sequence_mean_token_mean(term, x.mask, x.row_weight)
 
 
 class Cispo(Objective):
@@ -287,18 +299,21 @@ class MinPro(Objective):
     """MinPRO: w_t = clip(pmin_t * rho_t, 1-eps_low, 1+eps_high) with pmin_t the minimum behavior
     ratio over strictly preceding trainable tokens (pmin_1 = 1); loss TM[-sg[w/rho] rho A].
     eps_low = 1 (default) means no floor: a floor lifts small weights back and erases the method.
-    pmin_floor (e.g. 1e-3) optionally bounds pmin from below."""
+    pmin_floor (e.g. 1e-3) optionally bounds pmin from below. dead_zone: log-ratios within it of 0
+    do not pull pmin down (numeric noise on on-policy data would mute long rows; see
+    loss_terms.min_prefix_ratio); 0 is the exact method."""
 
     name: ClassVar[str] = "minpro"
     uses_behavior_ratio: ClassVar[bool] = True
     eps_low: float = Field(1.0, ge=0, le=1)
     eps_high: float = Field(0.28, ge=0)
     pmin_floor: float | None = Field(None, gt=0)
+    dead_zone: float = Field(0.5, ge=0)
 
     def weights(self, x: LossInputs) -> Tensor:
         """w = clip(pmin * rho, 1-eps_low, 1+eps_high), computed in log space, detached [B, T]."""
         lam = masked_log_ratio(x.logp, x.behavior_logp, x.mask).detach()  # [B, T]  log rho
-        log_pmin = min_prefix_ratio(lam, x.mask)  # [B, T]
+        log_pmin = min_prefix_ratio(lam, x.mask, self.dead_zone)  # [B, T]
         if self.pmin_floor is not None:
             log_pmin = log_pmin.clamp_min(math.log(self.pmin_floor))  # [B, T]
         return torch.exp(log_pmin + lam).clamp(1 - self.eps_low, 1 + self.eps_high)  # [B, T]

@@ -1,13 +1,14 @@
-"""Tier-1 behavior alignment (policy/ALGORITHMS.md numeric check 8) and the sequence trust gate."""
+"""Tier-1 behavior alignment (policy/ALGORITHMS.md numeric check 8) and the bound on peers' claims."""
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.behavior import align_behavior_logprobs, sequence_trust_ok
+from policy.behavior import align_behavior_logprobs, bound_claims
 
 
 def spans(ends: list[int], start: int = 0) -> list[tuple[int, int]]:
@@ -78,10 +79,12 @@ def test_tier1_length_mismatch_raises():
         align_behavior_logprobs(spans([2]), [-1.0], spans([2]), [-1.0, -2.0])
 
 
-def test_sequence_trust_gate():
-    # (sum prox - sum sender) / n_bytes vs lambda_min = -1
-    assert not sequence_trust_ok([-6.0, -4.0], [-1.0, -1.0], n_bytes=5)  # -8 / 5 = -1.6
-    assert sequence_trust_ok([-6.0, -4.0], [-1.0, -1.0], n_bytes=10)  # -0.8
-    assert sequence_trust_ok([-1.0], [-9.0], n_bytes=1)  # receiver finds it MORE likely: fine
-    assert not sequence_trust_ok([-1.0], [math.nan], n_bytes=4)
-    assert not sequence_trust_ok([-6.0, -4.0], [-1.0, -1.0], n_bytes=10, lambda_min=-0.5)
+def test_bound_claims_raises_only_claimed_positions_below_our_logprob():
+    b = torch.tensor([[-5.0, -0.1, -2.0], [-9.0, -9.0, -9.0]])  # [2, 3]
+    prox = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])  # [2, 3]
+    claimed = torch.tensor([[True, True, False], [False, False, False]])  # [2, 3]
+    bounded, frac = bound_claims(b, prox, claimed)
+    # raised where the claim is below ours; a claim above ours (-0.1) stays; unclaimed positions stay
+    assert torch.equal(bounded, torch.tensor([[-1.0, -0.1, -2.0], [-9.0, -9.0, -9.0]]))
+    assert frac == pytest.approx(0.5)
+    assert bound_claims(b, prox, torch.zeros_like(claimed))[1] == 0.0

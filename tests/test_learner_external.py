@@ -29,14 +29,14 @@ def external_group(tier, logprobs=None, alignment=None, rewards=REWARDS):
     return TrainGroup(samples)
 
 
-def identity_plan(logprobs, n_bytes=3):
+def identity_plan(logprobs):
     """Each receiver token its own segment: tier 1 that must reproduce tier 0 exactly."""
-    return SegmentPlan(token_segment=(0, 1, 2), sender_sums=tuple(logprobs), n_bytes=n_bytes)
+    return SegmentPlan(token_segment=(0, 1, 2), sender_sums=tuple(logprobs))
 
 
 def test_tier1_alignment_reproduces_tier0_when_segments_are_single_tokens():
     lps = [-0.5, -1.5, -2.5]
-    same = {"trust_lambda_min": None, "neg_damping": (1.0, 1.0, 1.0)}  # tier 1 is damped by default
+    same = {"neg_damping": (1.0, 1.0, 1.0)}  # tier 1 is damped by default
     tier0 = make_learner(**same).update([external_group(0, logprobs=lps)])
     tier1 = make_learner(**same).update([external_group(1, alignment=identity_plan(lps))])
     assert tier0["ext_t0_samples"] == tier1["ext_t1_samples"] == 4
@@ -45,28 +45,50 @@ def test_tier1_alignment_reproduces_tier0_when_segments_are_single_tokens():
     assert tier1["loss"] == pytest.approx(tier0["loss"], rel=1e-5)
 
 
-def test_trust_gate_demotes_a_sender_claiming_far_more_likelihood():
-    # the sender claims ~certainty (-0.001 per token) for 3 bytes the receiver finds unlikely
-    lrn = make_learner()
-    stats = lrn.update([external_group(1, alignment=identity_plan([-0.001] * 3))])
-    assert stats["ext_trust_demoted"] == 4 and stats["ext_t2_samples"] == 4 and "ext_t1_samples" not in stats
-    assert stats["ext_t2_ratio_mean"] == pytest.approx(1.0, abs=1e-6)  # tier 2: b = l^prox
-    open_gate = make_learner(trust_lambda_min=None).update([external_group(1, alignment=identity_plan([-0.001] * 3))])
-    assert open_gate["ext_t1_samples"] == 4 and "ext_trust_demoted" not in open_gate
+@pytest.mark.parametrize("tier", [0, 1])
+def test_a_claim_of_near_certainty_keeps_its_small_weight_and_is_never_promoted(tier):
+    """The old trust gate demoted a sender claiming far more likelihood than we find to tier 2,
+    i.e. ratio 1 and full weight (mean minpro weight 0.216 at a gap of -0.99 nat/byte, 1.000 at
+    -1.01). A claim is now kept in its tier, where its weight stays small."""
+    claim = [-0.001] * 3  # the receiver (tiny, untrained) finds each token ~e^-2.6
+    group = external_group(tier, logprobs=claim if tier == 0 else None,
+                           alignment=identity_plan(claim) if tier == 1 else None)
+    stats = make_learner().update([group])
+    assert stats[f"ext_t{tier}_samples"] == 4 and "ext_t2_samples" not in stats
+    assert stats[f"ext_t{tier}_weight_mean"] < 0.2
 
 
-def test_negative_advantages_of_peers_are_damped_per_tier():
-    # tier 2, one step: every ratio is 1, so the loss value is -TM[A] with damped negatives
+@pytest.mark.parametrize("tier", [0, 1])
+@pytest.mark.parametrize("external", ["minpro", "cispo", "prefix", "ftis"])
+def test_a_claim_of_improbability_buys_no_more_than_tier_2(tier, external):
+    """Claiming b = -20 (the text was very unlikely for the sender) made rho huge: minpro's rows hit
+    its cap 1.28, prefix and ftis 2.0. Claims are bounded by our own l^old, so the row gets what
+    the ratio-1 treatment of the same text gets (weight 1 at the first step), never more."""
+    claim = [-20.0] * 3
+    group = external_group(tier, logprobs=claim if tier == 0 else None,
+                           alignment=identity_plan(claim) if tier == 1 else None)
+    undamped = {"neg_damping": (1.0, 1.0, 1.0)}  # damping is per tier: compare the weights alone
+    liar = make_learner(external=external, **undamped).update([group])
+    tier2 = make_learner(external=external, **undamped).update([external_group(2)])
+    assert liar[f"ext_t{tier}_weight_mean"] <= tier2["ext_t2_weight_mean"] + 1e-6
+    assert liar[f"ext_t{tier}_weight_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert liar["ext_claims_bounded_frac"] == pytest.approx(1.0)
+    assert liar["grad_norm"] <= tier2["grad_norm"] * (1 + 1e-4)
+
+
+def test_damped_failures_of_a_peer_group_leave_no_net_push():
+    """kappa 0.5 on a tier-2 group [1, 0, 0, 1]: the damped rows count half in the baseline too, so
+    the advantages still sum to 0 (damping after normalising left a net +A: a 1-of-8 peer group
+    kept +1.24). At ratio 1 the loss value is -TM[A] = 0."""
     stats = make_learner(external="cispo").update([external_group(2)])
-    a = 0.8660254 / (1 + 1e-4 / 0.5773503)  # (1 - 0.5) / (std + 1e-4), std = sqrt(1/3)
-    assert stats["loss"] == pytest.approx(-(2 * a - 2 * 0.5 * a) / 4, rel=1e-4)
-    undamped = make_learner(external="cispo", neg_damping=(1.0, 1.0, 1.0)).update([external_group(2)])
-    assert undamped["loss"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["loss"] == pytest.approx(0.0, abs=1e-6)
+    damped = make_learner(external="cispo").update([external_group(2, rewards=[1.0] + [0.0] * 7)])
+    assert damped["loss"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_external_objective_applies_to_peer_rows_only():
     """ftis on peers' rows drops far off-policy negative samples; our own rows are untouched."""
-    far = [-9.0, -9.0, -9.0]  # the receiver is far more likely than this sampler: k3 is large
+    far = [-0.01, -0.01, -0.01]  # the sampler was far surer than the receiver is: k3 is large
     local = TrainGroup([TrainSample(PROMPT, [3 + i, 4, 5], None, r) for i, r in enumerate(REWARDS)])
     stats = make_learner(external="ftis").update([local, external_group(0, logprobs=far)])
     assert stats["ext_t0_filtered_frac"] == pytest.approx(0.5)  # the two negative peer samples

@@ -138,8 +138,9 @@ def test_check2_minpro_weights_are_pmin_times_rho():
     """The same numbers through the objective (eps_high wide enough not to clip)."""
     l = torch.zeros(1, 5)
     x = LossInputs(l, l, l - LOG_RHO, torch.ones(1, 5), torch.ones(1))  # b = l - log rho
-    assert torch.allclose(MinPro(eps_high=10.0).weights(x), PMIN_RHO, atol=1e-5)
-    assert torch.allclose(MinPro().weights(x), PMIN_RHO.clamp(max=1.28), atol=1e-5)  # default clip
+    exact = MinPro(eps_high=10.0, dead_zone=0.0)  # the check is the exact method: no dead zone
+    assert torch.allclose(exact.weights(x), PMIN_RHO, atol=1e-5)
+    assert torch.allclose(MinPro(dead_zone=0.0).weights(x), PMIN_RHO.clamp(max=1.28), atol=1e-5)  # default clip
 
 
 @pytest.mark.parametrize("t", range(5))
@@ -334,8 +335,8 @@ def test_minpro_pmin_floor():
     log_rho = torch.tensor([[-10.0, 0.5, 0.2]])
     l = torch.zeros(1, 3)
     x = LossInputs(l, l, l - log_rho, torch.ones(1, 3), torch.ones(1))
-    no_floor = MinPro().weights(x)
-    floored = MinPro(pmin_floor=1e-3).weights(x)
+    no_floor = MinPro(dead_zone=0.0).weights(x)
+    floored = MinPro(pmin_floor=1e-3, dead_zone=0.0).weights(x)
     assert torch.allclose(no_floor[0, 1:], torch.exp(torch.tensor([-9.5, -9.8])), rtol=1e-4)
     assert torch.allclose(floored[0, 1:], 1e-3 * torch.exp(torch.tensor([0.5, 0.2])), rtol=1e-4)
     assert floored[0, 0] == no_floor[0, 0]  # position 1: pmin = 1, no floor involved
