@@ -3,20 +3,33 @@ weight new keys earn. Identities are free (anyone can make 100 keys), so neither
 
 Duplicates: a group's content digest covers its prompt and its completion texts (order and runs
 of whitespace ignored), not the signer. A group whose content is already in the pool, or was
-trained on within the last `remember_rounds` rounds, is refused as `duplicate_content`: one honest
-group re-signed by 100 keys is trained at most once. Neither signer is blamed (two honest peers can
-produce the same group of short answers). Only groups actually used are remembered, so the memory
-grows with this node's own training (at most J + I groups a round), never with what peers send.
+credited within the last `remember_rounds` rounds, is refused as `duplicate_content`: one honest
+group re-signed by 100 keys is trained (or credited) at most once. Neither signer is blamed (two
+honest peers can produce the same group of short answers). Only credited groups are remembered, so
+the memory grows with this node's own rounds (at most J + I groups a round), never with what
+peers send.
 
-Young keys: a key is young until both this node has trained on `young_groups` of its verified,
-non-duplicate groups and its first such group arrived `young_rounds` rounds ago. Young keys
-together get at most `young_share_max` of the J sampled slots a round (a fraction carries over:
-0.25 of J = 2 is one slot every other round), served in order of first appearance (keys still
-short of `young_groups` used groups first), so a burst of fresh keys queues behind earlier
+Young keys: a key is young until both `young_groups` of its verified, valid, non-duplicate groups
+were credited and its first such group arrived `young_rounds` rounds ago. A group is credited when
+this node trains on it, or, for a young key, when one of the young slots picks it although it has
+no reward variance (verified, but nothing to train on): an honest peer that has solved its tasks
+sends mostly such groups, and would otherwise stay young forever. Young keys together get at most
+`young_share_max` of the J sampled slots a round (a fraction carries over: 0.25 of J = 2 is one
+slot every other round), trained or credited alike, served in order of first appearance (keys
+still short of `young_groups` credits first), so a burst of fresh keys queues behind earlier
 newcomers and never crowds out established peers: with the defaults, fresh keys can become
 established at most one per `young_groups` rounds (J = 4), each after `young_rounds` rounds. A new
 swarm starts with every key young: its external mix fills at that share until peers have earned
 weight.
+
+Key table: at most `max_keys` records. When full, the record worth least goes: young before
+established, fewest credits, longest inactive, nothing pooled, newest arrival, in that order. A
+flood of fresh keys forgets itself; an active newcomer that has earned credit is never forgotten
+for it.
+
+Restarts: `state_dict` / `load_state_dict` carry key records, credits and the dedup memory across a
+checkpoint (node/loop.py saves them with the model), so a restart neither makes every key young
+again nor forgets what was trained.
 """
 from __future__ import annotations
 
@@ -28,15 +41,17 @@ from dataclasses import dataclass
 from node.groups import ScoredGroup
 
 DUPLICATE = "duplicate_content"
-MAX_KEYS = 4096  # key records kept; beyond it the newest young keys with nothing pooled are forgotten
+MAX_KEYS = 4096  # key records kept; beyond it the record worth least is forgotten (see _make_room)
+STATE_VERSION = 1
 
 
 @dataclass
 class KeyRecord:
-    first_seen: int  # round of its first admitted group
-    arrival: int     # admission order, to break ties within a round
-    used: int = 0    # its groups this node trained on
-    pooled: int = 0  # its groups in the pool now
+    first_seen: int   # round of its first admitted group
+    arrival: int      # admission order, to break ties within a round
+    credited: int = 0  # its verified, non-duplicate groups trained on or credited without variance
+    pooled: int = 0   # its groups in the pool now
+    last_active: int = 0  # round of its latest admitted group
 
 
 def content_digest(group: ScoredGroup) -> str:
@@ -49,7 +64,7 @@ def content_digest(group: ScoredGroup) -> str:
 
 
 class Admission:
-    """The state behind both rules: digests pooled and used, and what each key has earned."""
+    """The state behind both rules: digests pooled and credited, and what each key has earned."""
 
     def __init__(self, young_share_max: float, young_groups: int, young_rounds: int, remember_rounds: int,
                  max_keys: int = MAX_KEYS):
@@ -62,10 +77,10 @@ class Admission:
         self.max_keys = max_keys
         self.keys: OrderedDict[str, KeyRecord] = OrderedDict()  # in order of first appearance
         self._pooled: set[str] = set()
-        self._used: OrderedDict[str, int] = OrderedDict()  # digest -> round used, oldest first
+        self._credited: OrderedDict[str, int] = OrderedDict()  # digest -> round credited, oldest first
         self._round = 0
         self._arrivals = 0
-        self._credit = 0.0  # young slots earned and not yet spent
+        self._slot_credit = 0.0  # young slots earned and not yet spent
 
     @classmethod
     def from_config(cls, cfg) -> Admission:
@@ -74,8 +89,8 @@ class Admission:
     digest = staticmethod(content_digest)
 
     def admit(self, origin: str, digest: str, round_index: int) -> bool:
-        """False for content already pooled or used; else records the group as pooled."""
-        if digest in self._pooled or digest in self._used:
+        """False for content already pooled or credited; else records the group as pooled."""
+        if digest in self._pooled or digest in self._credited:
             return False
         record = self.keys.get(origin)
         if record is None:
@@ -83,6 +98,7 @@ class Admission:
             record = self.keys[origin] = KeyRecord(first_seen=round_index, arrival=self._arrivals)
             self._arrivals += 1
         record.pooled += 1
+        record.last_active = max(record.last_active, round_index)
         self._pooled.add(digest)
         return True
 
@@ -90,52 +106,81 @@ class Admission:
         self._pooled.discard(digest)
         record = self.keys.get(origin)
         if record is not None:
-            record.pooled -= 1
+            record.pooled = max(0, record.pooled - 1)  # a record re-made after being forgotten counts fewer
 
-    def used(self, origin: str, digest: str) -> None:
-        """A group of `origin` was trained on: it earns the key weight and is remembered."""
+    def credit(self, origin: str, digest: str) -> None:
+        """A group of `origin` was trained on, or credited as verified without variance: it earns
+        the key weight and its content is remembered."""
         record = self.keys.get(origin)
         if record is not None:
-            record.used += 1
+            record.credited += 1
         if digest:
-            self._used[digest] = self._round
+            self._credited[digest] = self._round
 
     def start_round(self, round_index: int) -> None:
         self._round = round_index
-        while self._used and round_index - next(iter(self._used.values())) > self.remember_rounds:
-            self._used.popitem(last=False)
+        while self._credited and round_index - next(iter(self._credited.values())) > self.remember_rounds:
+            self._credited.popitem(last=False)
 
     def is_young(self, origin: str) -> bool:
         record = self.keys.get(origin)
-        return (record is None or record.used < self.young_groups
+        return (record is None or record.credited < self.young_groups
                 or self._round - record.first_seen < self.young_rounds)
 
     def seniority(self, origin: str) -> tuple[bool, int, int]:
-        """Sort key among young keys: those still earning contributions, then oldest first (a key
-        that only waits for time does not hold the young slots)."""
+        """Sort key among young keys: those still earning credits, then oldest first (a key that
+        only waits for time does not hold the young slots)."""
         record = self.keys.get(origin)
         if record is None:  # forgotten while pooled (a full table of pooled keys): last in line
             return True, self._round, self._arrivals
-        return record.used >= self.young_groups, record.first_seen, record.arrival
+        return record.credited >= self.young_groups, record.first_seen, record.arrival
 
     def young_slots(self, k: int) -> int:
         """This round's slots for young keys out of k: the share earned, fractions carried over
         (capped, so quiet rounds never bank a burst)."""
         earned = self.young_share_max * k
-        self._credit = min(self._credit + earned, max(1.0, earned))
-        return min(k, math.floor(self._credit + 1e-9))
+        self._slot_credit = min(self._slot_credit + earned, max(1.0, earned))
+        return min(k, math.floor(self._slot_credit + 1e-9))
 
     def spend(self, n: int) -> None:
-        self._credit -= n
+        self._slot_credit -= n
 
     def _make_room(self) -> None:
-        """Keeps the key table bounded: forgets the newest young keys with nothing pooled (a flood
-        of fresh keys forgets itself, never an established or earlier key)."""
+        """Keeps the key table bounded: forgets the record worth least (module doc)."""
         if len(self.keys) < self.max_keys:
             return
-        for key in reversed(self.keys):
-            record = self.keys[key]
-            if self.is_young(key) and record.pooled == 0:
-                del self.keys[key]
-                return
-        self.keys.popitem(last=False)  # only established or pooled keys left: the oldest goes
+
+        def worth(key: str) -> tuple:
+            r = self.keys[key]
+            return not self.is_young(key), r.credited, r.last_active, r.pooled > 0, -r.arrival
+
+        del self.keys[min(self.keys, key=worth)]
+
+    # -- restarts ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Key records and the dedup memory (JSON-able). Pool membership is not kept: the pool
+        itself starts empty after a restart."""
+        return {"version": STATE_VERSION, "round": self._round, "arrivals": self._arrivals,
+                "slot_credit": self._slot_credit,
+                "keys": [[key, r.first_seen, r.arrival, r.credited, r.last_active] for key, r in self.keys.items()],
+                "credited": [[digest, round_index] for digest, round_index in self._credited.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replaces this state with `state`; raises ValueError (leaving this state as it was) if it
+        is not a state this version wrote."""
+        try:
+            if state["version"] != STATE_VERSION:
+                raise ValueError(f"admission state version {state['version']!r}, expected {STATE_VERSION}")
+            keys = OrderedDict((str(key), KeyRecord(first_seen=int(first), arrival=int(arrival),
+                                                    credited=int(credited), last_active=int(active)))
+                               for key, first, arrival, credited, active in state["keys"][-self.max_keys:])
+            credited = OrderedDict((str(digest), int(round_index)) for digest, round_index in state["credited"])
+            round_index, arrivals = int(state["round"]), int(state["arrivals"])
+            slot_credit = float(state["slot_credit"])
+            if not -1.0 <= slot_credit <= 1e6:  # young_slots re-caps it; this only refuses nonsense (nan too)
+                raise ValueError(f"slot credit {slot_credit}")
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"not an admission state: {err!r}") from err
+        self.keys, self._credited = keys, credited
+        self._pooled = set()
+        self._round, self._arrivals, self._slot_credit = round_index, arrivals, slot_credit

@@ -108,12 +108,13 @@ class SwarmConfig(Section):
     pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
     young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together get at most this share of "
                                    "the J external slots a round (keys are free: 100 fresh keys must not own the mix)")
-    young_groups: int = Field(8, ge=0, description="a key stays young until this node has trained on this many of its "
-                              "verified, non-duplicate groups (0 with young_rounds 0: no key is young)")
+    young_groups: int = Field(8, ge=0, description="a key stays young until this many of its verified, non-duplicate "
+                              "groups were credited: trained on, or (zero reward variance) picked by a young slot "
+                              "(0 with young_rounds 0: no key is young)")
     young_rounds: int = Field(20, ge=0, description="a key also stays young until this many rounds after its first "
                               "verified group")
-    dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was trained on "
-                              "within this many rounds is refused as duplicate_content, whoever signed it")
+    dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was credited "
+                              "(trained on) within this many rounds is refused as duplicate_content, whoever signed it")
     max_external_tokens: int | None = Field(None, ge=1, description="refuse a peer completion longer than this in "
                                             "our tokens (None = sampling.max_new_tokens: what we would generate); "
                                             "a group may hold at most 2 * group_size times this many in all")

@@ -117,7 +117,8 @@ class SwarmExchange:
                  max_completion_tokens: int = 4096, max_group_tokens: int | None = None,
                  weakness: Callable[[ScoredGroup], float] | None = None,
                  ingest: Literal["inline", "background"] = "inline", budget: IngestBudget = IngestBudget(),
-                 sandbox: ScorerSandbox | None = None, swarm_clock: Callable[[], float] | None = None):
+                 sandbox: ScorerSandbox | None = None, swarm_clock: Callable[[], float] | None = None,
+                 state: dict | None = None):
         self.transport = transport
         self.peer_id = identity.peer_id()
         self.cfg = cfg
@@ -153,6 +154,8 @@ class SwarmExchange:
         self._pool_round = 0  # the round the training loop collected last (staged messages age from it)
         self._known_senders: set[str] = set()  # delivering peers that brought a verified group
         self._lock = threading.Lock()
+        if state is not None:  # before the ingest worker starts: nothing is pooled yet
+            self._load_state(state)
         for topic in self.topics.values():
             transport.subscribe(topic)
         self.ingest_mode = ingest
@@ -163,6 +166,19 @@ class SwarmExchange:
             self._worker.start()
         elif ingest != "inline":
             raise ValueError(f"ingest must be 'inline' or 'background', got {ingest!r}")
+
+    def state_dict(self) -> dict:
+        """What a restart must not forget (saved with each checkpoint, node/loop.py): admission's
+        key records and dedup memory. The pool and the replay windows are not kept: pooled groups
+        are rounds old by then, and a replayed group that was trained is still duplicate_content."""
+        with self._lock:
+            return {"admission": self.pool.admission.state_dict()}
+
+    def _load_state(self, state: dict) -> None:
+        try:
+            self.pool.admission.load_state_dict(state["admission"])
+        except (KeyError, TypeError, ValueError) as err:
+            log.warning("ignoring the saved admission state (%s): every peer key starts young", err)
 
     def close(self) -> None:
         """Stop the ingest worker and the scorer processes (idempotent); the transport is the caller's."""
@@ -248,8 +264,8 @@ class SwarmExchange:
             self._known_senders.add(verified.from_peer)
             self._arrived["received"] += 1
             self._arrived["flat"] += group.flat
-            if group.flat and self.cfg.composition != "cross_actor":
-                return  # SAPO: zero-variance groups carry no advantage signal on their own
+            if group.flat and self.cfg.composition != "cross_actor" and not self.pool.wants_flat(group.origin):
+                return  # SAPO: zero-variance groups carry no signal on their own (a young key's earns it credit)
             if self.pool.add(PoolEntry(group, arrived_round)):
                 self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
 

@@ -9,6 +9,8 @@ plugs in there without reshaping the loop.
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import random
 import time
 from pathlib import Path
@@ -34,6 +36,10 @@ from policy.learner import Learner, apply_lora, autocast_context
 from policy.losses import make_objective
 from policy.models import load_policy
 from policy.types import SamplingParams
+
+log = logging.getLogger(__name__)
+
+EXCHANGE_STATE = "exchange.json"  # in each checkpoint: the exchange's admission state (node/admission.py)
 
 
 class Exchange(Protocol):
@@ -95,6 +101,7 @@ class Node:
                                    self.sampling, autocast)
         self.metrics = MetricsLog(self.run_dir)
         self.next_round = 0
+        self.resumed_from: Path | None = None  # the checkpoint `resume` loaded
 
     def close(self) -> None:
         """Stops what the node started outside this process (a vLLM inference server)."""
@@ -128,6 +135,7 @@ class Node:
         self.hints.load_state_dict(extra.get("hints", {}))
         self.generator.refresh(self.learner.policy_version)
         self.next_round = ckpt.round_index + 1
+        self.resumed_from = ckpt.path
         if truncate_metrics:
             self.metrics.truncate_after(ckpt.round_index)
         return ckpt.round_index
@@ -135,9 +143,31 @@ class Node:
     def checkpoint(self, round_index: int) -> Path:
         extra = {"policy_version": self.learner.policy_version, "pass_rates": self.pass_rates.state_dict(),
                  "hints": self.hints.state_dict()}
+        exchange_state = getattr(self.exchange, "state_dict", None)
+        files = {EXCHANGE_STATE: json.dumps(exchange_state())} if exchange_state is not None else {}
         return save_checkpoint(self.run_dir, round_index, self.model, self.policy.tokenizer,
                                self.learner.optimizer, self.cfg.model_dump(mode="json"), extra=extra,
-                               keep=self.cfg.run.keep_checkpoints)
+                               keep=self.cfg.run.keep_checkpoints, files=files)
+
+    def exchange_state(self) -> dict | None:
+        """The exchange state saved with the checkpoint `resume` loaded; None (with a warning
+        when it should have been there) if there is none or it cannot be read: the exchange
+        then starts empty, as a new node's would."""
+        if self.resumed_from is None:
+            return None
+        path = self.resumed_from / EXCHANGE_STATE
+        try:
+            state = json.loads(path.read_text())
+        except FileNotFoundError:
+            log.warning("%s is missing: peers' admission state (established keys, dedup memory) starts empty", path)
+            return None
+        except (OSError, ValueError) as err:
+            log.warning("%s is unreadable (%s): peers' admission state starts empty", path, err)
+            return None
+        if not isinstance(state, dict):
+            log.warning("%s holds no exchange state: peers' admission state starts empty", path)
+            return None
+        return state
 
     # -- one round ---------------------------------------------------------------------------
     def _tasks(self, round_index: int) -> list[Task]:

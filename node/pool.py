@@ -9,8 +9,9 @@ Samplers (swarm.sampling_policy):
 A group is trained on once: sampling removes it from the pool.
 
 Admission (node/admission.py; on for a node, off for a bare GroupPool): a group whose content is
-already pooled or was trained on recently is refused whoever signed it, and keys that have not
-yet earned weight ("young") share at most `young_share_max` of the J sampled slots.
+already pooled or was credited recently is refused whoever signed it, and keys that have not
+yet earned weight ("young") share at most `young_share_max` of the J sampled slots. Young keys'
+zero-variance groups are pooled too: a young slot that picks one credits the key without training.
 """
 from __future__ import annotations
 
@@ -90,13 +91,17 @@ class GroupPool:
                weakness: Callable[[ScoredGroup], float] | None = None) -> list[ScoredGroup]:
         """Up to k groups with reward variance, removed from the pool (flat groups stay: they are
         only useful merged into one of our groups). Young keys' groups fill at most their share of
-        the k slots, oldest keys first; the sampling policy picks the rest among established keys."""
+        the k slots, oldest keys first; a young key's flat group picked there is credited to it
+        (node/admission.py), not trained, and leaves its slot to the rest. The sampling policy
+        picks the rest among established keys."""
         eligible = [e for e in self.entries if not e.group.flat]
         chosen: list[PoolEntry] = []
         if self.admission is not None:
-            young = [e for e in eligible if self._young(e)]
-            chosen = self._seniority(young, self.admission.young_slots(k))
-            self.admission.spend(len(chosen))
+            young = [e for e in self.entries if self._young(e)]
+            picked = self._seniority(young, self.admission.young_slots(k))
+            self.admission.spend(len(picked))
+            self._consume([e for e in picked if e.group.flat])
+            chosen = [e for e in picked if not e.group.flat]
         established = [e for e in eligible if not self._young(e)]
         n = min(k - len(chosen), len(established))
         if policy == "uniform":
@@ -109,6 +114,11 @@ class GroupPool:
             raise ValueError(f"unknown sampling policy {policy!r}: valid are uniform, per_sender, weak_tasks")
         return self._use(chosen)
 
+    def wants_flat(self, origin: str) -> bool:
+        """Whether a zero-variance group of `origin` is worth pooling outside cross-actor
+        composition: only a young key's, which can earn credit with it."""
+        return self.admission is not None and self.admission.is_young(origin)
+
     def _young(self, entry: PoolEntry) -> bool:
         return self.admission is not None and self.admission.is_young(entry.group.origin)
 
@@ -119,6 +129,8 @@ class GroupPool:
         by_key: dict[str, list[PoolEntry]] = defaultdict(list)
         for entry in young:
             by_key[entry.group.origin].append(entry)
+        for entries in by_key.values():  # popped from the end: its newest trainable group first
+            entries.sort(key=lambda e: (not e.group.flat, e.received_round))
         order = sorted(by_key, key=self.admission.seniority)
         chosen: list[PoolEntry] = []
         while len(chosen) < slots and order:
@@ -131,11 +143,15 @@ class GroupPool:
         return chosen
 
     def _use(self, chosen: list[PoolEntry]) -> list[ScoredGroup]:
-        for entry in chosen:
+        self._consume(chosen)
+        return [e.group for e in chosen]
+
+    def _consume(self, entries: list[PoolEntry]) -> None:
+        """Out of the pool, credited to their keys and remembered (node/admission.py)."""
+        for entry in entries:
             self._remove(entry)
             if self.admission is not None:
-                self.admission.used(entry.group.origin, entry.digest)
-        return [e.group for e in chosen]
+                self.admission.credit(entry.group.origin, entry.digest)
 
     def _remove(self, entry: PoolEntry) -> None:
         self.entries.remove(entry)

@@ -31,7 +31,8 @@ def identity_path(cfg: NodeConfig, run_dir: Path) -> Path:
 def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transport,
                    ingest: str | None = None, swarm_clock: Callable[[], float] | None = None) -> SwarmExchange:
     """The exchange `join` uses; `ingest` overrides swarm.ingest (the memory testnet runs inline);
-    `swarm_clock`: the time rate limits and publication pace run on (default the wall clock)."""
+    `swarm_clock`: the time rate limits and publication pace run on (default the wall clock).
+    A resumed node's exchange starts from the admission state saved with its checkpoint."""
     model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=node.policy.tokenizer_fingerprint)
     sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                         max_new_tokens=cfg.sampling.max_new_tokens)
@@ -54,7 +55,7 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
     return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, retokenizer,
                          model, sampling, seed=cfg.run.seed, weakness=weakness, max_completion_tokens=max_tokens,
                          max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest,
-                         budget=budget, sandbox=sandbox, swarm_clock=swarm_clock)
+                         budget=budget, sandbox=sandbox, swarm_clock=swarm_clock, state=node.exchange_state())
 
 
 def join_memory_bus(node: Node, bus, name: str, identity: NodeIdentity | None = None,

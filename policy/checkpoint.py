@@ -4,6 +4,7 @@ Layout under `<run_dir>/checkpoints/`:
     round-000050/model/        save_pretrained weights (or the LoRA adapter) + tokenizer
     round-000050/state.pt      optimizer, RNG states (torch, python, numpy), round counter, extra
     round-000050/config.json   the node config that produced it
+    round-000050/<name>        any `files` the caller adds (a node: exchange.json, its admission state)
     LATEST                     name of the newest complete checkpoint
 
 A checkpoint is written into a hidden temp directory and renamed into place, and LATEST is
@@ -62,7 +63,7 @@ def restore_rng(state: dict) -> None:
 
 
 def save_checkpoint(run_dir: Path, round_index: int, model, tokenizer, optimizer: torch.optim.Optimizer,
-                    config: dict, extra: dict | None = None, keep: int = 2) -> Path:
+                    config: dict, extra: dict | None = None, keep: int = 2, files: dict[str, str] | None = None) -> Path:
     hf_logging.disable_progress_bar()  # a bar per checkpoint would drown the round table
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -75,6 +76,8 @@ def save_checkpoint(run_dir: Path, round_index: int, model, tokenizer, optimizer
     torch.save({"round": round_index, "optimizer": optimizer.state_dict(), "rng": rng_state(),
                 "extra": extra or {}}, tmp / "state.pt")
     (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    for name, text in (files or {}).items():  # inside the temp dir: renamed into place with the rest
+        (tmp / name).write_text(text)
     _fsync_dir(tmp)
     final = root / name
     if final.exists():  # re-running a round after a resume: the new one replaces it

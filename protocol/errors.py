@@ -26,7 +26,6 @@ class Reason(enum.StrEnum):
     EXPIRED = "expired"                    # timestamp too old: a late relay or a replay
     REPLAY = "replay"                      # (sender, sequence) already seen (a delivery fault, see ingress)
     STALE = "stale"                        # sequence behind the sender's replay window
-    BUSY = "busy"                          # replay guard full of unadmitted senders (replay.py): no blame
     SCHEMA = "schema"                      # body does not decode, or a required field is missing/invalid
     NONFINITE_LOGPROB = "nonfinite_logprob"
     POSITIVE_LOGPROB = "positive_logprob"

@@ -16,7 +16,7 @@ charged to the party it proves something about:
     therefore charged to nobody, unless `blame_neighbours` says the transport's neighbours
     validate what they forward: then the distinct neighbour that delivered it is charged.
   * rate-limit overflow is dropped and counted, never scored; only sustained flooding far above
-    the limit (protocol/ratelimit.py) is. A busy replay guard (protocol/replay.py) blames nobody.
+    the limit (protocol/ratelimit.py) is.
 `accept` never raises, whatever the bytes.
 
 What the Ingress cannot check (task known, reward recomputed) is node/'s job: it reports what it
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 DELIVERY_FAULTS = frozenset({Reason.REPLAY, Reason.STALE, Reason.EXPIRED})
-NOBODYS_FAULT = frozenset({Reason.BUSY, Reason.INTERNAL})
+NOBODYS_FAULT = frozenset({Reason.INTERNAL})
 # A relay carries many origins' traffic: its connection gets this many times one origin's limits.
 NEIGHBOUR_RATE_FACTOR = 8.0
 
@@ -212,7 +212,7 @@ class Ingress:
             raise Rejected(Reason.BANNED, f"sender {sender} is banned")
         self._check_timestamp(envelope.timestamp_ms)
         # Replays (frequent in gossip) are refused before paying for the body decode.
-        self.replay.check_and_record(envelope.sender_public_key, envelope.sequence)
+        self.replay.check_and_record(envelope.sender_public_key, envelope.sequence, envelope.timestamp_ms)
         body = decode_body(envelope)
         kind = Kind(envelope.kind)
         validate_body(kind, body, self.limits)

@@ -46,7 +46,6 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     Reason.EXPIRED: -0.2,
     Reason.REPLAY: -0.5,    # gossip can legitimately deliver a duplicate now and then
     Reason.STALE: -0.2,
-    Reason.BUSY: 0.0,       # our replay guard is full of unadmitted senders: nobody's fault
     Reason.SCHEMA: -3.0,
     Reason.NONFINITE_LOGPROB: -3.0,
     Reason.POSITIVE_LOGPROB: -3.0,

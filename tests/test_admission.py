@@ -96,7 +96,7 @@ def test_young_keys_wait_for_time_as_well_as_contributions():
     admission = Admission(0.25, young_groups=1, young_rounds=5, remember_rounds=10)
     admission.start_round(0)
     assert admission.admit("k", "d1", 0)
-    admission.used("k", "d1")
+    admission.credit("k", "d1")
     admission.start_round(4)
     assert admission.is_young("k")
     admission.start_round(5)
@@ -113,6 +113,21 @@ def test_key_table_is_bounded_and_forgets_fresh_keys_before_earlier_ones():
         p.add(PoolEntry(group(2 + i, f"fresh{i}", texts=(str(i), "0", "1", "0")), 0))
         assert len(p.sample(1, "uniform", random.Random(i))) == 1
     assert len(p.admission.keys) <= 8 and "early" in p.admission.keys and not p.admission.is_young("early")
+
+
+def test_a_credited_newcomer_is_not_forgotten_by_a_flood_of_fresh_keys():
+    """Issue 16: the old table forgot the newest young key with nothing pooled, i.e. a newcomer
+    whose group had just been trained, and with it the credit it had earned (first_seen reset)."""
+    p = pool(share=0.25, young_groups=4, young_rounds=0, max_keys=16)
+    p.evict(0)
+    p.add(PoolEntry(group(0, "newcomer"), 0))
+    assert [g.origin for g in p.sample(4, "per_sender", random.Random(0))] == ["newcomer"]  # credited, unpooled
+    for i in range(100):  # fresh keys, one pooled group each, over five rounds
+        p.evict(1 + i // 20)
+        p.add(PoolEntry(group(1 + i, f"fresh{i}"), 1 + i // 20))
+    record = p.admission.keys.get("newcomer")
+    assert record is not None and (record.credited, record.first_seen) == (1, 0)
+    assert len(p.admission.keys) == 16
 
 
 def test_node_config_turns_admission_on_and_bare_pools_stay_plain():
