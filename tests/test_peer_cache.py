@@ -165,6 +165,7 @@ def test_the_dialer_dials_in_rank_order_and_gives_up_on_dead_cached_peers(tmp_pa
     cache.note_useful([honest])
     clock.advance(1)
     cache.remember({dead[0]: [addr(0)]})  # the most recently seen, yet ranked below the useful one
+    cache.record_dial(dead[2], answered=True)  # it answered once: the cache keeps it through an outage
     control = FakeControl({peer_id_bytes(honest)})
     dialer = Dialer(own, {bootstrap: [f"{addr(20)}/p2p/{bootstrap}"]}, cache, control_timeout_s=2.0,
                     backoff_initial_s=0.0, backoff_max_s=0.0, max_cached_failures=3)
@@ -174,10 +175,10 @@ def test_the_dialer_dials_in_rank_order_and_gives_up_on_dead_cached_peers(tmp_pa
     for _ in range(10):  # ten passes with no backoff left: every dead peer would be dialed ten times
         dialer.dial_missing(control, connected=set(), count=lambda k: counts.__setitem__(k, counts.get(k, 0) + 1))
         now[0] += 1.0
-    first_pass = control.dialed[:5]
-    assert first_pass[:2] == [peer_id_bytes(bootstrap), peer_id_bytes(honest)]  # bootstrap, then best cached
+    first_pass = [peer_id_bytes(p) for p in (bootstrap, honest, dead[2], dead[0], dead[1])]
+    assert control.dialed[:5] == first_pass  # bootstrap, then cached by rank: useful, answered, most recent
     failed_cached = sum(control.dialed.count(peer_id_bytes(p)) for p in dead)
     assert failed_cached == 3 * len(dead)  # bounded: three each, then given up
     assert control.dialed.count(peer_id_bytes(bootstrap)) == 10  # the operator's bootstrap peer: always
     assert counts["dial_given_up"] == len(dead)
-    assert list(cache.load()) == [honest]  # and the cache evicted them
+    assert list(cache.load()) == [honest, dead[2]]  # the cache evicted the others, kept the one that answered
