@@ -182,3 +182,16 @@ def test_the_dialer_dials_in_rank_order_and_gives_up_on_dead_cached_peers(tmp_pa
     assert control.dialed.count(peer_id_bytes(bootstrap)) == 10  # the operator's bootstrap peer: always
     assert counts["dial_given_up"] == len(dead)
     assert list(cache.load()) == [honest, dead[2]]  # the cache evicted the others, kept the one that answered
+
+
+def test_a_bad_entry_in_the_file_is_skipped_and_times_from_the_future_are_clamped(tmp_path):
+    clock = FakeClock()
+    (tmp_path / "peers.json").write_text(json.dumps({"peers": {
+        "future": {"addrs": [addr(1)], "seen": clock.now + 10 * HOUR, "useful": 1e300},
+        "torn": {"addrs": "/ip4/10.0.0.9/tcp/1", "seen": clock.now},
+        "nan": {"addrs": [addr(2)], "seen": "nan"},
+        "fine": {"addrs": [addr(3)], "seen": clock.now - 5},
+    }}))
+    kept = PeerCache(tmp_path / "peers.json", clock=clock).load()
+    assert set(kept) == {"future", "fine"}
+    assert kept["future"].seen == kept["future"].useful == clock.now  # not ranked first forever

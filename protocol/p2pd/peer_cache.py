@@ -18,6 +18,7 @@ import dataclasses
 import ipaddress
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -33,13 +34,13 @@ MAX_PENDING_USEFUL = 256  # useful marks for peers not (yet) cached, kept until 
 
 @dataclasses.dataclass(frozen=True)
 class PeerCacheLimits:
-    max_peers: int = 64
-    max_per_group: int = 8
-    max_unproven: int = 8
-    max_dial_failures: int = 3
-    proven_grace_s: float = 3600.0
-    max_age_s: float = 7 * 24 * 3600.0
-    ipv4_prefix: int = 16
+    max_peers: int = 64            # entries in all
+    max_per_group: int = 8         # entries per address group
+    max_unproven: int = 8          # entries never useful nor answering
+    max_dial_failures: int = 3     # failed dials in a row that make an entry dead
+    proven_grace_s: float = 3600.0  # how long a dead useful/answering entry is kept after its last contact
+    max_age_s: float = 7 * 24 * 3600.0  # any entry silent this long goes
+    ipv4_prefix: int = 16          # leading bits that make an IPv4 address group
     ipv6_prefix: int = 32
 
 
@@ -61,6 +62,20 @@ class PeerRecord:
 
     def rank_key(self) -> tuple:
         return (self.useful > 0, self.answered > 0, max(self.last_contact, self.useful))
+
+
+def _parse_record(entry: dict, now: float) -> PeerRecord:
+    def when(key: str) -> float:  # a time from the future, or not a time, would rank it forever
+        value = float(entry.get(key, 0.0))
+        if not math.isfinite(value):
+            raise ValueError(f"{key} is {value}")
+        return min(max(value, 0.0), now)
+
+    addrs = entry["addrs"]
+    if not isinstance(addrs, list):
+        raise TypeError("addrs is not a list")
+    return PeerRecord([str(a) for a in addrs][:MAX_ADDRS_PER_PEER], when("seen"), when("answered"),
+                      when("useful"), max(0, int(entry.get("failures", 0))))
 
 
 def address_group(addr: str, ipv4_prefix: int = 16, ipv6_prefix: int = 32) -> str:
@@ -109,18 +124,21 @@ class PeerCache:
 
     def _read(self) -> dict[str, PeerRecord]:
         try:
-            raw = json.loads(self.path.read_text())
-            peers = {}
-            for pid, entry in raw["peers"].items():
-                addrs = [str(a) for a in entry["addrs"]][:MAX_ADDRS_PER_PEER]
-                peers[str(pid)] = PeerRecord(addrs, float(entry["seen"]), float(entry.get("answered", 0.0)),
-                                             float(entry.get("useful", 0.0)), int(entry.get("failures", 0)))
-            return peers
+            entries = json.loads(self.path.read_text())["peers"].items()
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             log.warning("ignoring unreadable peer cache %s (%s)", self.path, err)
             return {}
+        now, peers, bad = self.clock(), {}, 0
+        for pid, entry in entries:
+            try:
+                peers[str(pid)] = _parse_record(entry, now)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                bad += 1  # a hand-edited or torn entry: the others still count
+        if bad:
+            log.warning("ignored %d unreadable entries of the peer cache %s", bad, self.path)
+        return peers
 
     # ------------------------------------------------------------------ what happened
 
