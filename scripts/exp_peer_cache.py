@@ -5,9 +5,10 @@ through `note_useful_peers`, as `swarm-node join` does for the peers whose group
 Then `--attackers` short-lived hosts (bare p2pd daemons) dial V, stay until V has cached them, and
 leave. Measured: V's failed redials in the `--after-s` seconds after they left, the most departed
 hosts peers.json held at any time after they left, its order then and at the end, and whom V
-restarted from the cache as it was when they left (dead entries and all) dials first. Prints one JSON line. Only the daemons started here are stopped, by their handles.
+restarted from the cache as it was when they left (dead entries and all) dials first. Prints one
+JSON line. Only the daemons started here are stopped, by their handles.
 
-    python scripts/exp_peer_cache.py --attackers 12 --after-s 20
+    python scripts/exp_peer_cache.py --attackers 12 --after-s 40
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Issue 16 with real p2pd daemons on 127.0.0.1 (scripts/exp_peer_cache.py): an honest peer whose
 group the node used, then short-lived attacker hosts that connect and leave. Afterwards peers.json
 ranks the honest peer first, never held more than its bound of departed hosts, the node gave up on
-them after a bounded number of failed redials, and a node restarted from the cache as it was when they left dials the honest peer first.
+them after a bounded number of failed redials, and a node restarted from the cache as it was when
+they left dials the honest peer first.
 Prints one `FIGURES {...}` line (pytest -s)."""
 from __future__ import annotations
 
