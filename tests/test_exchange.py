@@ -201,8 +201,9 @@ def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path
     transport.start()
     n.exchange = build_exchange(cfg, n, NodeIdentity.generate(), transport, ingest="inline")
     honest, identity = peer(bus, "honest"), NodeIdentity.generate()
+    outbox = Outbox(identity)
     for i in range(2):
-        Outbox(identity).publish(honest, SWARM, honest_group(n, i))
+        outbox.publish(honest, SWARM, honest_group(n, i))
     assert len(n.exchange.collect(0)) == 2
     assert transport.noted == [[identity.peer_id()]]
     assert n.exchange.collect(1) == [] and transport.noted == [[identity.peer_id()]]  # nothing used: nothing named
