@@ -100,7 +100,23 @@ class SwarmConfig(Section):
                                           "node.json), so several nodes share a host without conflicts")
     peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
     peer_cache: bool = Field(True, description="p2pd: remember connected peers in <run_dir>/peers.json and dial "
-                             "them at start, so a restarted node rejoins without --peers")
+                             "them at start (best first: peers whose verified groups we used, then peers that "
+                             "answered our dials, then the rest; most recent first), so a restarted node "
+                             "rejoins without --peers")
+    peer_cache_max_peers: int = Field(64, ge=1, description="p2pd peer cache: entries at most")
+    peer_cache_max_per_group: int = Field(8, ge=1, description="p2pd peer cache: entries per address group at most "
+                                          "(a /16 of IPv4, a /32 of IPv6; see the prefixes below), so one network "
+                                          "range cannot fill the cache; best-ranked kept")
+    peer_cache_ipv4_prefix: int = Field(16, ge=0, le=32, description="p2pd peer cache: IPv4 addresses sharing this "
+                                        "many leading bits form one address group (32: one group per IP)")
+    peer_cache_ipv6_prefix: int = Field(32, ge=0, le=128, description="p2pd peer cache: IPv6 address group prefix")
+    peer_cache_max_unproven: int = Field(8, ge=0, description="p2pd peer cache: entries at most that were never "
+                                         "useful (no verified group of theirs used) nor answered a dial of ours: "
+                                         "hosts that connect and leave cost nothing, so they get few places")
+    peer_cache_max_dial_failures: int = Field(3, ge=1, description="p2pd peer cache: a cached peer is no longer "
+                                              "redialed after this many failed dials in a row (bootstrap peers always "
+                                              "are), and is evicted (a useful or answering one only after also "
+                                              "being silent an hour)")
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
     pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")

@@ -153,6 +153,8 @@ class SwarmExchange:
         self._arrived = {"received": 0, "flat": 0}  # verified since the last collect
         self._pool_round = 0  # the round the training loop collected last (staged messages age from it)
         self._known_senders: set[str] = set()  # delivering peers that brought a verified group
+        # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
+        self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         self._lock = threading.Lock()
         if state is not None:  # before the ingest worker starts: nothing is pooled yet
             self._load_state(state)
@@ -304,6 +306,8 @@ class SwarmExchange:
         reasons = Counter(reason for g in chosen for reason in g.meta["tier_reasons"])
         for group in chosen:
             self.used_by_sender[group.origin] += 1
+        if chosen and self._note_useful is not None:  # the peer cache keeps the peers whose work we use
+            self._note_useful(sorted({g.origin for g in chosen}))
         self.tiers_used.update(tiers)
         self.history.append({"round": round_index, "local_groups": self._local_groups,
                              "external_groups_received": received, "external_groups_used": len(chosen),

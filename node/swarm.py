@@ -88,9 +88,16 @@ def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topi
     kind = cfg.swarm.transport
     if kind == "p2pd":
         from protocol.p2pd import P2pdTransport
+        from protocol.p2pd.peer_cache import PeerCacheLimits
 
-        return P2pdTransport(identity.private_seed(), listen=cfg.swarm.listen, bootstrap=cfg.swarm.peers,
-                             topics=topics, peer_cache=run_dir / PEER_CACHE_FILE if cfg.swarm.peer_cache else None)
+        s = cfg.swarm
+        limits = PeerCacheLimits(max_peers=s.peer_cache_max_peers, max_per_group=s.peer_cache_max_per_group,
+                                 max_unproven=s.peer_cache_max_unproven,
+                                 max_dial_failures=s.peer_cache_max_dial_failures,
+                                 ipv4_prefix=s.peer_cache_ipv4_prefix, ipv6_prefix=s.peer_cache_ipv6_prefix)
+        return P2pdTransport(identity.private_seed(), listen=s.listen, bootstrap=s.peers, topics=topics,
+                             peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache else None,
+                             peer_cache_limits=limits)
     if kind == "libp2p":
         from protocol.transport_libp2p import Libp2pTransport
 

@@ -154,5 +154,10 @@ class ImpairedTransport:
     def listen_addrs(self) -> list[str]:
         return self.inner.listen_addrs()
 
+    def note_useful_peers(self, peer_ids: list[str]) -> None:
+        note = getattr(self.inner, "note_useful_peers", None)
+        if note is not None:
+            note(peer_ids)
+
     def close(self) -> None:
         self.inner.close()

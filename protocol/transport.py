@@ -16,7 +16,8 @@ Contract for implementers: every method may be called from any thread; `subscrib
 from its HEAVIEST sender (protocol/inbox.py: FairInbox), so nobody who out-sends the others can
 push their messages out; `publish` never raises for network reasons
 (after `close` it drops and counts); counters in `stats()` use the COUNTER_* names below where
-they apply.
+they apply. Optional: `note_useful_peers(peer_ids)`, through which the node names the peers
+whose verified groups it used (the p2pd transport's peer cache keeps those first).
 """
 from __future__ import annotations
 

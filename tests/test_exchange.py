@@ -179,3 +179,31 @@ def test_status_accepted_counts_only_messages_that_passed_every_check(node, bus)
     assert status["rejected_by_reason"]["wrong_reward"] == 1
     assert status["rejected_by_reason"]["wrong_topic"] == 1
     assert status["ingress_accepted"] == 2 and status["accepted"] == 1
+
+
+def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path, bus):
+    """The p2pd peer cache ranks those peers first (issue 16); protocol never imports node, so the
+    exchange tells the transport plain peer ids."""
+    from node.swarm import build_exchange
+
+    class NotingTransport(MemoryTransport):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            self.noted: list[list[str]] = []
+
+        def note_useful_peers(self, peer_ids: list[str]) -> None:
+            self.noted.append(list(peer_ids))
+
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
+                                     "swarm.young_share_max=1.0"])
+    n = Node(cfg, tmp_path)
+    transport = NotingTransport(bus, "receiver")
+    transport.start()
+    n.exchange = build_exchange(cfg, n, NodeIdentity.generate(), transport, ingest="inline")
+    honest, identity = peer(bus, "honest"), NodeIdentity.generate()
+    outbox = Outbox(identity)
+    for i in range(2):
+        outbox.publish(honest, SWARM, honest_group(n, i))
+    assert len(n.exchange.collect(0)) == 2
+    assert transport.noted == [[identity.peer_id()]]
+    assert n.exchange.collect(1) == [] and transport.noted == [[identity.peer_id()]]  # nothing used: nothing named

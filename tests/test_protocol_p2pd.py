@@ -17,7 +17,7 @@ import pytest
 from protocol import Limits, NodeIdentity
 from protocol.p2pd import MAX_MESSAGE_BYTES, DaemonStartError, P2pdTransport
 from protocol.p2pd.daemon import daemon_binary
-from protocol.p2pd.peer_cache import PeerCache
+from protocol.p2pd.peer_cache import PeerCache, PeerCacheLimits
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "swarm-node/test/rollouts/v1"
@@ -209,18 +209,19 @@ def test_the_daemon_dies_with_its_node_even_on_sigkill(tmp_path):
 
 def test_peer_cache_is_atomic_bounded_and_forgiving(tmp_path):
     path = tmp_path / "peers.json"
-    cache = PeerCache(path, max_peers=2)
-    assert cache.load() == {} and cache.dial_targets() == {}
+    cache = PeerCache(path, PeerCacheLimits(max_peers=2))
+    assert cache.load() == {} and cache.dial_targets() == {} and not cache.save()
     cache.remember({"P1": ["/ip4/127.0.0.1/tcp/1"]})
     time.sleep(0.01)
     cache.remember({"P2": ["/ip4/127.0.0.1/tcp/2"], "P3": ["/ip4/127.0.0.1/tcp/3"]})
-    assert set(cache.load()) == {"P2", "P3"}  # the oldest is dropped beyond max_peers
+    assert cache.save()
+    assert set(PeerCache(path).load()) == {"P2", "P3"}  # the least recent is dropped beyond max_peers
     assert cache.dial_targets()["P2"] == ["/ip4/127.0.0.1/tcp/2/p2p/P2"]
     assert [p.name for p in tmp_path.iterdir()] == ["peers.json"]  # no temp files left behind
     path.write_text("{not json")
-    assert cache.load() == {}
+    assert PeerCache(path).load() == {}
     path.write_text(json.dumps({"peers": {"P4": {"addrs": ["/ip4/127.0.0.1/tcp/4"], "seen": 0}}}))
-    assert cache.load() == {}  # older than max_age_s
+    assert PeerCache(path).load() == {}  # older than max_age_s
 
 
 def test_a_node_with_no_bootstrap_joins_through_its_peer_cache_and_skips_garbage(swarm, tmp_path):

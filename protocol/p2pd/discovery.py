@@ -16,32 +16,43 @@ log = logging.getLogger(__name__)
 
 
 class Dialer:
-    """Dials the bootstrap and cached peers we are not connected to, each with its own doubling
-    backoff; `reset()` when a new daemon starts (it knows nobody: dial everyone at once)."""
+    """Dials the bootstrap peers, then the cached peers in the cache's rank order, that we are not
+    connected to, each with its own doubling backoff. Bootstrap peers (named by the operator) are
+    redialed for as long as they stay down; a cached peer is given up on after
+    `max_cached_failures` failed dials in a row (the cache evicts the dead ones), so departed hosts
+    cost a bounded number of redials. `reset()` when a new daemon starts (it knows nobody: dial
+    everyone at once, the given-up peers once more)."""
 
     def __init__(self, own_id: str, bootstrap: dict[str, list[str]], peer_cache: PeerCache | None,
-                 control_timeout_s: float, backoff_initial_s: float, backoff_max_s: float) -> None:
+                 control_timeout_s: float, backoff_initial_s: float, backoff_max_s: float,
+                 max_cached_failures: int = 3) -> None:
         self.own_id, self.bootstrap, self.peer_cache = own_id, bootstrap, peer_cache
         self.control_timeout_s = control_timeout_s
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
+        self.max_cached_failures = max_cached_failures
         self.backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next attempt, delay)
+        self.failures: dict[str, int] = {}  # peer id -> failed dials in a row (this daemon run)
 
     def reset(self) -> None:
         self.backoff.clear()
+        self.failures.clear()
 
     def dial_missing(self, conn: ControlConnection, connected: set[str], count: Callable[[str], None]) -> None:
-        """One pass; `count("dial_attempts" | "dial_failures")` for the transport's stats."""
+        """One pass; `count("dial_attempts" | "dial_failures" | "dial_given_up")` for the transport's stats."""
         backoff = self.backoff
         wanted = {pid: list(addrs) for pid, addrs in self.bootstrap.items()}
         if self.peer_cache is not None:
-            for pid, addrs in self.peer_cache.dial_targets().items():
+            for pid, addrs in self.peer_cache.dial_targets().items():  # best-ranked first
                 if pid != self.own_id:
                     wanted.setdefault(pid, addrs)
         now = time.monotonic()
         for pid, addrs in wanted.items():
             if pid in connected:
                 backoff.pop(pid, None)
+                self.failures.pop(pid, None)
                 continue
+            if pid not in self.bootstrap and self.failures.get(pid, 0) >= self.max_cached_failures:
+                continue  # given up on for this run
             next_at, delay = backoff.get(pid, (0.0, self.backoff_initial_s))
             if now < next_at:
                 continue
@@ -53,14 +64,25 @@ class Dialer:
                 backoff[pid] = (float("inf"), self.backoff_max_s)
                 continue
             count("dial_attempts")
+            log.debug("dialing %s", pid)
             try:
                 conn.request(request)
                 backoff.pop(pid, None)
+                self.failures.pop(pid, None)
+                answered = True
             except ControlError as err:
+                answered = False
                 count("dial_failures")
-                log.log(logging.DEBUG if pid in backoff else logging.WARNING,
-                        "dialing %s failed (%s); retrying in %.1f s", pid, err, delay)
+                failures = self.failures[pid] = self.failures.get(pid, 0) + 1
                 backoff[pid] = (now + delay, min(2 * delay, self.backoff_max_s))
+                if pid not in self.bootstrap and failures >= self.max_cached_failures:
+                    count("dial_given_up")
+                    log.info("giving up on cached peer %s after %d failed dials (%s)", pid, failures, err)
+                else:
+                    log.log(logging.DEBUG if failures > 1 else logging.WARNING,
+                            "dialing %s failed (%s); retrying in %.1f s", pid, err, delay)
+            if self.peer_cache is not None:
+                self.peer_cache.record_dial(pid, answered)
 
 
 def ask_dht(socket_path: Path, own_id: str, control_timeout_s: float) -> int:

@@ -1,62 +1,241 @@
-"""`<run_dir>/peers.json`: multiaddrs of recently connected peers, so a restarted node rejoins
-without its original bootstrap peer. Written atomically (temp file + rename); a missing or
-corrupt file is an empty cache, never an error."""
+"""`<run_dir>/peers.json`: the peers a restarted node dials first, kept by usefulness so that hosts
+which connect and leave (free for an attacker) cannot fill it.
+
+Per peer it records when it was last connected (`seen`), when a dial of ours last reached it
+(`answered`), when the node last used a verified group it signed (`useful`), and its consecutive
+failed dials. Ranking (the file's order, and the dial order): useful peers first, then peers that
+answered a dial, then the rest; within each, the most recently in contact first. Bounds, as
+Bitcoin's address manager keeps them: at most `max_per_group` entries per address group (/16 of
+IPv4, /32 of IPv6), at most `max_unproven` entries that were never useful nor answered, at most
+`max_peers` in all; the best-ranked win. An entry that failed `max_dial_failures` dials in a row
+is evicted (a useful or answering one only once it has also been silent `proven_grace_s`: a
+short outage on either side must not erase the peers worth having), and so is one silent for
+`max_age_s`. Written atomically (temp file + rename); a missing or corrupt file is an empty
+cache, never an error. Thread-safe: the discovery thread and the node's thread both use it."""
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import json
 import logging
+import math
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
-MAX_PEERS = 64
-MAX_AGE_S = 7 * 24 * 3600.0
+MAX_ADDRS_PER_PEER = 8
+MAX_PENDING_USEFUL = 256  # useful marks for peers not (yet) cached, kept until they connect
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerCacheLimits:
+    max_peers: int = 64            # entries in all
+    max_per_group: int = 8         # entries per address group
+    max_unproven: int = 8          # entries never useful nor answering
+    max_dial_failures: int = 3     # failed dials in a row that make an entry dead
+    proven_grace_s: float = 3600.0  # how long a dead useful/answering entry is kept after its last contact
+    max_age_s: float = 7 * 24 * 3600.0  # any entry silent this long goes
+    ipv4_prefix: int = 16          # leading bits that make an IPv4 address group
+    ipv6_prefix: int = 32
+
+
+@dataclasses.dataclass
+class PeerRecord:
+    addrs: list[str]
+    seen: float = 0.0      # last time it was connected to us (either direction)
+    answered: float = 0.0  # last time one of our dials reached it (0: never)
+    useful: float = 0.0    # last time the node used a verified group it signed (0: never)
+    failures: int = 0      # failed dials since it last answered or was seen connected
+
+    @property
+    def proven(self) -> bool:
+        return self.useful > 0 or self.answered > 0
+
+    @property
+    def last_contact(self) -> float:
+        return max(self.seen, self.answered)
+
+    def rank_key(self) -> tuple:
+        return (self.useful > 0, self.answered > 0, max(self.last_contact, self.useful))
+
+
+def _parse_record(entry: dict, now: float) -> PeerRecord:
+    def when(key: str) -> float:  # a time from the future, or not a time, would rank it forever
+        value = float(entry.get(key, 0.0))
+        if not math.isfinite(value):
+            raise ValueError(f"{key} is {value}")
+        return min(max(value, 0.0), now)
+
+    addrs = entry["addrs"]
+    if not isinstance(addrs, list):
+        raise TypeError("addrs is not a list")
+    return PeerRecord([str(a) for a in addrs][:MAX_ADDRS_PER_PEER], when("seen"), when("answered"),
+                      when("useful"), max(0, int(entry.get("failures", 0))))
+
+
+def address_group(addr: str, ipv4_prefix: int = 16, ipv6_prefix: int = 32) -> str:
+    """'/ip4/10.1.2.3/tcp/4001' -> 'ip4:10.1.0.0/16'; a DNS name is its own group."""
+    parts = addr.split("/")
+    kind, host = (parts[1], parts[2]) if len(parts) > 2 else ("", addr)
+    try:
+        if kind == "ip4":
+            return f"ip4:{ipaddress.ip_network(f'{host}/{ipv4_prefix}', strict=False)}"
+        if kind == "ip6":
+            return f"ip6:{ipaddress.ip_network(f'{host}/{ipv6_prefix}', strict=False)}"
+    except ValueError:
+        pass
+    return f"{kind}:{host}"
 
 
 class PeerCache:
-    def __init__(self, path: Path, max_peers: int = MAX_PEERS, max_age_s: float = MAX_AGE_S) -> None:
+    def __init__(self, path: Path, limits: PeerCacheLimits = PeerCacheLimits(),
+                 clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
-        self.max_peers = max_peers
-        self.max_age_s = max_age_s
+        self.limits = limits
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one writer at a time: the newest state is written last
+        self._peers: dict[str, PeerRecord] | None = None  # read on first use
+        self._pending_useful: dict[str, float] = {}
+        self._changed = False
 
-    def load(self) -> dict[str, dict]:
-        """peer id -> {"addrs": [multiaddr, ...], "seen": unix time}, freshest first."""
+    # ------------------------------------------------------------------ reading
+
+    def load(self) -> dict[str, PeerRecord]:
+        """peer id -> record, best first (a copy)."""
+        with self._lock:
+            return {pid: dataclasses.replace(rec) for pid, rec in self._records().items()}
+
+    def dial_targets(self) -> dict[str, list[str]]:
+        """peer id -> full multiaddrs (…/p2p/<id>) to dial, best-ranked peers first."""
+        with self._lock:
+            return {pid: [f"{a}/p2p/{pid}" for a in rec.addrs if "/p2p/" not in a]
+                    for pid, rec in self._records().items()}
+
+    def _records(self) -> dict[str, PeerRecord]:
+        if self._peers is None:
+            self._peers = self._prune(self._read())
+        return self._peers
+
+    def _read(self) -> dict[str, PeerRecord]:
         try:
-            raw = json.loads(self.path.read_text())
-            peers = {str(pid): {"addrs": [str(a) for a in entry["addrs"]][:8], "seen": float(entry["seen"])}
-                     for pid, entry in raw["peers"].items()}
+            entries = json.loads(self.path.read_text())["peers"].items()
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             log.warning("ignoring unreadable peer cache %s (%s)", self.path, err)
             return {}
-        cutoff = time.time() - self.max_age_s
-        fresh = sorted(((p, e) for p, e in peers.items() if e["seen"] >= cutoff), key=lambda pe: -pe[1]["seen"])
-        return dict(fresh[: self.max_peers])
+        now, peers, bad = self.clock(), {}, 0
+        for pid, entry in entries:
+            try:
+                peers[str(pid)] = _parse_record(entry, now)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                bad += 1  # a hand-edited or torn entry: the others still count
+        if bad:
+            log.warning("ignored %d unreadable entries of the peer cache %s", bad, self.path)
+        return peers
 
-    def dial_targets(self) -> dict[str, list[str]]:
-        """peer id -> full multiaddrs (…/p2p/<id>) to dial, freshest peers first."""
-        return {pid: [f"{a}/p2p/{pid}" for a in e["addrs"] if "/p2p/" not in a] for pid, e in self.load().items()}
+    # ------------------------------------------------------------------ what happened
 
     def remember(self, seen_now: dict[str, list[str]]) -> None:
-        """Merge peers connected now (peer id -> transport multiaddrs) into the file."""
-        if not seen_now:
-            return
-        peers = self.load()
-        now = time.time()
-        for pid, addrs in seen_now.items():
-            if addrs:
-                peers[pid] = {"addrs": list(dict.fromkeys(addrs))[:8], "seen": now}
-        freshest = dict(sorted(peers.items(), key=lambda pe: -pe[1]["seen"])[: self.max_peers])
+        """Peers connected now (peer id -> their dialable multiaddrs): alive, whoever dialed."""
+        now = self.clock()
+        with self._lock:
+            peers = self._records()
+            for pid, addrs in seen_now.items():
+                if not addrs:
+                    continue
+                rec = peers.get(pid) or PeerRecord([])
+                rec.addrs = list(dict.fromkeys(addrs))[:MAX_ADDRS_PER_PEER]
+                rec.seen, rec.failures = now, 0
+                rec.useful = max(rec.useful, self._pending_useful.pop(pid, 0.0))
+                peers[pid] = rec
+            self._settle()
+
+    def record_dial(self, peer_id: str, answered: bool) -> None:
+        """The outcome of one of our dials of a cached peer."""
+        with self._lock:
+            rec = self._records().get(peer_id)
+            if rec is None:
+                return
+            if answered:
+                rec.answered, rec.failures = self.clock(), 0
+            else:
+                rec.failures += 1
+            self._settle()
+
+    def note_useful(self, peer_ids: Iterable[str]) -> None:
+        """The node used verified groups these peers signed (plain peer ids)."""
+        now = self.clock()
+        with self._lock:
+            peers = self._records()
+            for pid in peer_ids:
+                if pid in peers:
+                    peers[pid].useful = now
+                else:
+                    self._pending_useful.pop(pid, None)  # re-insert: the newest survive the bound
+                    self._pending_useful[pid] = now
+            while len(self._pending_useful) > MAX_PENDING_USEFUL:
+                self._pending_useful.pop(next(iter(self._pending_useful)))
+            self._settle()
+
+    # ------------------------------------------------------------------ keeping it small
+
+    def _settle(self) -> None:
+        self._peers = self._prune(self._records())
+        self._changed = True
+
+    def _prune(self, peers: dict[str, PeerRecord]) -> dict[str, PeerRecord]:
+        """Evicts dead and silent entries, then keeps the best-ranked within every bound."""
+        lim, now = self.limits, self.clock()
+        alive = {pid: rec for pid, rec in peers.items()
+                 if now - rec.last_contact <= lim.max_age_s
+                 and not (rec.failures >= lim.max_dial_failures
+                          and (not rec.proven or now - rec.last_contact > lim.proven_grace_s))}
+        kept: dict[str, PeerRecord] = {}
+        per_group: dict[str, int] = {}
+        unproven = 0
+        for pid, rec in sorted(alive.items(), key=lambda pr: pr[1].rank_key(), reverse=True):
+            if len(kept) >= lim.max_peers:
+                break
+            # an entry counts against the group of every address it gives (more addresses cost more)
+            groups = {address_group(a, lim.ipv4_prefix, lim.ipv6_prefix) for a in rec.addrs}
+            if not groups or any(per_group.get(g, 0) >= lim.max_per_group for g in groups):
+                continue
+            if not rec.proven:
+                if unproven >= lim.max_unproven:
+                    continue
+                unproven += 1
+            for g in groups:
+                per_group[g] = per_group.get(g, 0) + 1
+            kept[pid] = rec
+        return kept
+
+    def save(self) -> bool:
+        """Writes the file if anything changed since the last write (True if written)."""
+        with self._write_lock:
+            with self._lock:
+                if not self._changed:
+                    return False
+                body = {"peers": {pid: dataclasses.asdict(rec) for pid, rec in self._records().items()}}
+                self._changed = False
+            self._write(body)
+        return True
+
+    def _write(self, body: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as handle:
-                json.dump({"peers": freshest}, handle, indent=1)
+                json.dump(body, handle, indent=1)
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
+            with self._lock:
+                self._changed = True
             raise

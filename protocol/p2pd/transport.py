@@ -52,7 +52,7 @@ from .control import (
 )
 from .daemon import DaemonProcess, DaemonStartError
 from .discovery import Dialer, ask_dht, peer_addrs
-from .peer_cache import PeerCache
+from .peer_cache import PeerCache, PeerCacheLimits
 from proto._generated import p2pd_control_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ STAT_KEYS = (
     "dropped_inbound_oversize",
     "daemon_restarts", "daemon_failures",  # exits / stuck sockets seen; failed restart attempts
     "dial_attempts", "dial_failures",
+    "dial_given_up",  # cached peers no longer redialed this run (failed max_dial_failures in a row)
 )
 
 
@@ -90,7 +91,9 @@ class P2pdTransport:
     :param listen: libp2p listen multiaddrs (`/ip4/127.0.0.1/tcp/0` picks a free port).
     :param bootstrap: peers to dial (`.../p2p/<peer-id>`), re-dialed with backoff while down.
     :param topics: topics subscribed at start.
-    :param peer_cache: JSON file of recently connected peers: dialed at start, kept up to date.
+    :param peer_cache: JSON file of the peers worth redialing (protocol/p2pd/peer_cache.py): dialed
+        at start in rank order, kept up to date; `note_useful_peers` feeds its ranking.
+    :param peer_cache_limits: its bounds (entries per address group, never-useful entries, dials).
     :param start_timeout_s: how long `start` waits for the daemon before raising DaemonStartError.
     :param publish_rate: messages per second the writer hands the daemon at most (bursts of
         PUBLISH_BURST); faster overflows the daemon's per-peer queues.
@@ -103,7 +106,8 @@ class P2pdTransport:
     """
 
     def __init__(self, identity_seed: bytes, *, listen: list[str], bootstrap: list[str], topics: list[str] = (),
-                 peer_cache: Path | None = None, start_timeout_s: float = 20.0,
+                 peer_cache: Path | None = None, peer_cache_limits: PeerCacheLimits = PeerCacheLimits(),
+                 start_timeout_s: float = 20.0,
                  max_msg_bytes: int = MAX_MESSAGE_BYTES, inbox_size: int = 4096, outbound_size: int = 4096,
                  publish_wait_s: float = 2.0, settle_s: float = 0.5, publish_rate: float = 500.0,
                  control_timeout_s: float = 5.0, health_interval_s: float = 1.0, discovery_interval_s: float = 2.0,
@@ -120,7 +124,7 @@ class P2pdTransport:
         if max_msg_bytes > MAX_MESSAGE_BYTES:
             raise ValueError(f"max_msg_bytes={max_msg_bytes} exceeds what the daemon delivers ({MAX_MESSAGE_BYTES})")
         self.max_msg_bytes = max_msg_bytes
-        self.peer_cache = PeerCache(peer_cache) if peer_cache else None
+        self.peer_cache = PeerCache(peer_cache, peer_cache_limits) if peer_cache else None
         self.start_timeout_s = start_timeout_s
         self._inbox_size, self._outbound_size = inbox_size, outbound_size
         self._publish_wait_s, self._control_timeout_s = publish_wait_s, control_timeout_s
@@ -128,7 +132,7 @@ class P2pdTransport:
         self._health_interval_s, self._discovery_interval_s = health_interval_s, discovery_interval_s
         self._backoff_initial_s, self._backoff_max_s = backoff_initial_s, backoff_max_s
         self._dialer = Dialer(self.peer_id, bootstrap_by_peer, self.peer_cache, control_timeout_s,
-                              backoff_initial_s, backoff_max_s)
+                              backoff_initial_s, backoff_max_s, peer_cache_limits.max_dial_failures)
 
         self._lock = threading.Lock()
         self._wake_writer = threading.Condition(self._lock)
@@ -223,6 +227,11 @@ class P2pdTransport:
                 out[f"topic_peers:{topic}"] = n
         return out
 
+    def note_useful_peers(self, peer_ids: list[str]) -> None:
+        """The node used verified groups signed by these peers: the peer cache ranks them first."""
+        if self.peer_cache is not None:
+            self.peer_cache.note_useful(peer_ids)
+
     @property
     def state(self) -> str:
         return self._state
@@ -247,6 +256,7 @@ class P2pdTransport:
             daemon = self._daemon  # a restart may have raced the close: it stops its own daemon then
         if daemon is not None:
             daemon.stop()
+        self._save_peer_cache()
         self._ready.set()
 
     def __enter__(self) -> P2pdTransport:
@@ -494,10 +504,11 @@ class P2pdTransport:
                 self._discovery_round(generation)
                 with self._lock:
                     connected = set(self._connected)
-                # written when we meet somebody new, and refreshed every 10 s (fresh `seen` times)
+                # remembered when we meet somebody new, and refreshed every 10 s (fresh `seen` times)
                 if self.peer_cache is not None and (connected - remembered or time.monotonic() - cache_written > 10.0):
                     if self._remember_peers(generation):
                         cache_written, remembered = time.monotonic(), connected
+                self._save_peer_cache()  # only if something changed: dial outcomes, usefulness, peers
             except Exception:  # noqa: BLE001 - discovery must go on whatever one round met
                 log.exception("p2pd discovery round failed (continuing)")
             if self._stop.wait(self._discovery_interval_s):
@@ -522,7 +533,7 @@ class P2pdTransport:
             log.debug("discovery round failed: %s", err)
 
     def _remember_peers(self, generation: int) -> bool:
-        """Writes the connected peers' dialable addresses to the peer cache (True if any)."""
+        """Records the connected peers' dialable addresses in the peer cache (True if any)."""
         socket_path = self._socket_for(generation)
         if socket_path is None or self.peer_cache is None:
             return False
@@ -535,12 +546,16 @@ class P2pdTransport:
             return False
         if not addrs:
             return False
+        self.peer_cache.remember(addrs)
+        return True
+
+    def _save_peer_cache(self) -> None:
+        if self.peer_cache is None:
+            return
         try:
-            self.peer_cache.remember(addrs)
+            self.peer_cache.save()
         except OSError as err:
             log.warning("cannot write the peer cache %s: %s", self.peer_cache.path, err)
-            return False
-        return True
 
     def _topics(self) -> list[str]:
         with self._lock:
