@@ -123,6 +123,10 @@ class SwarmConfig(Section):
                                           "that peer's oldest are dropped (counted)")
     ingest_staged_max: int = Field(2048, ge=1, description="messages waiting in all; beyond it the heaviest "
                                    "sender's oldest are dropped (counted)")
+    ingest_young_share: float = Field(0.25, gt=0, le=1, description="background ingest: young and unknown senders "
+                                      "together get at most this share of each round's verification budget and of "
+                                      "staging; established senders are served first with the rest (1,000 fresh "
+                                      "origins must not crowd an established peer out of verification)")
     sampling_policy: Literal["uniform", "per_sender", "weak_tasks"] = Field(
         "per_sender", description="which J pooled groups to train on: uniform (SAPO paper), per_sender (fair "
                                   "across senders) or weak_tasks (favour families this node fails, sender-fair)")
