@@ -10,8 +10,10 @@ grows with this node's own training (at most J + I groups a round), never with w
 
 Young keys: a key is young until both this node has trained on `young_groups` of its verified,
 non-duplicate groups and its first such group arrived `young_rounds` rounds ago. Young keys
-together get at most `young_share_max` of the J sampled slots a round (a fraction carries over:
-0.25 of J = 2 is one slot every other round), served in order of first appearance (keys still
+together hold at most `young_share_max` of the external mix (with J = 4: one young group beside
+three established ones, and fewer when established keys offer fewer; a fraction carries over), and
+in a round with no established group at most that share of the J slots (0.25 of J = 2 is one slot
+every other round). They are served in order of first appearance (keys still
 short of `young_groups` used groups first), so a burst of fresh keys queues behind earlier
 newcomers and never crowds out established peers: with the defaults, fresh keys can become
 established at most one per `young_groups` rounds (J = 4), each after `young_rounds` rounds. A new
@@ -118,12 +120,28 @@ class Admission:
             return True, self._round, self._arrivals
         return record.used >= self.young_groups, record.first_seen, record.arrival
 
-    def young_slots(self, k: int) -> int:
-        """This round's slots for young keys out of k: the share earned, fractions carried over
-        (capped, so quiet rounds never bank a burst)."""
-        earned = self.young_share_max * k
-        self._credit = min(self._credit + earned, max(1.0, earned))
-        return min(k, math.floor(self._credit + 1e-9))
+    def split(self, k: int, young: int, established: int) -> tuple[int, int]:
+        """This round's (young, established) slots out of k, given how many groups of each are
+        eligible. Young keys hold at most `young_share_max` of the mix: each established group taken
+        earns them share / (1 - share) of a slot. In a round with no established group (a new swarm)
+        they earn share * k slots instead. Fractions carry over, capped so that quiet rounds never
+        bank a burst; established keys fill what young ones leave."""
+        share = self.young_share_max
+        if established == 0 or share >= 1.0:
+            credit = self._earn(share * k)
+            taken = min(young, k, math.floor(credit + 1e-9))
+            self._credit = credit
+            return taken, min(established, k - taken)
+        per_group = share / (1.0 - share)
+        for taken in range(min(young, k), -1, -1):  # the most young slots that the rest would earn
+            credit = self._earn(per_group * min(established, k - taken))
+            if taken <= math.floor(credit + 1e-9):
+                self._credit = credit
+                return taken, min(established, k - taken)
+        raise AssertionError("unreachable: no young slot is always earned")
+
+    def _earn(self, earned: float) -> float:
+        return min(self._credit + earned, max(1.0, earned))
 
     def spend(self, n: int) -> None:
         self._credit -= n

@@ -101,8 +101,9 @@ class SwarmConfig(Section):
     pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")
     pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group older than this many rounds is dropped")
     pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
-    young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together get at most this share of "
-                                   "the J external slots a round (keys are free: 100 fresh keys must not own the mix)")
+    young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together hold at most this share of "
+                                   "the external mix (of the J slots in a round with no established group; keys are "
+                                   "free: 100 fresh keys must not own the mix)")
     young_groups: int = Field(8, ge=0, description="a key stays young until this node has trained on this many of its "
                               "verified, non-duplicate groups (0 with young_rounds 0: no key is young)")
     young_rounds: int = Field(20, ge=0, description="a key also stays young until this many rounds after its first "

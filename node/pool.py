@@ -10,7 +10,7 @@ A group is trained on once: sampling removes it from the pool.
 
 Admission (node/admission.py; on for a node, off for a bare GroupPool): a group whose content is
 already pooled or was trained on recently is refused whoever signed it, and keys that have not
-yet earned weight ("young") share at most `young_share_max` of the J sampled slots.
+yet earned weight ("young") hold at most `young_share_max` of the sampled mix.
 """
 from __future__ import annotations
 
@@ -89,16 +89,17 @@ class GroupPool:
     def sample(self, k: int, policy: SamplingPolicy, rng: random.Random,
                weakness: Callable[[ScoredGroup], float] | None = None) -> list[ScoredGroup]:
         """Up to k groups with reward variance, removed from the pool (flat groups stay: they are
-        only useful merged into one of our groups). Young keys' groups fill at most their share of
-        the k slots, oldest keys first; the sampling policy picks the rest among established keys."""
+        only useful merged into one of our groups). Young keys' groups hold at most their share of
+        the mix (Admission.split), oldest keys first; the sampling policy picks the established ones."""
         eligible = [e for e in self.entries if not e.group.flat]
         chosen: list[PoolEntry] = []
+        established = [e for e in eligible if not self._young(e)]
+        n = min(k, len(established))
         if self.admission is not None:
             young = [e for e in eligible if self._young(e)]
-            chosen = self._seniority(young, self.admission.young_slots(k))
+            slots, n = self.admission.split(k, len(young), len(established))
+            chosen = self._seniority(young, slots)
             self.admission.spend(len(chosen))
-        established = [e for e in eligible if not self._young(e)]
-        n = min(k - len(chosen), len(established))
         if policy == "uniform":
             chosen += rng.sample(established, n)
         elif policy == "per_sender":
