@@ -1,6 +1,7 @@
 """The bounded pool of verified peer groups, and the samplers that pick the J external groups.
 
-Bounds: age in rounds, total size, and groups per sender (a flooding peer evicts only its own).
+Bounds: age in rounds, total size (young keys' groups go first), and groups per sender (a flooding
+peer evicts only its own).
 Samplers (swarm.sampling_policy):
     uniform     uniform over the pool's groups, as in the SAPO paper
     per_sender  senders in random order, one group each, repeat: fair across senders (default)
@@ -72,10 +73,12 @@ class GroupPool:
         """Drops groups too old or over the size bound; also starts round `round_index` for admission."""
         while self.entries and round_index - self.entries[0].received_round > self.max_age_rounds:
             self._remove(self.entries[0])
-        while len(self.entries) > self.max_groups:
-            self._remove(self.entries[0])  # oldest first
         if self.admission is not None:
             self.admission.start_round(round_index)
+        if len(self.entries) > self.max_groups:  # young keys' oldest first: fresh keys cannot push out earned ones
+            ranked = sorted(self.entries, key=lambda e: not self._young(e))  # stable: oldest first within each
+            for entry in ranked[: len(self.entries) - self.max_groups]:
+                self._remove(entry)
 
     def take_matching(self, prompt_keys: set[str]) -> list[ScoredGroup]:
         """Cross-actor: the newest pooled group for each of `prompt_keys`, removed from the pool.

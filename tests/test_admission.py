@@ -103,6 +103,22 @@ def test_young_keys_hold_at_most_their_share_of_the_mix_when_established_keys_of
     assert used[False] == young_expected and used[False] <= 0.25 * (used[True] + used[False])
 
 
+def test_a_full_pool_drops_young_keys_groups_before_established_ones():
+    p = GroupPool(8, 50, 32, Admission(0.25, 1, 0, 10), Counter())
+    p.evict(0)
+    p.add(PoolEntry(distinct(0, "honest"), 0))
+    p.sample(4, "per_sender", random.Random(0))  # used once: established
+    p.evict(1)
+    for i in range(3):
+        p.add(PoolEntry(distinct(10 + i, "honest"), 1))
+    for i in range(20):  # 20 fresh keys after it
+        p.add(PoolEntry(distinct(100 + i, f"sybil{i}"), 2))
+    p.evict(2)
+    origins = Counter(e.group.origin for e in p.entries)
+    assert len(p) == 8 and origins["honest"] == 3  # the newest young groups stay in what is left
+    assert {e.group.origin for e in p.entries} - {"honest"} == {f"sybil{i}" for i in range(15, 20)}
+
+
 def test_a_fraction_of_a_slot_carries_over_but_is_never_banked():
     p = pool(share=0.25, young_groups=100)
     used = 0
