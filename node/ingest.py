@@ -145,9 +145,9 @@ class Staging:
             if lane.push(peer, Staged(topic, item, round_index)) > self.per_sender:
                 self._drop_oldest(cls, peer, "sender_quota")
             young = self.lanes[YOUNG]
-            if young.total > self.young_max:
+            while young.total > self.young_max:  # (a queue that changed lanes can bring several)
                 self._drop_oldest(YOUNG, young.heaviest()[0], "staging_full")
-            if self.total > self.max_total:
+            while self.total > self.max_total:
                 self._shed()
 
     def _classify(self, peer: str) -> str:
