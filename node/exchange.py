@@ -15,8 +15,9 @@ What crosses the network is never trusted (proto/PROTOCOL.md):
   in cross-actor composition, first every pooled group for a prompt we sampled this round.
 
 Where ingest runs (`ingest`): "background" (`swarm-node join`): a worker thread (node/ingest.py)
-drains the transport and verifies under a per-round budget with per-sender staging quotas, so
-`collect` only samples the verified pool and a flood never lengthens a round. "inline" (the
+drains the transport and verifies under a per-round budget with per-sender staging quotas,
+established senders first (young and unknown origins share a bounded remainder), so `collect` only
+samples the verified pool and a flood never lengthens a round. "inline" (the
 in-process memory testnet, experiments, most tests): `collect` verifies everything that arrived,
 on the caller's thread, in swarm time: runs stay deterministic and reproducible.
 Peers' completions are scored in killable worker processes (node/scorer_sandbox.py).
