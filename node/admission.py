@@ -13,10 +13,12 @@ Young keys: a key is young until both `young_groups` of its verified, valid, non
 were credited and its first such group arrived `young_rounds` rounds ago. A group is credited when
 this node trains on it, or, for a young key, when one of the young slots picks it although it has
 no reward variance (verified, but nothing to train on): an honest peer that has solved its tasks
-sends mostly such groups, and would otherwise stay young forever. Young keys together get at most
-`young_share_max` of the J sampled slots a round (a fraction carries over: 0.25 of J = 2 is one
-slot every other round), trained or credited alike, served in order of first appearance (keys
-still short of `young_groups` credits first), so a burst of fresh keys queues behind earlier
+sends mostly such groups, and would otherwise stay young forever. Young keys together hold at most
+`young_share_max` of the external mix (with J = 4: one young group beside three established ones,
+and fewer when established keys offer fewer; a fraction carries over), and in a round with no
+established group at most that share of the J slots (0.25 of J = 2 is one slot every other round),
+trained or credited alike. They are served in order of first appearance (keys still short of
+`young_groups` credits first), so a burst of fresh keys queues behind earlier
 newcomers and never crowds out established peers: with the defaults, fresh keys can become
 established at most one per `young_groups` rounds (J = 4), each after `young_rounds` rounds. A new
 swarm starts with every key young: its external mix fills at that share until peers have earned
@@ -135,12 +137,28 @@ class Admission:
             return True, self._round, self._arrivals
         return record.credited >= self.young_groups, record.first_seen, record.arrival
 
-    def young_slots(self, k: int) -> int:
-        """This round's slots for young keys out of k: the share earned, fractions carried over
-        (capped, so quiet rounds never bank a burst)."""
-        earned = self.young_share_max * k
-        self._slot_credit = min(self._slot_credit + earned, max(1.0, earned))
-        return min(k, math.floor(self._slot_credit + 1e-9))
+    def split(self, k: int, young: int, established: int) -> tuple[int, int]:
+        """This round's (young, established) slots out of k, given how many groups of each are
+        eligible. Young keys hold at most `young_share_max` of the mix: each established group taken
+        earns them share / (1 - share) of a slot. In a round with no established group (a new swarm)
+        they earn share * k slots instead. Fractions carry over, capped so that quiet rounds never
+        bank a burst; established keys fill what young ones leave."""
+        share = self.young_share_max
+        if established == 0 or share >= 1.0:
+            credit = self._earn(share * k)
+            taken = min(young, k, math.floor(credit + 1e-9))
+            self._slot_credit = credit
+            return taken, min(established, k - taken)
+        per_group = share / (1.0 - share)
+        for taken in range(min(young, k), -1, -1):  # the most young slots that the rest would earn
+            credit = self._earn(per_group * min(established, k - taken))
+            if taken <= math.floor(credit + 1e-9):
+                self._slot_credit = credit
+                return taken, min(established, k - taken)
+        raise AssertionError("unreachable: no young slot is always earned")
+
+    def _earn(self, earned: float) -> float:
+        return min(self._slot_credit + earned, max(1.0, earned))
 
     def spend(self, n: int) -> None:
         self._slot_credit -= n
@@ -177,7 +195,7 @@ class Admission:
             credited = OrderedDict((str(digest), int(round_index)) for digest, round_index in state["credited"])
             round_index, arrivals = int(state["round"]), int(state["arrivals"])
             slot_credit = float(state["slot_credit"])
-            if not -1.0 <= slot_credit <= 1e6:  # young_slots re-caps it; this only refuses nonsense (nan too)
+            if not -1.0 <= slot_credit <= 1e6:  # split re-caps it; this only refuses nonsense (nan too)
                 raise ValueError(f"slot credit {slot_credit}")
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"not an admission state: {err!r}") from err

@@ -165,6 +165,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               + "  (0 exact, 1 aligned, 2 proxy)", highlight=False)
     out.print("observed: " + (", ".join(f"{k}={v}" for k, v in sorted(s.observed.items())) or "nothing"),
               highlight=False)
+    out.print("ingest: " + (", ".join(f"{k}={v}" for k, v in sorted(s.ingest.items())) or "inline"),
+              highlight=False)
     out.print("hints: " + (", ".join(f"{k}={v}" for k, v in sorted(s.hint_counters.items())) or "none"),
               highlight=False)
     peers = Table(title="peers")

@@ -122,8 +122,9 @@ class SwarmConfig(Section):
     pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")
     pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group older than this many rounds is dropped")
     pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
-    young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together get at most this share of "
-                                   "the J external slots a round (keys are free: 100 fresh keys must not own the mix)")
+    young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together hold at most this share of "
+                                   "the external mix (of the J slots in a round with no established group; keys are "
+                                   "free: 100 fresh keys must not own the mix)")
     young_groups: int = Field(8, ge=0, description="a key stays young until this many of its verified, non-duplicate "
                               "groups were credited: trained on, or (zero reward variance) picked by a young slot "
                               "(0 with young_rounds 0: no key is young)")
@@ -145,6 +146,10 @@ class SwarmConfig(Section):
                                           "that peer's oldest are dropped (counted)")
     ingest_staged_max: int = Field(2048, ge=1, description="messages waiting in all; beyond it the heaviest "
                                    "sender's oldest are dropped (counted)")
+    ingest_young_share: float = Field(0.25, gt=0, le=1, description="background ingest: young and unknown senders "
+                                      "together get at most this share of each round's verification budget and of "
+                                      "staging; established senders are served first with the rest (1,000 fresh "
+                                      "origins must not crowd an established peer out of verification)")
     sampling_policy: Literal["uniform", "per_sender", "weak_tasks"] = Field(
         "per_sender", description="which J pooled groups to train on: uniform (SAPO paper), per_sender (fair "
                                   "across senders) or weak_tasks (favour families this node fails, sender-fair)")

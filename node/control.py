@@ -38,12 +38,24 @@ def status_reply(s: dict) -> swarm_pb2.StatusReply:
     reply.tier_rollouts.update({k: int(v) for k, v in s.get("tiers_used", {}).items()})
     reply.hint_counters.update({k: int(v) for k, v in s.get("hints", {}).items()})
     reply.observed.update({k: int(v) for k, v in s.get("observed", {}).items()})
+    reply.ingest.update(flat_counts(s.get("ingest", {})))
     connected = set(s["connected"])
     for info in s["peers"]:
         reply.peers.add(**dataclasses.asdict(info), connected=info.peer_id in connected)
     for usage in s["rounds"][-RECENT_ROUNDS:][::-1]:
         reply.rounds.add(**usage)
     return reply
+
+
+def flat_counts(tree: dict, prefix: str = "") -> dict[str, int]:
+    """Nested counters as one level, keys joined by "/"; strings (e.g. the ingest mode) left out."""
+    flat: dict[str, int] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flat_counts(value, f"{prefix}{key}/"))
+        elif isinstance(value, (int, float)):  # bools too
+            flat[f"{prefix}{key}"] = int(value)
+    return flat
 
 
 def start_control_server(address: str, snapshot: Callable[[], dict]) -> tuple[grpc.Server, str]:

@@ -15,8 +15,9 @@ What crosses the network is never trusted (proto/PROTOCOL.md):
   in cross-actor composition, first every pooled group for a prompt we sampled this round.
 
 Where ingest runs (`ingest`): "background" (`swarm-node join`): a worker thread (node/ingest.py)
-drains the transport and verifies under a per-round budget with per-sender staging quotas, so
-`collect` only samples the verified pool and a flood never lengthens a round. "inline" (the
+drains the transport and verifies under a per-round budget with per-sender staging quotas,
+established senders first (young and unknown origins share a bounded remainder), so `collect` only
+samples the verified pool and a flood never lengthens a round. "inline" (the
 in-process memory testnet, experiments, most tests): `collect` verifies everything that arrived,
 on the caller's thread, in swarm time: runs stay deterministic and reproducible.
 Peers' completions are scored in killable worker processes (node/scorer_sandbox.py).
@@ -33,7 +34,7 @@ from typing import Callable, Literal
 from node.config import SwarmConfig
 from node.groups import ScoredGroup
 from node.hints import LEVELS, leaks_answer
-from node.ingest import IngestBudget, IngestWorker, Staged
+from node.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staged
 from node.pool import GroupPool, PoolEntry
 from node.prompts import Retokenizer
 from node.tasks.base import Task, TaskRef, TaskSource
@@ -152,7 +153,6 @@ class SwarmExchange:
         self._shared = {"wire_bytes": 0, "wire_tokens": 0}
         self._arrived = {"received": 0, "flat": 0}  # verified since the last collect
         self._pool_round = 0  # the round the training loop collected last (staged messages age from it)
-        self._known_senders: set[str] = set()  # delivering peers that brought a verified group
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         self._lock = threading.Lock()
@@ -164,7 +164,8 @@ class SwarmExchange:
         self._worker: IngestWorker | None = None
         if ingest == "background":
             self._worker = IngestWorker(transport, list(self.topics.values()), self._verify_staged, budget,
-                                        self._sender_class, name=f"ingest-{self.peer_id[-8:]}")
+                                        self._sender_class, name=f"ingest-{self.peer_id[-8:]}",
+                                        max_wait_rounds=cfg.pool_max_age_rounds)
             self._worker.start()
         elif ingest != "inline":
             raise ValueError(f"ingest must be 'inline' or 'background', got {ingest!r}")
@@ -226,14 +227,14 @@ class SwarmExchange:
             counter[key] += n
 
     def _sender_class(self, from_peer: str) -> str:
-        return "known" if from_peer in self._known_senders else "new"
+        """Staging's lane for a delivering peer: established at admission, or young (unknown included).
+        A host's origin id is its signing key, so an honest peer's earned weight carries over."""
+        with self._lock:
+            return YOUNG if self.pool.admission.is_young(from_peer) else ESTABLISHED
 
     def _verify_staged(self, staged: Staged) -> None:
         """One message from the transport, whatever its topic (the background worker's callback)."""
         item = staged.item
-        if self._pool_round - staged.round_index > self.cfg.pool_max_age_rounds:  # waited too long to be pooled
-            self._count(self.observed, "staged_expired")
-            return
         kinds = self._topic_kinds[staged.topic]
         self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item, kinds),
                                                          staged.round_index))
@@ -263,7 +264,6 @@ class SwarmExchange:
         if group is None:
             return
         with self._lock:
-            self._known_senders.add(verified.from_peer)
             self._arrived["received"] += 1
             self._arrived["flat"] += group.flat
             if group.flat and self.cfg.composition != "cross_actor" and not self.pool.wants_flat(group.origin):
@@ -283,7 +283,6 @@ class SwarmExchange:
     def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]:
         """This round's external groups from the verified pool (never waits for anything). Inline
         mode verifies what arrived first; background mode only takes what the worker verified."""
-        self._pool_round = round_index
         if self._worker is None:
             self._ingest_inline(round_index)
         else:

@@ -1,20 +1,30 @@
-"""Ingest off the training thread: staging with per-sender quotas, a per-round budget, a worker thread.
+"""Ingest off the training thread: staging in two lanes by sender class, a per-round budget, a worker thread.
 
-    transport.drain (every topic) -> Staging (a queue per delivering peer)
-        -> fair take (one message per peer in turn) -> verify (the exchange's callback) -> pool
+    transport.drain (every topic) -> Staging: a lane per sender class, a queue per delivering peer
+        -> take: established senders first, young ones within their share -> verify -> pool
 
-When more arrives than the worker may verify, staging drops from the heaviest sender (the peer with
+Identities are free, so a verification budget shared round-robin by every origin would go to
+whoever has the most origins: 1,000 fresh keys would leave an established peer one turn in a
+thousand, and its groups would expire unverified. Staging therefore keeps two lanes, by what
+`sender_class(peer)` says now (node/admission.py: "established", or "young" for young and unknown
+origins), and young senders together get at most `young_share` of each round's verification
+budget (messages, bytes, seconds) and of staging capacity; established senders get the rest, and
+what young ones leave unused. Within a lane, peers are served round-robin, oldest message first.
+
+When more arrives than the worker may verify, a lane drops from its heaviest sender (the peer with
 the most staged messages), never oldest-first across everyone: a flooder fills only its own queue.
-Drops are counted by reason and by sender class ("known": a peer that already delivered a verified
-group, "new": any other). The budget bounds what the worker verifies per round (messages, bytes,
-and its share of wall time, since verification holds the GIL the training thread also needs).
+A message that waited more than `max_wait_rounds` rounds is dropped unverified when its turn comes
+(it could no longer be pooled). Drops are counted by reason and sender class ("expired/young").
+The budget bounds what the worker verifies per round (messages, bytes, and its share of wall time,
+since verification holds the GIL the training thread also needs).
 """
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,6 +33,8 @@ from protocol import Received, Transport
 log = logging.getLogger(__name__)
 
 IDLE_SLEEP_S = 0.02  # nothing to verify now: poll again after this long (each wake-up wants the GIL)
+ESTABLISHED, YOUNG = "established", "young"  # sender classes (young: young and unknown origins)
+CLASSES = (ESTABLISHED, YOUNG)
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,7 @@ class IngestBudget:
     max_share: float = 0.05          # of wall time the worker may spend verifying (GIL shared with training)
     per_sender_staged: int = 64      # staged messages per delivering peer
     max_staged: int = 2048           # staged messages in all
+    young_share: float = 0.25        # of the budget and of staging that young senders share at most
 
 
 @dataclass(frozen=True)
@@ -41,67 +54,178 @@ class Staged:
     round_index: int  # the round during which it arrived: pooled groups age from there
 
 
-class Staging:
-    """Messages waiting for verification, one queue per delivering peer. Not thread-safe (one owner)."""
+class _Lane:
+    """One sender class's queues: a queue per peer in round-robin order (next to serve first), and
+    the peers bucketed by queue length so that the heaviest is found in O(1)."""
 
-    def __init__(self, per_sender: int, max_total: int, sender_class: Callable[[str], str]):
+    def __init__(self) -> None:
+        self.queues: OrderedDict[str, deque[Staged]] = OrderedDict()
+        self.total = 0
+        self._by_length: dict[int, dict[str, None]] = {}  # queue length -> peers (dict: ordered set)
+        self._longest = 0
+
+    def _resized(self, peer: str, old: int, new: int) -> None:
+        if old:
+            bucket = self._by_length[old]
+            del bucket[peer]
+            if not bucket:
+                del self._by_length[old]
+        if new:
+            self._by_length.setdefault(new, {})[peer] = None
+            self._longest = max(self._longest, new)
+        while self._longest and self._longest not in self._by_length:
+            self._longest -= 1
+
+    def push(self, peer: str, staged: Staged) -> int:
+        queue = self.queues.setdefault(peer, deque())
+        queue.append(staged)
+        self.total += 1
+        self._resized(peer, len(queue) - 1, len(queue))
+        return len(queue)
+
+    def pop_oldest(self, peer: str) -> Staged:
+        queue = self.queues[peer]
+        staged = queue.popleft()
+        self.total -= 1
+        self._resized(peer, len(queue) + 1, len(queue))
+        if not queue:
+            del self.queues[peer]
+        return staged
+
+    def detach(self, peer: str) -> deque[Staged] | None:
+        queue = self.queues.pop(peer, None)
+        if queue:
+            self.total -= len(queue)
+            self._resized(peer, len(queue), 0)
+        return queue
+
+    def attach(self, peer: str, queue: deque[Staged]) -> None:
+        self.queues[peer] = queue
+        self.total += len(queue)
+        self._resized(peer, 0, len(queue))
+
+    def heaviest(self) -> tuple[str, int]:
+        """The peer with the most staged messages (the first to reach that many), and how many."""
+        return next(iter(self._by_length[self._longest])), self._longest
+
+    def next_peer(self) -> str:
+        """The peer whose turn it is; it goes to the back of the line."""
+        peer = next(iter(self.queues))
+        self.queues.move_to_end(peer)
+        return peer
+
+
+class Staging:
+    """Messages waiting for verification, in a lane per sender class. Not thread-safe (one owner).
+    Young senders together hold at most `young_share` of `max_total`; established senders may use
+    the rest and whatever young ones leave free."""
+
+    def __init__(self, per_sender: int, max_total: int, sender_class: Callable[[str], str],
+                 young_share: float = 1.0):
         self.per_sender = per_sender
         self.max_total = max_total
+        self.young_max = max(1, math.ceil(young_share * max_total))
         self.sender_class = sender_class
-        self.queues: dict[str, deque[Staged]] = {}
-        self.total = 0
+        self.lanes = {cls: _Lane() for cls in CLASSES}
+        self._lane_of: dict[str, str] = {}  # peer -> the lane holding its queue
         self.dropped: Counter[str] = Counter()  # "<reason>/<sender class>"
+
+    @property
+    def total(self) -> int:
+        return sum(lane.total for lane in self.lanes.values())
+
+    def staged(self) -> dict[str, int]:
+        return {cls: lane.total for cls, lane in self.lanes.items()}
 
     def add(self, topic: str, items: list[Received], round_index: int = 0) -> None:
         for item in items:
-            queue = self.queues.setdefault(item.from_peer, deque())
-            queue.append(Staged(topic, item, round_index))
-            self.total += 1
-            if len(queue) > self.per_sender:
-                self._drop_oldest(item.from_peer, "sender_quota")
-            if self.total > self.max_total:
-                heaviest = max(self.queues, key=lambda peer: len(self.queues[peer]))
-                self._drop_oldest(heaviest, "staging_full")
+            peer = item.from_peer
+            cls = self._classify(peer)
+            lane = self.lanes[cls]
+            if lane.push(peer, Staged(topic, item, round_index)) > self.per_sender:
+                self._drop_oldest(cls, peer, "sender_quota")
+            young = self.lanes[YOUNG]
+            while young.total > self.young_max:  # (a queue that changed lanes can bring several)
+                self._drop_oldest(YOUNG, young.heaviest()[0], "staging_full")
+            while self.total > self.max_total:
+                self._shed()
 
-    def _drop_oldest(self, peer: str, reason: str) -> None:
-        queue = self.queues[peer]
-        queue.popleft()  # the freshest rollouts are worth the most
-        self.total -= 1
-        if not queue:
-            del self.queues[peer]
-        self.dropped[f"{reason}/{self.sender_class(peer)}"] += 1
+    def _classify(self, peer: str) -> str:
+        """The peer's class now; its queue moves lanes when the class changed since it last sent."""
+        cls = self.sender_class(peer)
+        was = self._lane_of.get(peer)
+        if was != cls:
+            if was is not None:
+                queue = self.lanes[was].detach(peer)
+                if queue:
+                    self.lanes[cls].attach(peer, queue)
+            self._lane_of[peer] = cls
+        return cls
 
-    def take_fair(self) -> Staged | None:
-        """The oldest staged message of the peer that has waited longest for its turn."""
-        if not self.queues:
-            return None
-        peer = next(iter(self.queues))
-        queue = self.queues.pop(peer)
-        staged = queue.popleft()
-        self.total -= 1
-        if queue:
-            self.queues[peer] = queue  # re-inserted last: the next peer goes first next time
-        return staged
+    def _shed(self) -> None:
+        """Full: the heaviest sender loses, but established senders within their reserve never do."""
+        candidates = [cls for cls in (YOUNG, ESTABLISHED) if self.lanes[cls].total
+                      and (cls == YOUNG or self.lanes[cls].total > self.max_total - self.young_max)]
+        cls = max(candidates, key=lambda c: self.lanes[c].heaviest()[1])  # ties: young pays
+        self._drop_oldest(cls, self.lanes[cls].heaviest()[0], "staging_full")
+
+    def _drop_oldest(self, cls: str, peer: str, reason: str) -> None:
+        self.lanes[cls].pop_oldest(peer)  # the freshest rollouts are worth the most
+        self._forget_if_gone(cls, peer)
+        self.dropped[f"{reason}/{cls}"] += 1
+
+    def _forget_if_gone(self, cls: str, peer: str) -> None:
+        if peer not in self.lanes[cls].queues:
+            self._lane_of.pop(peer, None)  # bounded by what is staged, not by every peer ever seen
+
+    def take(self, cls: str, oldest_round: int = 0) -> Staged | None:
+        """The oldest message, not older than `oldest_round`, of the `cls` peer whose turn it is;
+        older ones met on the way are dropped as expired."""
+        lane = self.lanes[cls]
+        while lane.queues:
+            peer = lane.next_peer()
+            staged = lane.pop_oldest(peer)
+            self._forget_if_gone(cls, peer)
+            if staged.round_index >= oldest_round:
+                return staged
+            self.dropped[f"expired/{cls}"] += 1
+        return None
+
+    def take_fair(self, oldest_round: int = 0) -> Staged | None:
+        """Established senders' first, then young ones' (no budget: tests and simple callers)."""
+        for cls in CLASSES:
+            staged = self.take(cls, oldest_round)
+            if staged is not None:
+                return staged
+        return None
 
 
 class IngestWorker:
     """Drains `topics` of `transport` into staging and verifies within `budget` per round, on its own
-    thread. `verify(staged)` does the work; an exception from it drops that message (counted)."""
+    thread. `verify(staged)` does the work; an exception from it drops that message (counted).
+    `sender_class(peer)` says ESTABLISHED or YOUNG; a message staged more than `max_wait_rounds`
+    rounds ago is dropped unverified."""
 
     def __init__(self, transport: Transport, topics: list[str], verify: Callable[[Staged], None],
-                 budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest"):
+                 budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest",
+                 max_wait_rounds: int = 5):
         self.transport = transport
         self.topics = topics
         self.verify = verify
         self.budget = budget
-        self.staging = Staging(budget.per_sender_staged, budget.max_staged, sender_class)
+        self.max_wait_rounds = max_wait_rounds
+        self.staging = Staging(budget.per_sender_staged, budget.max_staged, sender_class, budget.young_share)
         self.counters: Counter[str] = Counter()
         self._lock = threading.Lock()  # guards counters and the round's budget, read by status()
         self._round_started = time.monotonic()
-        self._round = {"messages": 0, "bytes": 0, "seconds": 0.0}
+        self._round = self._fresh_usage()
         self.round_index = 0  # the training loop's current round
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    @staticmethod
+    def _fresh_usage() -> dict[str, Counter]:
+        return {cls: Counter(messages=0, bytes=0, seconds=0.0) for cls in CLASSES}
 
     def start(self) -> None:
         self._thread.start()
@@ -111,11 +235,11 @@ class IngestWorker:
         with self._lock:
             self.round_index = round_index
             self._round_started = time.monotonic()
-            self._round = {"messages": 0, "bytes": 0, "seconds": 0.0}
+            self._round = self._fresh_usage()
 
     def snapshot(self) -> dict:
         with self._lock:
-            return {**self.counters, "staged": self.staging.total,
+            return {**self.counters, "staged": self.staging.total, "staged_by_class": self.staging.staged(),
                     "dropped": dict(self.staging.dropped)}
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -146,9 +270,10 @@ class IngestWorker:
             for topic in self.topics:
                 self.staging.add(topic, self.transport.drain(topic), self.round_index)
         verified_any = False
-        while not self._stop.is_set() and self._within_budget():
+        while not self._stop.is_set():
             with self._lock:
-                staged = self.staging.take_fair()
+                cls = self._class_to_serve()
+                staged = None if cls is None else self.staging.take(cls, self.round_index - self.max_wait_rounds)
             if staged is None:
                 break
             started = time.monotonic()
@@ -160,19 +285,32 @@ class IngestWorker:
                     self.counters["verify_error"] += 1
             spent = time.monotonic() - started
             with self._lock:
-                self._round["messages"] += 1
-                self._round["bytes"] += len(staged.item.data)
-                self._round["seconds"] += spent
+                self._round[cls].update(messages=1, bytes=len(staged.item.data), seconds=spent)
                 self.counters["verified"] += 1
+                self.counters[f"verified/{cls}"] += 1
             verified_any = True
         return verified_any
 
-    def _within_budget(self) -> bool:
-        with self._lock:
-            used = self._round
-            elapsed = time.monotonic() - self._round_started
-            ok = (used["messages"] < self.budget.max_messages and used["bytes"] < self.budget.max_bytes
-                  and used["seconds"] <= self.budget.max_share * elapsed)
-            if not ok:
-                self.counters["budget_waits"] += 1
-            return ok
+    def _class_to_serve(self) -> str | None:
+        """Which lane the next message comes from, or None: the round's budget is spent (or nothing
+        is staged). Young senders get at most their share of every limit, and while both lanes
+        wait, of the messages verified so far (so they are served early in a round, not only last)."""
+        limits = {"messages": self.budget.max_messages, "bytes": self.budget.max_bytes,
+                  "seconds": self.budget.max_share * (time.monotonic() - self._round_started)}
+        used = self._round[ESTABLISHED] + self._round[YOUNG]
+        if not all(used[k] < limit or (k == "seconds" and used[k] <= limit) for k, limit in limits.items()):
+            self.counters["budget_waits"] += 1
+            return None
+        share = self.budget.young_share
+        young = self._round[YOUNG]
+        young_ok = (self.staging.lanes[YOUNG].total > 0
+                    and all(young[k] < share * limit or (k == "seconds" and young[k] <= share * limit)
+                            for k, limit in limits.items()))
+        waiting = self.staging.lanes[ESTABLISHED].total > 0
+        if young_ok and (not waiting or young["messages"] < share * (used["messages"] + 1)):
+            return YOUNG
+        if waiting:
+            return ESTABLISHED
+        if self.staging.lanes[YOUNG].total:
+            self.counters["young_budget_waits"] += 1
+        return None

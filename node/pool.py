@@ -1,6 +1,7 @@
 """The bounded pool of verified peer groups, and the samplers that pick the J external groups.
 
-Bounds: age in rounds, total size, and groups per sender (a flooding peer evicts only its own).
+Bounds: age in rounds, total size (young keys' groups go first), and groups per sender (a flooding
+peer evicts only its own).
 Samplers (swarm.sampling_policy):
     uniform     uniform over the pool's groups, as in the SAPO paper
     per_sender  senders in random order, one group each, repeat: fair across senders (default)
@@ -10,7 +11,7 @@ A group is trained on once: sampling removes it from the pool.
 
 Admission (node/admission.py; on for a node, off for a bare GroupPool): a group whose content is
 already pooled or was credited recently is refused whoever signed it, and keys that have not
-yet earned weight ("young") share at most `young_share_max` of the J sampled slots. Young keys'
+yet earned weight ("young") hold at most `young_share_max` of the sampled mix. Young keys'
 zero-variance groups are pooled too: a young slot that picks one credits the key without training.
 """
 from __future__ import annotations
@@ -73,10 +74,12 @@ class GroupPool:
         """Drops groups too old or over the size bound; also starts round `round_index` for admission."""
         while self.entries and round_index - self.entries[0].received_round > self.max_age_rounds:
             self._remove(self.entries[0])
-        while len(self.entries) > self.max_groups:
-            self._remove(self.entries[0])  # oldest first
         if self.admission is not None:
             self.admission.start_round(round_index)
+        if len(self.entries) > self.max_groups:  # young keys' oldest first: fresh keys cannot push out earned ones
+            ranked = sorted(self.entries, key=lambda e: not self._young(e))  # stable: oldest first within each
+            for entry in ranked[: len(self.entries) - self.max_groups]:
+                self._remove(entry)
 
     def take_matching(self, prompt_keys: set[str]) -> list[ScoredGroup]:
         """Cross-actor: the newest pooled group for each of `prompt_keys`, removed from the pool.
@@ -90,20 +93,22 @@ class GroupPool:
     def sample(self, k: int, policy: SamplingPolicy, rng: random.Random,
                weakness: Callable[[ScoredGroup], float] | None = None) -> list[ScoredGroup]:
         """Up to k groups with reward variance, removed from the pool (flat groups stay: they are
-        only useful merged into one of our groups). Young keys' groups fill at most their share of
-        the k slots, oldest keys first; a young key's flat group picked there is credited to it
-        (node/admission.py), not trained, and leaves its slot to the rest. The sampling policy
-        picks the rest among established keys."""
+        only useful merged into one of our groups). Young keys' groups hold at most their share of
+        the mix (Admission.split), oldest keys first; a young key's flat group picked there is
+        credited to it (node/admission.py), not trained, and leaves its slot to established keys.
+        The sampling policy picks the established ones."""
         eligible = [e for e in self.entries if not e.group.flat]
         chosen: list[PoolEntry] = []
+        established = [e for e in eligible if not self._young(e)]
+        n = min(k, len(established))
         if self.admission is not None:
-            young = [e for e in self.entries if self._young(e)]
-            picked = self._seniority(young, self.admission.young_slots(k))
+            young = [e for e in self.entries if self._young(e)]  # flat ones too: picking one credits its key
+            slots, _ = self.admission.split(k, len(young), len(established))
+            picked = self._seniority(young, slots)
             self.admission.spend(len(picked))
             self._consume([e for e in picked if e.group.flat])
             chosen = [e for e in picked if not e.group.flat]
-        established = [e for e in eligible if not self._young(e)]
-        n = min(k - len(chosen), len(established))
+            n = min(k - len(chosen), len(established))
         if policy == "uniform":
             chosen += rng.sample(established, n)
         elif policy == "per_sender":

@@ -49,7 +49,7 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
     max_tokens = cfg.swarm.max_external_tokens or cfg.sampling.max_new_tokens
     budget = IngestBudget(max_messages=cfg.swarm.ingest_max_messages, max_share=cfg.swarm.ingest_max_share,
                           per_sender_staged=cfg.swarm.ingest_staged_per_sender,
-                          max_staged=cfg.swarm.ingest_staged_max)
+                          max_staged=cfg.swarm.ingest_staged_max, young_share=cfg.swarm.ingest_young_share)
     # started on first use: a node whose scorers are all string comparisons never starts a worker
     sandbox = ScorerSandbox((cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed))
     return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, retokenizer,

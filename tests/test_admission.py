@@ -33,6 +33,11 @@ def group(index: int, origin: str, texts=("1", "0", "1", "0")) -> ScoredGroup:
                        origin=origin)
 
 
+def distinct(index: int, origin: str) -> ScoredGroup:
+    """A group no other index shares content with (the tiny families repeat their prompts)."""
+    return group(index, origin, texts=(str(index), "x", str(index), "x"))
+
+
 def pool(share=0.25, young_groups=2, young_rounds=3, remember=10, max_keys=4096) -> GroupPool:
     return GroupPool(100, 50, 32, Admission(share, young_groups, young_rounds, remember, max_keys), Counter())
 
@@ -73,8 +78,45 @@ def test_young_keys_share_at_most_their_share_oldest_first_and_established_keys_
         chosen = p.sample(4, "per_sender", random.Random(round_index))
         if round_index <= 2:  # young only: one slot of four, to the key seen first
             assert [g.origin for g in chosen] == ["newcomer"]
-    # the newcomer earned weight (2 groups used): it is sampled as established beside one young group
-    assert Counter(g.origin for g in chosen)["newcomer"] == 2 and len(chosen) == 3
+    # the newcomer earned weight (2 groups used): it is sampled as established; its 2 groups earn young
+    # keys 2/3 of a slot (young keys hold at most a quarter of the mix), so no young group this round
+    assert [g.origin for g in chosen] == ["newcomer", "newcomer"]
+
+
+@pytest.mark.parametrize("honest_per_round, young_expected", [(1, 4), (3, 12)])
+def test_young_keys_hold_at_most_their_share_of_the_mix_when_established_keys_offer_little(
+        honest_per_round, young_expected):
+    p = pool(share=0.25, young_groups=1, young_rounds=0)
+    p.evict(0)
+    p.add(PoolEntry(group(0, "honest"), 0))
+    assert [g.origin for g in p.sample(4, "per_sender", random.Random(0))] == ["honest"]  # young, cold start
+    used = Counter()
+    for round_index in range(1, 13):
+        p.evict(round_index)
+        for i in range(honest_per_round):
+            p.add(PoolEntry(distinct(100 * round_index + i, "honest"), round_index))
+        for i in range(10):  # ten fresh keys a round, more than the mix could ever take
+            p.add(PoolEntry(distinct(10_000 * round_index + i, f"sybil{round_index}-{i}"), round_index))
+        chosen = Counter(g.origin == "honest" for g in p.sample(4, "per_sender", random.Random(round_index)))
+        assert chosen[True] == honest_per_round  # every established group, every round
+        used.update(chosen)
+    assert used[False] == young_expected and used[False] <= 0.25 * (used[True] + used[False])
+
+
+def test_a_full_pool_drops_young_keys_groups_before_established_ones():
+    p = GroupPool(8, 50, 32, Admission(0.25, 1, 0, 10), Counter())
+    p.evict(0)
+    p.add(PoolEntry(distinct(0, "honest"), 0))
+    p.sample(4, "per_sender", random.Random(0))  # used once: established
+    p.evict(1)
+    for i in range(3):
+        p.add(PoolEntry(distinct(10 + i, "honest"), 1))
+    for i in range(20):  # 20 fresh keys after it
+        p.add(PoolEntry(distinct(100 + i, f"sybil{i}"), 2))
+    p.evict(2)
+    origins = Counter(e.group.origin for e in p.entries)
+    assert len(p) == 8 and origins["honest"] == 3  # the newest young groups stay in what is left
+    assert {e.group.origin for e in p.entries} - {"honest"} == {f"sybil{i}" for i in range(15, 20)}
 
 
 def test_a_fraction_of_a_slot_carries_over_but_is_never_banked():
@@ -88,8 +130,8 @@ def test_a_fraction_of_a_slot_carries_over_but_is_never_banked():
     assert used == 4  # 0.25 of J = 2: one slot every other round
     admission = Admission(0.25, 8, 0, 10)
     for _ in range(10):  # quiet rounds bank at most one slot
-        admission.young_slots(4)
-    assert admission.young_slots(4) == 1
+        admission.split(4, young=0, established=0)
+    assert admission.split(4, young=10, established=0) == (1, 0)
 
 
 def test_young_keys_wait_for_time_as_well_as_contributions():

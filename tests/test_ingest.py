@@ -10,7 +10,7 @@ import time
 import pytest
 
 from node.config import load_config
-from node.ingest import Staging
+from node.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staging
 from node.loop import Node
 from node.swarm import join_memory_bus
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Received, topic_name
@@ -39,15 +39,64 @@ def wait_for(predicate, timeout_s: float) -> bool:
 
 
 def test_staging_drops_from_the_heaviest_sender_and_serves_senders_in_turn():
-    staging = Staging(per_sender=8, max_total=12, sender_class=lambda peer: "known" if peer == "honest" else "new")
+    staging = Staging(per_sender=8, max_total=12, sender_class=lambda peer: "young")
     staging.add("t", [Received("honest", b"h%d" % i, 0.0) for i in range(3)])
     staging.add("t", [Received("flooder", b"f%d" % i, 0.0) for i in range(100)])
     staging.add("t", [Received("other", b"o%d" % i, 0.0) for i in range(2)])
-    assert staging.total == 12
-    assert len(staging.queues["honest"]) == 3 and len(staging.queues["other"]) == 2  # the flood paid
-    assert staging.dropped == {"sender_quota/new": 92, "staging_full/new": 1}
+    assert staging.total == 12 and staging.staged() == {ESTABLISHED: 0, YOUNG: 12}
+    assert len(staging.lanes[YOUNG].queues["honest"]) == 3 and len(staging.lanes[YOUNG].queues["other"]) == 2
+    assert staging.dropped == {"sender_quota/young": 92, "staging_full/young": 1}  # the flood paid
     assert [staging.take_fair().item.from_peer for _ in range(5)] == ["honest", "flooder", "other", "honest",
                                                                          "flooder"]
+
+
+def test_staging_keeps_room_for_established_senders_and_drops_what_expired():
+    classes = {"honest": ESTABLISHED}
+    staging = Staging(per_sender=64, max_total=12, sender_class=lambda peer: classes.get(peer, YOUNG),
+                      young_share=0.25)
+    staging.add("t", [Received(f"sybil{i}", b"s", 0.0) for i in range(100)], round_index=0)
+    assert staging.staged() == {ESTABLISHED: 0, YOUNG: 3}  # young and unknown origins: a quarter at most
+    assert staging.dropped == {"staging_full/young": 97}
+    staging.add("t", [Received("honest", b"h%d" % i, 0.0) for i in range(12)], round_index=1)
+    assert staging.staged() == {ESTABLISHED: 9, YOUNG: 3}  # the rest is the established senders'
+    assert staging.dropped["staging_full/established"] == 3  # a full lane drops its own heaviest
+    assert staging.take(YOUNG, oldest_round=1) is None  # every young message waited too long
+    assert staging.dropped["expired/young"] == 3 and staging.staged()[YOUNG] == 0
+    classes["sybil0"] = ESTABLISHED  # earned weight at admission: its next message stages established
+    staging.add("t", [Received("sybil0", b"s", 0.0)], round_index=2)
+    assert [staging.take(ESTABLISHED).item.from_peer for _ in range(2)] == ["honest", "sybil0"]
+
+
+class _Staged:
+    def __init__(self, items):
+        self.items = items
+
+    def drain(self, topic):
+        items, self.items = self.items, []
+        return items
+
+
+def test_worker_serves_established_senders_first_and_young_ones_within_their_share():
+    """A round's budget of 8: young senders get 2 (their quarter), interleaved, never more."""
+    items = ([Received(f"sybil{i}", b"s", 0.0) for i in range(100)]
+             + [Received(p, b"h", 0.0) for p in ("honest1", "honest2") for _ in range(10)])
+    verified = []
+    budget = IngestBudget(max_messages=8, max_share=1.0, young_share=0.25)
+    worker = IngestWorker(_Staged(items), ["t"], lambda staged: verified.append(staged.item.from_peer), budget,
+                          lambda peer: ESTABLISHED if peer.startswith("honest") else YOUNG)
+    worker.step()
+    assert [peer.startswith("honest") for peer in verified] == [False, True, True, True, False, True, True, True]
+    assert worker.snapshot()["verified/established"] == 6
+    worker.new_round(1)
+    verified.clear()
+    worker.step()
+    worker.step()
+    assert sum(peer.startswith("sybil") for peer in verified) == 2 and len(verified) == 8
+    verified.clear()
+    idle = IngestWorker(_Staged(items[:100]), ["t"], lambda staged: verified.append(staged.item.from_peer), budget,
+                        lambda peer: YOUNG)
+    idle.step()
+    assert len(verified) == 2 and idle.counters["young_budget_waits"] > 0  # established idle: still only theirs
 
 
 def test_background_worker_verifies_without_collect_and_stops_on_close(tmp_path):
