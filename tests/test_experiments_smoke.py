@@ -55,3 +55,13 @@ def test_exp_hostile_quick(tmp_path):
     assert runs["sybil"]["hostile_used"] > 0  # sybil groups are valid: they can be trained (issue: identities)
     resumed = run_script("exp_hostile.py", tmp_path, "--resume")  # every kind kept, none re-run
     assert [r["seconds"] for r in resumed["runs"]] == [r["seconds"] for r in result["runs"]]
+
+
+def test_exp_peer_influence_quick(tmp_path):
+    result = run_script("exp_peer_influence.py", tmp_path)
+    for row in result["weights"]:  # a liar's tokens weigh no more than the ratio-1 treatment's
+        for liar in ("liar_low", "liar_under"):
+            assert row[liar]["peer_weight_mean"] <= row["tier2"]["peer_weight_mean"] + 1e-4, row
+            assert row[liar]["grad_norm"] <= row["tier2"]["grad_norm"] * 1.001, row
+    sizes = result["group_sizes"]  # eight copies of a group weigh what the group weighs
+    assert sizes["copies_64"]["peer_grad_share"] == pytest.approx(sizes["eight_of_8"]["peer_grad_share"], rel=1e-3)
