@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from node.groups import ScoredGroup, compose
+from node.groups import HintUse, ScoredGroup, compose
 from node.pool import GroupPool, PoolEntry
 from node.tasks.synthetic import SyntheticSource
 from policy.advantages import group_advantages
@@ -44,6 +44,17 @@ def test_cross_actor_merges_same_prompt_with_one_baseline_over_the_union():
     assert merged == 0 and len(sapo) == 4
     alone, _ = group_advantages(torch.tensor([s.reward for s in sapo[0].samples]))
     assert bool((alone == 0).all())  # our all-wrong group alone has no signal; merged it has
+
+
+def test_cross_actor_never_merges_a_peer_group_into_a_hinted_group():
+    """A hinted group's completions were conditioned on a hint: the pool never takes peers' groups
+    for its prompt, and a peer group sampled for that prompt anyway trains as its own group."""
+    task = SOURCE.batch(0, 1)[0]
+    hinted = group(task, [0, 0, 0, 1])
+    hinted.hint = HintUse(level="l1", text="think about the last digit")
+    peer = group(task, [1, 1, 0, 1], origin="peer", tier=0)
+    groups, merged = compose([hinted], [peer], "cross_actor")
+    assert merged == 0 and len(groups) == 2 and len(groups[0].samples) == 4 and groups[1].external
 
 
 def test_pool_keeps_flat_groups_only_for_merging_and_samples_those_with_variance():
