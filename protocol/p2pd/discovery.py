@@ -29,8 +29,10 @@ class Dialer:
     def reset(self) -> None:
         self.backoff.clear()
 
-    def dial_missing(self, conn: ControlConnection, connected: set[str], count: Callable[[str], None]) -> None:
-        """One pass; `count("dial_attempts" | "dial_failures")` for the transport's stats."""
+    def dial_missing(self, conn: ControlConnection, connected: set[str], count: Callable[[str], None],
+                     skip: frozenset[str] = frozenset()) -> None:
+        """One pass, never dialing `skip` (origins cut for flooding); `count("dial_attempts" |
+        "dial_failures")` for the transport's stats."""
         backoff = self.backoff
         wanted = {pid: list(addrs) for pid, addrs in self.bootstrap.items()}
         if self.peer_cache is not None:
@@ -41,6 +43,8 @@ class Dialer:
         for pid, addrs in wanted.items():
             if pid in connected:
                 backoff.pop(pid, None)
+                continue
+            if pid in skip:
                 continue
             next_at, delay = backoff.get(pid, (0.0, self.backoff_initial_s))
             if now < next_at:
