@@ -89,7 +89,9 @@ def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topi
         from protocol.p2pd import P2pdTransport
 
         return P2pdTransport(identity.private_seed(), listen=cfg.swarm.listen, bootstrap=cfg.swarm.peers,
-                             topics=topics, peer_cache=run_dir / PEER_CACHE_FILE if cfg.swarm.peer_cache else None)
+                             topics=topics, peer_cache=run_dir / PEER_CACHE_FILE if cfg.swarm.peer_cache else None,
+                             flood_cut_rate=cfg.swarm.flood_cut_rate, flood_cut_burst=cfg.swarm.flood_cut_burst,
+                             flood_cut_s=cfg.swarm.flood_cut_s)
     if kind == "libp2p":
         from protocol.transport_libp2p import Libp2pTransport
 

@@ -27,9 +27,15 @@ and cut entries (least recently seen evicted first; an evicted origin starts wit
 """
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
+from pathlib import Path
 
 from ..ratelimit import TokenBucket
+from .addrs import peer_id_bytes
+from .control import ControlConnection, ControlError, disconnect_request
+
+log = logging.getLogger(__name__)
 
 
 class FloodGuard:
@@ -99,6 +105,8 @@ class FloodGuard:
         return due
 
     def _cut(self, origin: str, now: float) -> None:
+        log.warning("cutting %s off for %.0f s: it sends over %g messages/s (beyond a burst of %g)",
+                    origin, self.cut_s, self.rate, self.burst)
         self.cuts += 1
         self._buckets.pop(origin, None)
         self._cut_until[origin] = now + self.cut_s
@@ -111,3 +119,16 @@ class FloodGuard:
         del self._cut_until[origin]
         self._seen_while_cut.discard(origin)
         self._disconnected_at.pop(origin, None)
+
+
+def disconnect_origins(socket_path: Path, origins: list[str], timeout_s: float) -> int:
+    """DISCONNECTs each origin through the daemon's control socket; how many it carried out."""
+    done = 0
+    try:
+        with ControlConnection(socket_path, timeout_s) as conn:
+            for origin in origins:
+                conn.request(disconnect_request(peer_id_bytes(origin)))
+                done += 1
+    except ControlError as err:  # restarting, or not connected: a cut origin seen again is due again
+        log.debug("disconnecting a flooding origin failed: %s", err)
+    return done

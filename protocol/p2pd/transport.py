@@ -28,7 +28,6 @@ Semantics worth knowing:
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import threading
 import time
@@ -46,11 +45,10 @@ from ..transport import (
 )
 from ..inbox import FairInbox
 from ..ratelimit import TokenBucket
-from .addrs import peer_id_bytes, peer_id_text, split_peer_addr
+from .addrs import peer_id_text, split_peer_addr
 from .control import (
     ControlConnection,
     ControlError,
-    disconnect_request,
     identify_request,
     list_peers_request,
     publish_request,
@@ -59,7 +57,7 @@ from .control import (
 )
 from .daemon import DaemonProcess, DaemonStartError
 from .discovery import Dialer, ask_dht, peer_addrs
-from .flood_guard import FloodGuard
+from .flood_guard import FloodGuard, disconnect_origins
 from .peer_cache import PeerCache
 from proto._generated import p2pd_control_pb2 as pb
 
@@ -421,7 +419,7 @@ class P2pdTransport:
             subscribed.set()
 
     def _deliver(self, topic: str, message: pb.PSMessage) -> None:
-        sender = _peer_id_text(getattr(message, "from"))
+        sender = peer_id_text(getattr(message, "from"))
         if sender == self.peer_id:
             return  # the daemon echoes our own publishes
         data = message.data
@@ -553,7 +551,6 @@ class P2pdTransport:
     def _guard_loop(self) -> None:
         """Tells the daemon to disconnect cut origins (never on a reader thread: a control call
         there would stall the subscription while the flood fills the daemon's buffer)."""
-        announced: set[str] = set()
         while not self._stop.is_set():
             self._wake_guard.wait(1.0)
             self._wake_guard.clear()
@@ -563,18 +560,7 @@ class P2pdTransport:
             socket_path = self._socket_for(generation) if due else None
             if socket_path is None:
                 continue  # nothing due, or restarting: a cut origin seen again is due again
-            try:
-                with ControlConnection(socket_path, self._control_timeout_s) as conn:
-                    for origin in due:
-                        conn.request(disconnect_request(peer_id_bytes(origin)))
-                        self._bump("flood_disconnects")
-                        if origin not in announced:  # once: a flooder that redials is disconnected often
-                            announced = announced if len(announced) < 1000 else set()
-                            announced.add(origin)
-                            log.warning("disconnected %s: it floods (over %g msgs/s; cut for %.0f s)", origin,
-                                        self._flood_guard.rate, self._flood_guard.cut_s)
-            except ControlError as err:
-                log.debug("disconnecting a flooding origin failed: %s", err)
+            self._bump("flood_disconnects", disconnect_origins(socket_path, due, self._control_timeout_s))
             self._stop.wait(self._flood_guard.redisconnect_s)  # a flooder that redials is cut again after this
 
     def _remember_peers(self, generation: int) -> bool:
@@ -601,12 +587,6 @@ class P2pdTransport:
     def _topics(self) -> list[str]:
         with self._lock:
             return list(self._inbox)
-
-@functools.lru_cache(maxsize=4096)
-def _peer_id_text(raw: bytes) -> str:
-    """Memoized: every message names its origin, and base58 costs a third of the reader's time."""
-    return peer_id_text(raw)
-
 
 class _Pacer:
     """Paces the writer: `wait` returns when one more message may go (or at once when `stop` is set)."""
