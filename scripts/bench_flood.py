@@ -3,7 +3,8 @@
 
 Roles, each a separate process with its own daemon: one RECEIVER (this process: a P2pdTransport
 drained every `--drain-ms` like a node's ingest loop), one HONEST publisher (`--honest` messages at
-`--honest-rate`/s), one FLOODER (`--flood` messages as fast as its daemon takes them) and
+`--honest-rate`/s), one FLOODER (`--flood` messages at `--flood-rate`/s, starting with the honest
+stream; it redials at once whoever disconnects it) and
 `--relays` idle subscribers (they forward, as every GossipSub peer does). The same honest traffic
 runs twice, without and with the flood; the figure is the fraction of honest messages the receiver
 drained. Where messages are lost is counted from the daemons' own logs (go-libp2p-pubsub logs
@@ -16,7 +17,7 @@ each drop; the daemons run with GOLOG_LOG_LEVEL=pubsub=debug for that):
 * `peer_queue_full`: a sending or relaying daemon dropped an RPC to a peer (32 queued per peer);
 * `inbox_full`: our FairInbox dropped one (counted by the transport).
 
-    .venv/bin/python scripts/bench_flood.py                      # 400 honest at 40/s, 6,000 flood
+    .venv/bin/python scripts/bench_flood.py                      # 400 honest at 40/s, 8,000 flood at 1,000/s
     .venv/bin/python scripts/bench_flood.py --smoke              # seconds: what the test runs
 
 Writes <out>/bench_flood.json and <out>/bench_flood.png (default out runs/bench-flood).
@@ -103,9 +104,10 @@ def child_main(args: argparse.Namespace) -> int:
             if command == "go":
                 tag = FLOOD_TAG if args.role == "flooder" else HONEST_TAG
                 started = time.monotonic()
-                for seq in range(args.count):
-                    if args.role == "honest":  # paced by the publisher itself: a modest, steady rate
-                        time.sleep(max(0.0, started + seq / args.rate - time.monotonic()))
+                for seq in range(args.count):  # paced by the publisher itself (sleeping 5 ms+ at a time)
+                    ahead = started + seq / args.rate - time.monotonic()
+                    if ahead > 0.005:
+                        time.sleep(ahead)
                     transport.publish(TOPIC, payload(tag, seq, args.size))
                 while transport.stats()["outbound_queued"] and time.monotonic() < deadline:
                     time.sleep(0.01)
@@ -175,9 +177,10 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
     try:
         receiver.start()
         known = list(receiver.listen_addrs())
-        roles = [("relay", 0, 0.0)] * args.relays + [("honest", args.honest, args.honest_rate), ("flooder", flood, 0.0)]
+        roles = [("relay", 0, 1.0)] * args.relays + [("honest", args.honest, args.honest_rate),
+                                                      ("flooder", flood, args.flood_rate)]
         for role, count, rate in roles:
-            child = Child(role, f"{role}-{len(children)}-{label}", count, rate or 1.0, args.size, known, deadline_s,
+            child = Child(role, f"{role}-{len(children)}-{label}", count, rate, args.size, known, deadline_s,
                           [f"--{k.replace('flood_', '').replace('_', '-')}={v}" for k, v in cut_knobs(args).items()])
             children.append(child)
             known += child.expect("up", 40.0)["addrs"]
@@ -263,8 +266,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     left.bar([r["label"] for r in runs], [r["honest_delivery"] for r in runs], color=[f"C{i}" for i in range(len(runs))])
     left.set_ylim(0, 1.05)
     left.set_ylabel("honest messages delivered (fraction)")
-    left.set_title(f"{result['config']['honest']} honest at {result['config']['honest_rate']:g}/s, "
-                   f"flood {result['config']['flood']}")
+    config = result["config"]
+    left.set_title(f"{config['honest']} honest at {config['honest_rate']:g}/s, "
+                   f"flood {config['flood']} at {config['flood_rate']:g}/s")
     places = list(runs[-1]["where_lost"])
     for i, run in enumerate(runs):
         right.barh([f"{p} ({run['label']})" for p in places], [run["where_lost"][p] for p in places],
@@ -280,7 +284,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--honest", type=int, default=400, help="honest messages")
     parser.add_argument("--honest-rate", type=float, default=40.0, help="honest messages per second")
-    parser.add_argument("--flood", type=int, default=6000, help="flood messages (sent as fast as possible)")
+    parser.add_argument("--flood", type=int, default=8000, help="flood messages (all from one origin)")
+    parser.add_argument("--flood-rate", type=float, default=1000.0, help="flood messages per second (the flood "
+                        "starts with the honest stream; the rate is what its daemon takes at most)")
     parser.add_argument("--size", type=int, default=4096, help="bytes per message (a rollout group is ~4-8 KB)")
     parser.add_argument("--relays", type=int, default=1, help="idle subscribers that forward (GossipSub peers)")
     parser.add_argument("--inbox", type=int, default=4096, help="the receiver's inbox size")
@@ -291,7 +297,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cut-rate", type=float, help="every node's flood_cut_rate (0: off; default: the transport's)")
     parser.add_argument("--cut-burst", type=float, help="every node's flood_cut_burst (default: the transport's)")
     parser.add_argument("--skip-baseline", action="store_true", help="only the run with the flood")
-    parser.add_argument("--smoke", action="store_true", help="seconds-long: 60 honest at 30/s, 1,500 flood")
+    parser.add_argument("--smoke", action="store_true", help="seconds-long: 90 honest at 30/s, 3,000 flood at 1,000/s")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-flood")
     # a child's arguments (internal)
     parser.add_argument("--role", choices=["honest", "flooder", "relay"], help=argparse.SUPPRESS)
@@ -302,7 +308,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:
-        args.honest, args.honest_rate, args.flood, args.settle_s, args.quiet_s = 60, 30.0, 1500, 1.5, 1.0
+        args.honest, args.honest_rate, args.flood, args.flood_rate = 90, 30.0, 3000, 1000.0
+        args.settle_s, args.quiet_s = 1.5, 1.0
         args.run_deadline_s = min(args.run_deadline_s, 30.0)
     return args
 
@@ -316,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(run_once(args, args.flood, "flood"))
     result = {
         "config": {k: v for k, v in vars(args).items() if k in (
-            "honest", "honest_rate", "flood", "size", "relays", "inbox", "drain_ms", "smoke", "cut_rate", "cut_burst")},
+            "honest", "honest_rate", "flood", "flood_rate", "size", "relays", "inbox", "drain_ms", "smoke", "cut_rate", "cut_burst")},
         "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(), "platform": platform.platform()},
         "runs": runs,
     }

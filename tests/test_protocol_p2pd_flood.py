@@ -79,8 +79,8 @@ def test_honest_delivery_survives_a_flood_through_real_daemons(tmp_path: Path) -
     result = json.loads((tmp_path / "bench_flood.json").read_text())
     assert (tmp_path / "bench_flood.png").stat().st_size > 0
     [run] = result["runs"]
-    assert run["label"] == "flood" and run["flood_sent"] == 1500
-    assert run["honest_delivery"] >= 0.97, (run["honest_delivered"], run["where_lost"])
+    assert run["label"] == "flood" and run["flood_sent"] == 3000
+    assert run["honest_delivery"] >= 0.95, (run["honest_delivered"], run["where_lost"])
     assert run["flooders_cut"]["receiver"] == 1  # and the honest peers were never cut
     assert run["stats"]["receiver"]["flood_disconnects"] >= 1
     assert run["flood_delivered"] <= 400  # the burst and ~0.1 s at its rate, then nothing
