@@ -262,19 +262,20 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = result["runs"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 1.4]})
     left.bar([r["label"] for r in runs], [r["honest_delivery"] for r in runs], color=[f"C{i}" for i in range(len(runs))])
     left.set_ylim(0, 1.05)
     left.set_ylabel("honest messages delivered (fraction)")
     config = result["config"]
     left.set_title(f"{config['honest']} honest at {config['honest_rate']:g}/s, "
                    f"flood {config['flood']} at {config['flood_rate']:g}/s")
-    places = list(runs[-1]["where_lost"])
     for i, run in enumerate(runs):
-        right.barh([f"{p} ({run['label']})" for p in places], [run["where_lost"][p] for p in places],
-                   color=f"C{i}")
-    right.set_xlabel("messages dropped (honest and flood)")
-    right.set_title("where the daemons and our client dropped")
+        left.text(i, run["honest_delivery"] + 0.01, f"{run['honest_delivered']}/{run['honest_sent']}", ha="center")
+    flood_run = runs[-1]
+    places = list(flood_run["where_lost"])
+    right.barh(places, [flood_run["where_lost"][p] for p in places], color="C1")
+    right.set_xlabel("messages dropped, honest and flood (the flood run)")
+    right.set_title("where they were dropped")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
