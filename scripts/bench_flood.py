@@ -15,7 +15,10 @@ each drop; the daemons run with GOLOG_LOG_LEVEL=pubsub=debug for that):
 * `subscriber_too_slow`: the receiver's daemon dropped a message because its 32-message buffer
   towards our control socket was full (our client did not read fast enough);
 * `peer_queue_full`: a sending or relaying daemon dropped an RPC to a peer (32 queued per peer);
-* `inbox_full`: our FairInbox dropped one (counted by the transport).
+* `inbox_full`: our FairInbox dropped one (counted by the transport);
+* `dropped_flooding_origin`: the flood guard dropped one from a cut origin (protocol/p2pd/flood_guard.py).
+These count honest and flood messages alike; `--probe` splits the HONEST losses into "in the
+daemons" and "in our client" with a second subscription at the receiver.
 
     .venv/bin/python scripts/bench_flood.py                      # 400 honest at 40/s, 8,000 flood at 1,000/s
     .venv/bin/python scripts/bench_flood.py --smoke              # seconds: what the test runs
@@ -31,6 +34,7 @@ import platform
 import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,10 @@ DAEMON_DROP_LINES = {
     "peer_queue_full": "queue full",
 }
 _LOG_ENV = {"GOLOG_LOG_LEVEL": "error,pubsub=debug", "GOLOG_LOG_FMT": "nocolor"}
+
+
+SMOKE = {"honest": 90, "honest_rate": 30.0, "flood": 6000, "flood_rate": 3000.0, "settle_s": 1.5, "quiet_s": 1.0,
+         "run_deadline_s": 30.0}
 
 
 def payload(tag: bytes, seq: int, size: int) -> bytes:
@@ -75,6 +83,39 @@ def cut_knobs(args: argparse.Namespace) -> dict[str, float]:
     """The flood guard's knobs (protocol/p2pd/flood_guard.py) every node of the run gets."""
     knobs = {"flood_cut_rate": args.cut_rate, "flood_cut_burst": args.cut_burst}
     return {k: v for k, v in knobs.items() if v is not None}
+
+
+class ProbeSubscription:
+    """A second, raw subscription to the receiver's daemon on its own thread, recording honest
+    sequence numbers: an honest message it got that the transport did not was lost on our
+    client's side (the daemon's buffer towards the transport's subscription, our reading, our
+    inbox); one neither got was lost inside the daemons before delivery."""
+
+    def __init__(self, socket_path: Path) -> None:
+        from protocol.p2pd.control import ControlConnection, subscribe_request
+
+        self.honest: set[int] = set()
+        self.conn = ControlConnection(socket_path, 5.0)
+        self.conn.request(subscribe_request(TOPIC))
+        self.conn.sock.settimeout(None)  # close() ends the read
+        self.thread = threading.Thread(target=self._read, name="probe-subscription", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        from protocol.p2pd.control import ControlError
+        from proto._generated import p2pd_control_pb2 as pb
+
+        try:
+            while True:
+                parsed = parse_payload(self.conn.read(pb.PSMessage).data)
+                if parsed and parsed[0] == HONEST_TAG:
+                    self.honest.add(parsed[1])
+        except ControlError:
+            return
+
+    def close(self) -> None:
+        self.conn.close()
+        self.thread.join(5.0)
 
 
 def seed_for(name: str) -> bytes:
@@ -173,9 +214,12 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
     receiver = P2pdTransport(seed_for(f"receiver-{label}"), listen=[LOOPBACK], bootstrap=[], topics=[TOPIC],
                              start_timeout_s=30.0, inbox_size=args.inbox, **cut_knobs(args))
     children: list[Child] = []
+    probe: ProbeSubscription | None = None
     deadline_s = args.run_deadline_s
     try:
         receiver.start()
+        if args.probe:
+            probe = ProbeSubscription(receiver._daemon.socket_path)  # noqa: SLF001 - a benchmark's probe
         known = list(receiver.listen_addrs())
         roles = [("relay", 0, 1.0)] * args.relays + [("honest", args.honest, args.honest_rate),
                                                       ("flooder", flood, args.flood_rate)]
@@ -234,9 +278,16 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
             drops[child.role] = reply["drops"]
             stats[child.role] = reply["stats"]
     finally:
+        if probe is not None:
+            probe.close()
         for child in children:
             child.stop()
         receiver.close()
+    if probe is not None:
+        honest_where = {"honest_lost_in_daemons": args.honest - len(honest_seen | probe.honest),
+                        "honest_lost_in_our_client": len(probe.honest - honest_seen)}
+    else:
+        honest_where = {}
     return {
         "label": label, "honest_sent": args.honest, "honest_delivered": len(honest_seen),
         "honest_delivery": len(honest_seen) / args.honest if args.honest else None,
@@ -250,6 +301,7 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
             "receiver_inbox_full": stats["receiver"].get("dropped_inbound_full", 0),
             "receiver_dropped_flooding_origin": stats["receiver"].get("dropped_flooding_origin", 0),
         },
+        "honest_where_lost": honest_where,
         "flooders_cut": {role: counters.get("flooders_cut", 0) for role, counters in stats.items()},
         "daemon_drops": drops, "stats": stats,
     }
@@ -297,8 +349,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run-deadline-s", type=float, default=90.0, help="hard limit of one run")
     parser.add_argument("--cut-rate", type=float, help="every node's flood_cut_rate (0: off; default: the transport's)")
     parser.add_argument("--cut-burst", type=float, help="every node's flood_cut_burst (default: the transport's)")
+    parser.add_argument("--probe", action="store_true", help="a second raw subscription at the receiver tells "
+                        "honest messages lost in the daemons from those lost in our client (it adds a reader)")
     parser.add_argument("--skip-baseline", action="store_true", help="only the run with the flood")
-    parser.add_argument("--smoke", action="store_true", help="seconds-long: 90 honest at 30/s, 3,000 flood at 1,000/s")
+    parser.add_argument("--smoke", action="store_true", help="seconds-long: 90 honest at 30/s, 6,000 flood at 3,000/s")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-flood")
     # a child's arguments (internal)
     parser.add_argument("--role", choices=["honest", "flooder", "relay"], help=argparse.SUPPRESS)
@@ -307,12 +361,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1.0, help=argparse.SUPPRESS)
     parser.add_argument("--deadline-s", type=float, default=120.0, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", nargs="*", default=[], help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.smoke:
-        args.honest, args.honest_rate, args.flood, args.flood_rate = 90, 30.0, 3000, 1000.0
-        args.settle_s, args.quiet_s = 1.5, 1.0
-        args.run_deadline_s = min(args.run_deadline_s, 30.0)
-    return args
+    if parser.parse_args(argv).smoke:  # the smoke run's defaults; flags given still win
+        parser.set_defaults(**SMOKE)
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{run['label']:>9}: honest delivered {run['honest_delivered']}/{run['honest_sent']} "
               f"({run['honest_delivery']:.3f}); flood delivered {run['flood_delivered']}/{run['flood_sent']} "
               f"in {run['seconds']} s; dropped: " + ", ".join(f"{k} {v}" for k, v in run["where_lost"].items())
-              + f"; flooders cut: {run['flooders_cut']}")
+              + f"; flooders cut: {run['flooders_cut']}"
+              + "".join(f"; {k} {v}" for k, v in run["honest_where_lost"].items()))
     print(f"wrote {args.out / 'bench_flood.json'} and bench_flood.png")
     return 0
 

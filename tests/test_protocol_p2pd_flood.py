@@ -68,19 +68,22 @@ def test_memory_is_bounded_and_rate_zero_is_off() -> None:
 
 @pytest.mark.slow
 def test_honest_delivery_survives_a_flood_through_real_daemons(tmp_path: Path) -> None:
-    """4 daemons (receiver, relay, honest publisher, flooder that redials at once when cut):
-    without the guard 83-92% of the honest messages arrived under this flood (lost in the
-    daemons' 32-slot queues); with it, all of them in every run measured."""
+    """4 daemons (receiver, relay, honest publisher, and a flooder that redials at once when cut):
+    90 honest messages at 30/s while 6,000 flood at 3,000/s. Before the flood guard 79-80% of the
+    honest messages arrived (lost in the daemons' 32-slot queues) and ~3,400 flood messages; with
+    it 98-100% (the few lost fall before the cut) and ~210 flood messages. The honest figure
+    depends on the machine's load (no flood or an idle machine loses less), so its threshold keeps
+    a margin both ways; the flood's cut is deterministic."""
     pytest.importorskip("hivemind")
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_flood.py"), "--smoke", "--skip-baseline",
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_flood.py"), "--smoke", "--skip-baseline", "--probe",
            "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "bench_flood.json").read_text())
     assert (tmp_path / "bench_flood.png").stat().st_size > 0
     [run] = result["runs"]
-    assert run["label"] == "flood" and run["flood_sent"] == 3000
-    assert run["honest_delivery"] >= 0.95, (run["honest_delivered"], run["where_lost"])
-    assert run["flooders_cut"]["receiver"] == 1  # and the honest peers were never cut
+    assert run["label"] == "flood" and run["flood_sent"] == 6000
+    assert run["honest_delivery"] >= 0.9, (run["honest_delivered"], run["where_lost"], run["honest_where_lost"])
+    assert run["flood_delivered"] <= 400  # its burst and ~0.1 s at 80/s, then nothing
     assert run["stats"]["receiver"]["flood_disconnects"] >= 1
-    assert run["flood_delivered"] <= 400  # the burst and ~0.1 s at its rate, then nothing
+    assert run["flooders_cut"] == {"receiver": 1, "relay": 1, "honest": 1, "flooder": 0}  # only the flooder
