@@ -20,7 +20,7 @@ each drop; the daemons run with GOLOG_LOG_LEVEL=pubsub=debug for that):
 These count honest and flood messages alike; `--probe` splits the HONEST losses into "in the
 daemons" and "in our client" with a second subscription at the receiver.
 
-    .venv/bin/python scripts/bench_flood.py                      # 400 honest at 40/s, 8,000 flood at 1,000/s
+    .venv/bin/python scripts/bench_flood.py                      # 400 honest at 40/s, 12,000 flood at 3,000/s
     .venv/bin/python scripts/bench_flood.py --smoke              # seconds: what the test runs
 
 Writes <out>/bench_flood.json and <out>/bench_flood.png (default out runs/bench-flood).
@@ -337,8 +337,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--honest", type=int, default=400, help="honest messages")
     parser.add_argument("--honest-rate", type=float, default=40.0, help="honest messages per second")
-    parser.add_argument("--flood", type=int, default=8000, help="flood messages (all from one origin)")
-    parser.add_argument("--flood-rate", type=float, default=1000.0, help="flood messages per second (the flood "
+    parser.add_argument("--flood", type=int, default=12000, help="flood messages (all from one origin)")
+    parser.add_argument("--flood-rate", type=float, default=3000.0, help="flood messages per second (the flood "
                         "starts with the honest stream; the rate is what its daemon takes at most)")
     parser.add_argument("--size", type=int, default=4096, help="bytes per message (a rollout group is ~4-8 KB)")
     parser.add_argument("--relays", type=int, default=1, help="idle subscribers that forward (GossipSub peers)")

@@ -3,8 +3,8 @@
 go-libp2p-pubsub 0.10 inside p2pd drops whatever arrives while one of its 32-slot queues is full
 (signature validation, each peer's outbound RPCs, our subscription), honest and flooding alike;
 the daemon exposes neither queue sizes, validators nor peer scoring. Measured
-(scripts/bench_flood.py): one origin flooding 2,500 msgs/s cost an honest peer 5-17% of its
-messages, lost inside the daemons. What the daemon does expose is DISCONNECT. So the transport
+(scripts/bench_flood.py): one origin flooding 3,000 msgs/s cost an honest peer 12-24% of its
+messages on this 2-core machine, four fifths of them lost inside the daemons. What the daemon does expose is DISCONNECT. So the transport
 counts each GossipSub origin's arrivals (the signed `from`: a relay cannot frame anyone) and an
 origin sustaining more than `rate` messages/s beyond a `burst` is CUT for `cut_s`: its messages
 are dropped on arrival and the daemon is told to disconnect it, again whenever it is seen
@@ -13,7 +13,7 @@ from its own side, so the flood stops at its source instead of filling every rel
 
 An honest node publishes at most 10 messages/s (burst 100, protocol/outbox.py); the defaults
 (80/s: the Ingress's flooding line, 4x its accepted 20/s; burst 200: twice the Outbox's) leave it
-a wide margin, and cut a 2,500 msgs/s flooder within ~0.1 s. Not covered: a flood spread over many keys each below the line (the Ingress's
+a wide margin, and cut a 3,000 msgs/s flooder within ~0.1 s. Not covered: a flood spread over many keys each below the line (the Ingress's
 per-origin limits and scores still apply to them).
 
     guard = FloodGuard(rate=80, burst=200, cut_s=300)   # rate=0: off
