@@ -315,7 +315,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     runs = result["runs"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 1.4]})
-    left.bar([r["label"] for r in runs], [r["honest_delivery"] for r in runs], color=[f"C{i}" for i in range(len(runs))])
+    left.bar([r["label"] for r in runs], [r["honest_delivery"] for r in runs],
+             color=[f"C{i}" for i in range(len(runs))])
     left.set_ylim(0, 1.05)
     left.set_ylabel("honest messages delivered (fraction)")
     config = result["config"]
@@ -375,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(run_once(args, args.flood, "flood"))
     result = {
         "config": {k: v for k, v in vars(args).items() if k in (
-            "honest", "honest_rate", "flood", "flood_rate", "size", "relays", "inbox", "drain_ms", "smoke", "cut_rate", "cut_burst")},
+            "honest", "honest_rate", "flood", "flood_rate", "size", "relays", "inbox", "drain_ms", "smoke",
+            "cut_rate", "cut_burst")},
         "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(), "platform": platform.platform()},
         "runs": runs,
     }

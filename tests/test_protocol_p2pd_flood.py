@@ -51,6 +51,9 @@ def test_a_cut_ends_after_cut_s_with_a_fresh_burst() -> None:
     assert not guard.arrival("flooder", 299.0)
     assert guard.arrival("flooder", 301.0) and guard.cut_origins(301.0) == []
     assert guard.take_disconnects(301.0) == []
+    for i in range(1000):  # cut again, seen, and its cut ends before the guard thread looks
+        guard.arrival("flooder", 400 + i / 2500)
+    assert guard.cuts == 2 and guard.take_disconnects(701.0) == [] and not guard.is_cut("flooder", 701.0)
 
 
 def test_memory_is_bounded_and_rate_zero_is_off() -> None:

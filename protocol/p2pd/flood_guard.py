@@ -4,17 +4,18 @@ go-libp2p-pubsub 0.10 inside p2pd drops whatever arrives while one of its 32-slo
 (signature validation, each peer's outbound RPCs, our subscription), honest and flooding alike;
 the daemon exposes neither queue sizes, validators nor peer scoring. Measured
 (scripts/bench_flood.py): one origin flooding 3,000 msgs/s cost an honest peer 12-24% of its
-messages on this 2-core machine, four fifths of them lost inside the daemons. What the daemon does expose is DISCONNECT. So the transport
-counts each GossipSub origin's arrivals (the signed `from`: a relay cannot frame anyone) and an
-origin sustaining more than `rate` messages/s beyond a `burst` is CUT for `cut_s`: its messages
-are dropped on arrival and the daemon is told to disconnect it, again whenever it is seen
-(connected or sending) while cut, and it is not dialed. Every node running this cuts the flooder
-from its own side, so the flood stops at its source instead of filling every relay's queues.
+messages on a 2-core machine, four fifths of them lost inside the daemons. What the daemon does
+expose is DISCONNECT. So the transport counts each GossipSub origin's arrivals (the signed
+`from`: a relay cannot frame anyone) and an origin sustaining more than `rate` messages/s beyond
+a `burst` is CUT for `cut_s`: its messages are dropped on arrival and the daemon is told to
+disconnect it, again whenever it is seen (connected or sending) while cut, and it is not dialed.
+Every node running this cuts the flooder from its own side, so the flood stops at its source
+instead of filling every relay's queues.
 
 An honest node publishes at most 10 messages/s (burst 100, protocol/outbox.py); the defaults
-(80/s: the Ingress's flooding line, 4x its accepted 20/s; burst 200: twice the Outbox's) leave it
-a wide margin, and cut a 3,000 msgs/s flooder within ~0.1 s. Not covered: a flood spread over many keys each below the line (the Ingress's
-per-origin limits and scores still apply to them).
+(80/s: the Ingress's flooding line, 4x its accepted 20/s; burst 200: twice the Outbox's) leave
+it a wide margin, and cut a 3,000 msgs/s flooder within ~0.1 s. Not covered: a flood spread over
+many keys each below the line (the Ingress's per-origin limits and scores still apply to them).
 
     guard = FloodGuard(rate=80, burst=200, cut_s=300)   # rate=0: off
     guard.arrival(origin, now)    # False: drop it (origin is cut)
@@ -96,7 +97,7 @@ class FloodGuard:
     def take_disconnects(self, now: float) -> list[str]:
         """Cut origins seen since their last DISCONNECT, each at most every `redisconnect_s` (a
         flooder that redials gets no more than that window before it is cut off again)."""
-        due = [origin for origin in self._seen_while_cut if self.is_cut(origin, now)
+        due = [origin for origin in list(self._seen_while_cut) if self.is_cut(origin, now)  # may forget some
                and now - self._disconnected_at.get(origin, -float("inf")) >= self.redisconnect_s]
         for origin in due:
             self._seen_while_cut.discard(origin)
