@@ -117,6 +117,14 @@ class SwarmConfig(Section):
                                               "redialed after this many failed dials in a row (bootstrap peers always "
                                               "are), and is evicted (a useful or answering one only after also "
                                               "being silent an hour)")
+    flood_cut_rate: float = Field(80.0, ge=0, description="p2pd: a GossipSub origin sending more than this many "
+                                  "messages/s (beyond flood_cut_burst) is cut: its messages are dropped and the "
+                                  "daemon disconnects it, so its flood cannot fill the daemon's fixed queues, where "
+                                  "honest messages were lost with it (0: off)")
+    flood_cut_burst: float = Field(200.0, ge=1, description="p2pd: messages an origin may send at once before "
+                                   "flood_cut_rate applies (an honest node publishes at most 100 at once)")
+    flood_cut_s: float = Field(300.0, gt=0, description="p2pd: how long a cut origin stays cut (disconnected "
+                               "again whenever it reconnects or sends, and never dialed)")
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
     pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")

@@ -97,7 +97,8 @@ def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topi
                                  ipv4_prefix=s.peer_cache_ipv4_prefix, ipv6_prefix=s.peer_cache_ipv6_prefix)
         return P2pdTransport(identity.private_seed(), listen=s.listen, bootstrap=s.peers, topics=topics,
                              peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache else None,
-                             peer_cache_limits=limits)
+                             peer_cache_limits=limits, flood_cut_rate=s.flood_cut_rate,
+                             flood_cut_burst=s.flood_cut_burst, flood_cut_s=s.flood_cut_s)
     if kind == "libp2p":
         from protocol.transport_libp2p import Libp2pTransport
 

@@ -130,6 +130,10 @@ def connect_request(peer_id: bytes, addrs: list[bytes], timeout_s: int) -> pb.Re
                       connect=pb.ConnectRequest(peer=peer_id, addrs=addrs, timeout=timeout_s))
 
 
+def disconnect_request(peer_id: bytes) -> pb.Request:
+    return pb.Request(type=pb.Request.DISCONNECT, disconnect=pb.DisconnectRequest(peer=peer_id))
+
+
 def subscribe_request(topic: str) -> pb.Request:
     return pb.Request(type=pb.Request.PUBSUB, pubsub=pb.PSRequest(type=pb.PSRequest.SUBSCRIBE, topic=topic))
 

@@ -37,8 +37,10 @@ class Dialer:
         self.backoff.clear()
         self.failures.clear()
 
-    def dial_missing(self, conn: ControlConnection, connected: set[str], count: Callable[[str], None]) -> None:
-        """One pass; `count("dial_attempts" | "dial_failures" | "dial_given_up")` for the transport's stats."""
+    def dial_missing(self, conn: ControlConnection, connected: set[str], count: Callable[[str], None],
+                     skip: frozenset[str] = frozenset()) -> None:
+        """One pass, never dialing `skip` (origins cut for flooding); `count("dial_attempts" |
+        "dial_failures" | "dial_given_up")` for the transport's stats."""
         backoff = self.backoff
         wanted = {pid: list(addrs) for pid, addrs in self.bootstrap.items()}
         if self.peer_cache is not None:
@@ -50,6 +52,8 @@ class Dialer:
             if pid in connected:
                 backoff.pop(pid, None)
                 self.failures.pop(pid, None)
+                continue
+            if pid in skip:
                 continue
             if pid not in self.bootstrap and self.failures.get(pid, 0) >= self.max_cached_failures:
                 continue  # given up on for this run

@@ -4,7 +4,8 @@ Threads (none of them ever the caller's): a supervisor starts the daemon, checks
 `health_interval_s` (process alive, IDENTIFY answered in time) and restarts it with exponential
 backoff when it exits or its control socket is stuck, re-subscribing every topic; one reader per
 subscription fills a bounded per-topic inbox (fair: the heaviest sender loses, protocol/inbox.py);
-one writer sends publishes; a discovery thread keeps bootstrap and cached peers dialed and asks
+one writer sends publishes; a guard thread disconnects origins cut for flooding
+(protocol/p2pd/flood_guard.py); a discovery thread keeps bootstrap and cached peers dialed and asks
 the DHT for more (protocol/p2pd/discovery.py), refreshes the peer/topic counts that `peers()` and
 `stats()` return, and writes the peer cache.
 
@@ -19,6 +20,8 @@ Semantics worth knowing:
   until its topic has had a subscribed peer for `settle_s`, at most `publish_wait_s`, then sends
   it anyway (a lone node still publishes).
 * The daemon echoes our own messages to our subscription; they are skipped.
+* A flooding origin is cut (dropped, disconnected by the daemon): the daemon's fixed 32-slot
+  queues drop honest messages along with a flood (flood_guard.py).
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ from .control import (
 )
 from .daemon import DaemonProcess, DaemonStartError
 from .discovery import Dialer, ask_dht, peer_addrs
+from .flood_guard import FloodGuard, disconnect_origins
 from .peer_cache import PeerCache, PeerCacheLimits
 from proto._generated import p2pd_control_pb2 as pb
 
@@ -81,6 +85,9 @@ STAT_KEYS = (
     "daemon_restarts", "daemon_failures",  # exits / stuck sockets seen; failed restart attempts
     "dial_attempts", "dial_failures",
     "dial_given_up",  # cached peers no longer redialed this run (failed max_dial_failures in a row)
+    "flooders_cut",              # origins cut for flooding (flood_guard.py)
+    "dropped_flooding_origin",   # messages dropped because their origin was cut
+    "flood_disconnects",         # DISCONNECTs the daemon carried out for cut origins
 )
 
 
@@ -103,6 +110,9 @@ class P2pdTransport:
     :param publish_wait_s: how long a message waits for its topic's first subscribed peer.
     :param settle_s: how long a topic must have had subscribed peers before messages go out
         (the first messages to a peer that just appeared are often lost without it).
+    :param flood_cut_rate, flood_cut_burst, flood_cut_s: an origin sending more than
+        `flood_cut_rate` messages/s beyond a burst of `flood_cut_burst` is cut (dropped and
+        disconnected) for `flood_cut_s` seconds; `flood_cut_rate=0` turns that off.
     """
 
     def __init__(self, identity_seed: bytes, *, listen: list[str], bootstrap: list[str], topics: list[str] = (),
@@ -111,7 +121,8 @@ class P2pdTransport:
                  max_msg_bytes: int = MAX_MESSAGE_BYTES, inbox_size: int = 4096, outbound_size: int = 4096,
                  publish_wait_s: float = 2.0, settle_s: float = 0.5, publish_rate: float = 500.0,
                  control_timeout_s: float = 5.0, health_interval_s: float = 1.0, discovery_interval_s: float = 2.0,
-                 backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
+                 backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0, flood_cut_rate: float = 80.0,
+                 flood_cut_burst: float = 200.0, flood_cut_s: float = 300.0) -> None:
         self.identity = NodeIdentity.from_seed(identity_seed)
         self.peer_id = self.identity.peer_id()
         self._seed = bytes(identity_seed)
@@ -140,6 +151,8 @@ class P2pdTransport:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._stats = dict.fromkeys(STAT_KEYS, 0)
+        self._flood_guard = FloodGuard(flood_cut_rate, flood_cut_burst, flood_cut_s)
+        self._wake_guard = threading.Event()
         self._inbox: dict[str, FairInbox[Received]] = {}
         self._outbound: collections.deque[tuple[str, bytes, float]] = collections.deque()
         self._state = STATE_STARTING
@@ -223,6 +236,8 @@ class P2pdTransport:
             out["connected_peers"] = len(self._connected)
             out["dht_peers"] = self._dht_peers  # peers our last DHT lookup of our own id named
             out["outbound_queued"] = len(self._outbound)
+            out["flooders_cut"] = self._flood_guard.cuts
+            out["dropped_flooding_origin"] = self._flood_guard.dropped
             for topic, n in self._topic_peers.items():
                 out[f"topic_peers:{topic}"] = n
         return out
@@ -245,6 +260,7 @@ class P2pdTransport:
             self._wake_writer.notify_all()
             subscriptions = list(self._subscriptions.values())
         self._stop.set()
+        self._wake_guard.set()
         for conn in subscriptions:
             conn.close()  # unblocks the readers
         if self._daemon is not None:
@@ -314,6 +330,7 @@ class P2pdTransport:
         self._ready.set()
         self._spawn_thread(self._write_loop, "p2pd-writer")
         self._spawn_thread(self._discovery_loop, "p2pd-discovery")
+        self._spawn_thread(self._guard_loop, "p2pd-guard")
         # After the first run, restarts reuse its real ports, so peers that know us can redial.
         reuse = [a.split("/p2p/")[0] for a in self._listen_addrs] or self._listen
         while not self._stop.wait(self._health_interval_s):
@@ -419,6 +436,9 @@ class P2pdTransport:
             return
         item = Received(from_peer=sender, data=data, received_at=time.time())
         with self._lock:
+            if not self._flood_guard.arrival(sender, time.monotonic()):
+                self._wake_guard.set()  # the guard thread disconnects it: this reader must keep reading
+                return
             box = self._inbox.get(topic)
             if box is None:
                 self._stats[COUNTER_DROPPED_UNSUBSCRIBED] += 1
@@ -525,12 +545,35 @@ class P2pdTransport:
                 with self._lock:
                     self._connected = sorted(connected)
                     self._topic_peers.update(topic_peers)
-                self._dialer.dial_missing(conn, connected, self._bump)
+                    now = time.monotonic()
+                    self._flood_guard.seen_connected(sorted(connected), now)
+                    cut = frozenset(self._flood_guard.cut_origins(now))
+                if cut:
+                    self._wake_guard.set()
+                self._dialer.dial_missing(conn, connected, self._bump, skip=cut)
             dht_peers = ask_dht(socket_path, self.peer_id, self._control_timeout_s)
             with self._lock:
                 self._dht_peers = dht_peers
         except ControlError as err:
             log.debug("discovery round failed: %s", err)
+
+    def _guard_loop(self) -> None:
+        """Tells the daemon to disconnect cut origins (never on a reader thread: a control call
+        there would stall the subscription while the flood fills the daemon's buffer)."""
+        while not self._stop.is_set():
+            self._wake_guard.wait(1.0)
+            self._wake_guard.clear()
+            try:
+                with self._lock:
+                    due = self._flood_guard.take_disconnects(time.monotonic())
+                    generation = self._generation
+                socket_path = self._socket_for(generation) if due else None
+                if socket_path is None:
+                    continue  # nothing due, or restarting: a cut origin seen again is due again
+                self._bump("flood_disconnects", disconnect_origins(socket_path, due, self._control_timeout_s))
+            except Exception:  # noqa: BLE001 - the guard must go on whatever one pass met
+                log.exception("p2pd flood guard pass failed (continuing)")
+            self._stop.wait(self._flood_guard.redisconnect_s)  # a flooder that redials is cut again after this
 
     def _remember_peers(self, generation: int) -> bool:
         """Records the connected peers' dialable addresses in the peer cache (True if any)."""
