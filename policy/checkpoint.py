@@ -76,8 +76,8 @@ def save_checkpoint(run_dir: Path, round_index: int, model, tokenizer, optimizer
     torch.save({"round": round_index, "optimizer": optimizer.state_dict(), "rng": rng_state(),
                 "extra": extra or {}}, tmp / "state.pt")
     (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
-    for name, text in (files or {}).items():  # inside the temp dir: renamed into place with the rest
-        (tmp / name).write_text(text)
+    for file_name, text in (files or {}).items():  # inside the temp dir: renamed into place with the rest
+        (tmp / file_name).write_text(text)
     _fsync_dir(tmp)
     final = root / name
     if final.exists():  # re-running a round after a resume: the new one replaces it

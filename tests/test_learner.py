@@ -5,7 +5,7 @@ import torch
 from node.config import load_config
 from node.loop import Node
 from node.metrics import RoundTable, read_metrics
-from policy.checkpoint import latest_checkpoint, load_weights, save_checkpoint
+from policy.checkpoint import latest_checkpoint, latest_checkpoint_path, latest_round, load_weights, save_checkpoint
 from policy.learner import Learner, OptimConfig, apply_lora
 from policy.losses import make_objective
 from policy.models import ModelConfig, load_policy
@@ -77,7 +77,10 @@ def test_lora_trains_only_adapters_and_checkpoints_round_trip(tmp_path):
     base_before = {n: p.clone() for n, p in lrn.model.named_parameters() if not p.requires_grad}
     lrn.update([group([1.0, 0.0, 0.0, 1.0])])
     assert all(torch.equal(base_before[n], p) for n, p in lrn.model.named_parameters() if not p.requires_grad)
-    save_checkpoint(tmp_path, 0, lrn.model, policy.tokenizer, lrn.optimizer, {})
+    save_checkpoint(tmp_path, 0, lrn.model, policy.tokenizer, lrn.optimizer, {}, files={"exchange.json": "{}"})
+    # an extra file travels inside the checkpoint and does not rename it (LATEST once named the file)
+    assert latest_checkpoint_path(tmp_path).name == "round-000000" and latest_round(tmp_path) == 0
+    assert (latest_checkpoint_path(tmp_path) / "exchange.json").read_text() == "{}"
     fresh, _ = learner(lora_rank=4)
     load_weights(fresh.model, latest_checkpoint(tmp_path))
     for (n, a), (_, b) in zip(lrn.model.named_parameters(), fresh.model.named_parameters()):
