@@ -25,6 +25,7 @@ from node.swarm import join_memory_bus, snapshot
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 from protocol.testing import seal_message
+from test_ingest import wait_for
 
 SWARM = "syb"
 TOPIC = topic_name(SWARM, "rollouts")
@@ -84,15 +85,6 @@ class Sender:
 def attacker_share(used_by_round: list[Counter], honest: str) -> float:
     total = sum(sum(c.values()) for c in used_by_round)
     return sum(n for c in used_by_round for key, n in c.items() if key != honest) / max(1, total)
-
-
-def wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 @pytest.mark.slow
