@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -137,3 +138,19 @@ class RateLimiter:
 
     def allow(self, peer: str, nbytes: int, at: float | None = None) -> bool:
         return self.check(peer, nbytes, at) is Verdict.ALLOW
+
+
+class Pacer:
+    """Paces a writer (the p2pd transport's publishes): `wait` returns when one more message may go (or at once when `stop` is set)."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.bucket = TokenBucket(rate, float(burst), time.monotonic())
+
+    def wait(self, stop: threading.Event) -> None:
+        bucket = self.bucket
+        bucket.refill(time.monotonic())
+        if bucket.tokens < 1.0:
+            stop.wait((1.0 - bucket.tokens) / bucket.rate)
+            bucket.refill(time.monotonic())
+            bucket.tokens = max(bucket.tokens, 1.0)  # woken early by stop: this message still goes
+        bucket.take()

@@ -217,14 +217,19 @@ class PeerCache:
         return kept
 
     def save(self) -> bool:
-        """Writes the file if anything changed since the last write (True if written)."""
+        """Writes the file if anything changed since the last write (True if written). A write
+        that fails is logged and retried at the next save, never raised: the cache is a hint."""
         with self._write_lock:
             with self._lock:
                 if not self._changed:
                     return False
                 body = {"peers": {pid: dataclasses.asdict(rec) for pid, rec in self._records().items()}}
                 self._changed = False
-            self._write(body)
+            try:
+                self._write(body)
+            except OSError as err:
+                log.warning("cannot write the peer cache %s: %s", self.path, err)
+                return False
         return True
 
     def _write(self, body: dict) -> None:

@@ -42,7 +42,7 @@ from ..transport import (
     Received,
 )
 from ..inbox import FairInbox
-from ..ratelimit import TokenBucket
+from ..ratelimit import Pacer
 from .addrs import peer_id_text, split_peer_addr
 from .control import (
     ControlConnection,
@@ -272,7 +272,8 @@ class P2pdTransport:
             daemon = self._daemon  # a restart may have raced the close: it stops its own daemon then
         if daemon is not None:
             daemon.stop()
-        self._save_peer_cache()
+        if self.peer_cache is not None:
+            self.peer_cache.save()
         self._ready.set()
 
     def __enter__(self) -> P2pdTransport:
@@ -453,7 +454,7 @@ class P2pdTransport:
         conn_generation = -1
         peers_checked: dict[str, tuple[float, int]] = {}  # topic -> (when, subscribed peers)
         peers_since: dict[str, float] = {}  # topic -> since when it has had subscribed peers
-        pacer = _Pacer(self._publish_rate, burst=PUBLISH_BURST)
+        pacer = Pacer(self._publish_rate, burst=PUBLISH_BURST)
         while True:
             with self._lock:
                 while not self._outbound and self._state != STATE_CLOSED:
@@ -528,7 +529,8 @@ class P2pdTransport:
                 if self.peer_cache is not None and (connected - remembered or time.monotonic() - cache_written > 10.0):
                     if self._remember_peers(generation):
                         cache_written, remembered = time.monotonic(), connected
-                self._save_peer_cache()  # only if something changed: dial outcomes, usefulness, peers
+                if self.peer_cache is not None:  # only if something changed: dial outcomes, usefulness, peers
+                    self.peer_cache.save()
             except Exception:  # noqa: BLE001 - discovery must go on whatever one round met
                 log.exception("p2pd discovery round failed (continuing)")
             if self._stop.wait(self._discovery_interval_s):
@@ -592,29 +594,6 @@ class P2pdTransport:
         self.peer_cache.remember(addrs)
         return True
 
-    def _save_peer_cache(self) -> None:
-        if self.peer_cache is None:
-            return
-        try:
-            self.peer_cache.save()
-        except OSError as err:
-            log.warning("cannot write the peer cache %s: %s", self.peer_cache.path, err)
-
     def _topics(self) -> list[str]:
         with self._lock:
             return list(self._inbox)
-
-class _Pacer:
-    """Paces the writer: `wait` returns when one more message may go (or at once when `stop` is set)."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.bucket = TokenBucket(rate, float(burst), time.monotonic())
-
-    def wait(self, stop: threading.Event) -> None:
-        bucket = self.bucket
-        bucket.refill(time.monotonic())
-        if bucket.tokens < 1.0:
-            stop.wait((1.0 - bucket.tokens) / bucket.rate)
-            bucket.refill(time.monotonic())
-            bucket.tokens = max(bucket.tokens, 1.0)  # woken early by stop: this message still goes
-        bucket.take()
