@@ -162,7 +162,8 @@ class Learner:
         on another scale would weigh more or less than ours for nothing (local dr_grpo and external
         minpro made a peer group weigh 2.8x ours)."""
         kind = self.objective.advantage
-        reference = self.group_size or max((len(g.samples) for g in groups if not g.external), default=None)
+        reference = self.group_size or max((sum(s.tier is None for s in g.samples) for g in groups
+                                            if not g.external), default=None)
         samples, advantages, row_weights, n_zero = [], [], [], 0
         for group in groups:
             rewards = torch.tensor([s.reward for s in group.samples], dtype=torch.float32)  # [G]
