@@ -83,6 +83,7 @@ class Admission:
         self._round = 0
         self._arrivals = 0
         self._slot_credit = 0.0  # young slots earned and not yet spent
+        self.any_established = False  # some key established, as of the last start_round
 
     @classmethod
     def from_config(cls, cfg) -> Admission:
@@ -123,6 +124,7 @@ class Admission:
         self._round = round_index
         while self._credited and round_index - next(iter(self._credited.values())) > self.remember_rounds:
             self._credited.popitem(last=False)
+        self.any_established = any(not self.is_young(key) for key in self.keys)  # once a round: O(keys)
 
     def is_young(self, origin: str) -> bool:
         record = self.keys.get(origin)
@@ -202,3 +204,4 @@ class Admission:
         self.keys, self._credited = keys, credited
         self._pooled = set()
         self._round, self._arrivals, self._slot_credit = round_index, arrivals, slot_credit
+        self.any_established = any(not self.is_young(key) for key in self.keys)

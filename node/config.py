@@ -157,7 +157,8 @@ class SwarmConfig(Section):
     ingest_young_share: float = Field(0.25, gt=0, le=1, description="background ingest: young and unknown senders "
                                       "together get at most this share of each round's verification budget and of "
                                       "staging; established senders are served first with the rest (1,000 fresh "
-                                      "origins must not crowd an established peer out of verification)")
+                                      "origins must not crowd an established peer out of verification). Until some "
+                                      "key is established, young senders share the whole verification budget")
     sampling_policy: Literal["uniform", "per_sender", "weak_tasks"] = Field(
         "per_sender", description="which J pooled groups to train on: uniform (SAPO paper), per_sender (fair "
                                   "across senders) or weak_tasks (favour families this node fails, sender-fair)")

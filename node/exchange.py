@@ -165,7 +165,8 @@ class SwarmExchange:
         if ingest == "background":
             self._worker = IngestWorker(transport, list(self.topics.values()), self._verify_staged, budget,
                                         self._sender_class, name=f"ingest-{self.peer_id[-8:]}",
-                                        max_wait_rounds=cfg.pool_max_age_rounds)
+                                        max_wait_rounds=cfg.pool_max_age_rounds,
+                                        young_capped=lambda: self.pool.admission.any_established)
             self._worker.start()
         elif ingest != "inline":
             raise ValueError(f"ingest must be 'inline' or 'background', got {ingest!r}")

@@ -204,16 +204,21 @@ class IngestWorker:
     """Drains `topics` of `transport` into staging and verifies within `budget` per round, on its own
     thread. `verify(staged)` does the work; an exception from it drops that message (counted).
     `sender_class(peer)` says ESTABLISHED or YOUNG; a message staged more than `max_wait_rounds`
-    rounds ago is dropped unverified."""
+    rounds ago is dropped unverified. `young_capped()` says whether young senders are held to their
+    share: only once some key is established is there anyone to protect. In a new swarm every peer
+    is young, and a quarter of the budget let whole rounds of honest groups expire unverified, so
+    peers could not earn the credits that would establish them (a demo node used 2 peer groups in
+    200 rounds)."""
 
     def __init__(self, transport: Transport, topics: list[str], verify: Callable[[Staged], None],
                  budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest",
-                 max_wait_rounds: int = 5):
+                 max_wait_rounds: int = 5, young_capped: Callable[[], bool] = lambda: True):
         self.transport = transport
         self.topics = topics
         self.verify = verify
         self.budget = budget
         self.max_wait_rounds = max_wait_rounds
+        self.young_capped = young_capped
         self.staging = Staging(budget.per_sender_staged, budget.max_staged, sender_class, budget.young_share)
         self.counters: Counter[str] = Counter()
         self._lock = threading.Lock()  # guards counters and the round's budget, read by status()
@@ -293,15 +298,16 @@ class IngestWorker:
 
     def _class_to_serve(self) -> str | None:
         """Which lane the next message comes from, or None: the round's budget is spent (or nothing
-        is staged). Young senders get at most their share of every limit, and while both lanes
-        wait, of the messages verified so far (so they are served early in a round, not only last)."""
+        is staged). Young senders get at most their share of every limit (all of it while
+        `young_capped()` is False), and while both lanes wait, of the messages verified so far (so
+        they are served early in a round, not only last)."""
         limits = {"messages": self.budget.max_messages, "bytes": self.budget.max_bytes,
                   "seconds": self.budget.max_share * (time.monotonic() - self._round_started)}
         used = self._round[ESTABLISHED] + self._round[YOUNG]
         if not all(used[k] < limit or (k == "seconds" and used[k] <= limit) for k, limit in limits.items()):
             self.counters["budget_waits"] += 1
             return None
-        share = self.budget.young_share
+        share = self.budget.young_share if self.young_capped() else 1.0
         young = self._round[YOUNG]
         young_ok = (self.staging.lanes[YOUNG].total > 0
                     and all(young[k] < share * limit or (k == "seconds" and young[k] <= share * limit)

@@ -97,6 +97,11 @@ def test_worker_serves_established_senders_first_and_young_ones_within_their_sha
                         lambda peer: YOUNG)
     idle.step()
     assert len(verified) == 2 and idle.counters["young_budget_waits"] > 0  # established idle: still only theirs
+    verified.clear()
+    new_swarm = IngestWorker(_Staged(items[:100]), ["t"], lambda staged: verified.append(staged.item.from_peer),
+                             budget, lambda peer: YOUNG, young_capped=lambda: False)
+    new_swarm.step()
+    assert len(verified) == 8  # nobody established yet: nobody to protect, young peers share the whole budget
 
 
 def test_background_worker_verifies_without_collect_and_stops_on_close(tmp_path):
