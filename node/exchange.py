@@ -152,7 +152,6 @@ class SwarmExchange:
         self._local_groups = 0
         self._shared = {"wire_bytes": 0, "wire_tokens": 0}
         self._arrived = {"received": 0, "flat": 0}  # verified since the last collect
-        self._pool_round = 0  # the round the training loop collected last (staged messages age from it)
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         self._lock = threading.Lock()

@@ -322,7 +322,6 @@ class Learner:
             self._resolve_behavior(samples, behavior, tier, old_logp.cpu())
         loss_mask, behavior, adv_t, tier, row_weight = (
             t.to(self.device) for t in (loss_mask, behavior, adv_t, tier, row_weight))
-        claimed = (tier == TIER_EXACT) | (tier == TIER_ALIGNED)  # [B] rows whose b a peer claimed
 
         for t in TIERS:
             if (n_tier := int((tier == t).sum())) > 0:
@@ -348,7 +347,7 @@ class Learner:
                                advantages=adv_t[idx], completion_budget=self.completion_budget,
                                row_weight=row_weight[idx])
                 loss, step_stats = self._loss(x, tier[idx])
-                if bool(claimed[idx].any()):
+                if bounded_frac is not None:
                     step_stats["ext_claims_bounded_frac"] = bounded_frac
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -369,8 +368,9 @@ class Learner:
 
 
 def resolve_claims(behavior: torch.Tensor, old: torch.Tensor, tier: torch.Tensor, mask: torch.Tensor,
-                   proximal: str) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """(b, l^old, fraction of claimed tokens bounded) for a minibatch, as every objective sees them.
+                   proximal: str) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+    """(b, l^old, fraction of claimed tokens bounded: None when no token was claimed) for a
+    minibatch, as every objective sees them.
 
     behavior [b, C] (NaN where unknown: tier 2, or our own rows without log-probs), old [b, C] our
     l^old, tier [b] (LOCAL or a peer tier), mask [b, C]. Unknown b becomes l^old; a peer's claimed
@@ -379,6 +379,7 @@ def resolve_claims(behavior: torch.Tensor, old: torch.Tensor, tier: torch.Tensor
     beh = torch.where(torch.isnan(behavior), old, behavior)  # [b, C]
     claimed = ((tier == TIER_EXACT) | (tier == TIER_ALIGNED))[:, None] & (mask > 0)  # [b, C]
     beh, bounded_frac = bound_claims(beh, old, claimed)  # [b, C]
+    bounded_frac = bounded_frac if bool(claimed.any()) else None
     if proximal == "behavior":  # peers' ratios measured against the sampler
         old = torch.where((tier != LOCAL)[:, None], beh, old)  # [b, C]
     return beh, old, bounded_frac
