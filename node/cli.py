@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, run_dir: str) -> None:
-        p.add_argument("--preset", choices=["smollm2", "tiny"], default="tiny")
+        p.add_argument("--preset", choices=["smollm2", "tiny", "tiny-warm"], default="tiny")
         p.add_argument("--config", help="TOML file with overrides of the preset")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key, e.g. optim.lr=3e-4")
         p.add_argument("--rounds", type=int, help="total rounds (shorthand for --set run.rounds=N)")
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     testnet = sub.add_parser("testnet", help="run N nodes on this machine with faults and hostile peers; report")
     testnet.add_argument("--nodes", type=int, default=3)
     testnet.add_argument("--rounds", type=int, default=200, help="rounds every honest node trains")
-    testnet.add_argument("--preset", choices=["smollm2", "tiny"], default="tiny")
+    testnet.add_argument("--preset", choices=["smollm2", "tiny", "tiny-warm"], default="tiny")
     testnet.add_argument("--mix", default="4/4", metavar="I/J", help="I local + J external groups per update")
     testnet.add_argument("--compare", metavar="I/J,...", help="run each mix (e.g. 8/0,6/2,4/4,2/6) and compare")
     testnet.add_argument("--seeds", type=int, default=1, help="repeat every configuration with K seeds")

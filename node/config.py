@@ -18,6 +18,7 @@ from node.allocation import AllocationConfig
 from node.eval import EvalConfig
 from node.hints import HintConfig
 from node.verifiers import Verifier
+from node.warm_start import WarmStartConfig
 from policy.learner import OffPolicyConfig, OptimConfig
 from policy.losses import make_objective
 from policy.models import ModelConfig
@@ -174,6 +175,7 @@ class SwarmConfig(Section):
 
 class NodeConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
+    warm: WarmStartConfig = Field(default_factory=WarmStartConfig)
     tasks: TaskConfig = Field(default_factory=TaskConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     verifier: Verifier = Field(default_factory=Verifier)
@@ -202,6 +204,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval": {"every": 50, "ood": {"add": 1.0}},
     },
     # SmolLM2-135M-Instruct (offline GGUF, converted once to bf16) on real reasoning-gym tasks.
+    # The rare-success miniature (node/warm_start.py): the tiny model warm-started on a noisy corpus,
+    # then RL on three-digit families it solves about 10% (rev) and 1% (inc, rot) of the time, whose
+    # held-out questions are never trained on. Chance success is about 1 in 65,000.
+    "tiny-warm": {
+        "model": {"name": "tiny"},
+        "warm": {"recipe": "digits3"},
+        "tasks": {"source": "synthetic", "datasets": {"rev": 1.0, "inc": 1.0, "rot": 1.0}, "prompts_per_round": 8},
+        "sampling": {"group_size": 8, "temperature": 1.0, "max_new_tokens": 4, "backend": "hf"},
+        "verifier": {"fmt": "raw"},
+        "optim": {"lr": 1e-3},
+        "run": {"rounds": 300, "checkpoint_every": 50},
+        "eval": {"every": 25, "tasks_per_family": 64},
+    },
     "smollm2": {
         # float32 master weights (an lr of 1e-6 would vanish in bf16 weights); bf16 autocast where the
         # hardware has native bf16 (emulated bf16 on an AVX2-only CPU made generation ~5x slower)

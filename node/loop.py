@@ -30,6 +30,7 @@ from node.prompts import Retokenizer
 from node.rollouts import RolloutSampler
 from node.tasks import make_source
 from node.tasks.base import Task
+from node.warm_start import warm_model_config
 from policy.checkpoint import latest_checkpoint, load_weights, restore_rng, save_checkpoint
 from policy.generation import eos_token_ids, make_generator
 from policy.learner import Learner, apply_lora, autocast_context
@@ -72,7 +73,7 @@ class Node:
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
-        self.policy = load_policy(cfg.model)
+        self.policy = load_policy(warm_model_config(cfg.warm, cfg.model))
         self.model = apply_lora(self.policy.model, cfg.optim)
         self.objective = make_objective(cfg.loss.name, **cfg.loss.knobs)
         self.source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed, cfg.tasks.peer_seeds)

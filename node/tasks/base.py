@@ -191,8 +191,12 @@ class MixtureSource(TaskSource):
         for slot in range(n):
             rng = stable_rng(self.name, "batch", self.seed, round_index, slot)
             dataset = self._choice.pick(rng.random())
-            tasks.append(self._build(dataset, self.seed, rng.randrange(self._index_space(dataset))))
+            tasks.append(self._build(dataset, self.seed, self._draw_index(dataset, rng)))
         return tasks
+
+    def _draw_index(self, dataset: str, rng: random.Random) -> int:
+        """The index of a training draw of `dataset` (a subclass may keep some indices for held-out use)."""
+        return rng.randrange(self._index_space(dataset))
 
     def heldout(self, n_per_dataset: int, seed: int | None = None) -> list[Task]:
         """Held-out evaluation tasks: for every dataset with weight > 0 (sorted by name), the tasks

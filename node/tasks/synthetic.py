@@ -7,9 +7,16 @@ tokenizer, whose whole alphabet is ALPHABET. Difficulty is graded (measured with
 "count" ("3++=" -> "3456") needs four right tokens in a row (a random policy succeeds about once
 in 65,000 samples, so from scratch its pass rate stays 0): the family for hints, whose solution
 prefixes let a node learn it one token at a time (set sampling.max_new_tokens >= 4).
+
+"rev", "inc" and "rot" map three digits to three digits ("123m=" -> "321", "123+=" -> "234",
+"123==" -> "231"): a random policy succeeds about once in 65,000 samples. They are the families of
+the tiny-warm preset, whose model is warm-started (node/warm_start.py) to solve them now and then.
+Their 1,000 questions are split by a hash: a fifth are held-out questions, never drawn for training
+and refused as a peer's training ref, so held-out pass rates measure new questions.
 """
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Callable, Mapping
 
@@ -61,14 +68,47 @@ def _count(rng: random.Random) -> tuple[str, str]:
     return f"{a}++=", "".join(str((a + k) % 10) for k in range(4))
 
 
+def _digits3(rng: random.Random) -> str:
+    return "".join(str(rng.randrange(10)) for _ in range(3))
+
+
+def _rev(rng: random.Random) -> tuple[str, str]:
+    s = _digits3(rng)
+    return f"{s}m=", s[::-1]
+
+
+def _inc(rng: random.Random) -> tuple[str, str]:
+    s = _digits3(rng)
+    return f"{s}+=", "".join(str((int(c) + 1) % 10) for c in s)
+
+
+def _rot(rng: random.Random) -> tuple[str, str]:
+    s = _digits3(rng)
+    return f"{s}==", s[1:] + s[0]
+
+
 GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "copy": _copy,
     "succ": _succ,
     "max": _max,
     "add": _add,
     "count": _count,
+    "rev": _rev,
+    "inc": _inc,
+    "rot": _rot,
 }
-DIFFICULTY = {"copy": "easy", "succ": "medium", "max": "medium", "add": "hard", "count": "multi-token"}
+DIFFICULTY = {"copy": "easy", "succ": "medium", "max": "medium", "add": "hard", "count": "multi-token",
+              "rev": "multi-token", "inc": "multi-token", "rot": "multi-token"}
+SPLIT_FAMILIES = frozenset({"rev", "inc", "rot"})  # held-out questions disjoint from training ones
+HELDOUT_FRACTION = 0.2
+# Indices below this build held-out questions of a split family (TaskSource.heldout uses 0..n-1);
+# training draws take indices above it.
+HELDOUT_INDICES = 4096
+
+
+def is_heldout_question(question: str) -> bool:
+    """Whether a split family's question is held out: a stable hash, the same on every node."""
+    return hashlib.sha256(question.encode()).digest()[0] < HELDOUT_FRACTION * 256
 
 
 def dataset_digest(dataset: str) -> str:
@@ -94,6 +134,11 @@ class SyntheticSource(MixtureSource):
     def _index_space(self, dataset: str) -> int:
         return _INDEX_SPACE
 
+    def _draw_index(self, dataset: str, rng: random.Random) -> int:
+        if dataset in SPLIT_FAMILIES:
+            return HELDOUT_INDICES + rng.randrange(_INDEX_SPACE - HELDOUT_INDICES)
+        return rng.randrange(_INDEX_SPACE)
+
     def rebuild(self, ref: TaskRef) -> Task:
         # Any synthetic dataset can be rebuilt, even one we do not draw: generation is trivial and
         # has no config beyond the generator version that the digest checks.
@@ -108,6 +153,9 @@ class SyntheticSource(MixtureSource):
                 f"task {ref.key}: config digest {ref.config_digest} does not match ours ({expected}, "
                 f"generator version {GENERATOR_VERSION}) for {ref.dataset!r}"
             )
+        if ref.dataset in SPLIT_FAMILIES and ref.index < HELDOUT_INDICES:
+            raise UnknownTaskError(f"task {ref.key}: index {ref.index} is a held-out question of {ref.dataset!r} "
+                                   f"(indices below {HELDOUT_INDICES}); nobody trains on those")
         return self._build(ref.dataset, ref.seed, ref.index)
 
     def score(self, task: Task, completion_text: str) -> float:
@@ -116,6 +164,10 @@ class SyntheticSource(MixtureSource):
         return 1.0 if completion_text.strip() == task.answer else 0.0
 
     def _build(self, dataset: str, seed: int, index: int) -> Task:
-        question, answer = GENERATORS[dataset](stable_rng(self.name, dataset, seed, index))
+        rng = stable_rng(self.name, dataset, seed, index)
+        question, answer = GENERATORS[dataset](rng)
+        if dataset in SPLIT_FAMILIES:  # redraw until the question is on the index's side of the split
+            while is_heldout_question(question) != (index < HELDOUT_INDICES):
+                question, answer = GENERATORS[dataset](rng)
         ref = TaskRef(self.name, dataset, dataset_digest(dataset), seed, index)
         return Task(ref, question, answer, {"difficulty": DIFFICULTY[dataset]})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from node.config import PRESETS
 
-FAMILIES = {"tiny": ["copy", "succ", "max"]}  # task families a node can specialise in, per preset
+FAMILIES = {"tiny": ["copy", "succ", "max"], "tiny-warm": ["rev", "inc", "rot"]}  # task families a node can specialise in, per preset
 LR_FACTORS = (1.0, 0.7, 1.4, 0.85)  # heterogeneous learning rates (x the preset's)
 SLOW_EVERY = 4  # every 4th node runs at half speed
 
@@ -135,6 +135,8 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
            f"tasks.peer_seeds=[{', '.join(str(seed * 1000 + i) for i in range(plan.nodes))}]",  # reasoning-gym
            f"swarm.external_per_round={external}", f"run.rounds={plan.rounds}", "run.threads=1",
            "run.checkpoint_every=10"]  # a killed node loses at most 10 rounds
+    if base.get("warm", {}).get("recipe", "none") != "none":
+        out.append(f"warm.seed={seed}")  # one warm model per seed, shared by all nodes (SAPO: one checkpoint)
     if plan.heterogeneous:
         lr = base.get("optim", {}).get("lr", 1e-3) * LR_FACTORS[index % len(LR_FACTORS)]
         out.append(f"optim.lr={lr:g}")
