@@ -135,3 +135,16 @@ def test_cli_defaults_to_the_compute_clock_for_comparisons(tmp_path, monkeypatch
     args = cli.build_parser().parse_args(["testnet", "--transport", "memory", "--compare", "8/0,2/6", "--budget", "2x"])
     with pytest.raises(ValueError, match="--budget expects"):
         args.func(args)
+
+
+def test_duration_runs_process_nodes_by_wall_time():
+    from node.testnet.plan import node_overrides
+
+    plan = Plan(transport="libp2p", rounds=50, duration_s=60.0)
+    plan.validate()
+    assert "run.rounds=1000000" in node_overrides(plan, 0, 0, (4, 4))
+    assert "run.rounds=50" in node_overrides(Plan(rounds=50), 0, 0, (4, 4))
+    with pytest.raises(ValueError, match="shorter than --timeout"):
+        Plan(transport="libp2p", duration_s=3600.0, timeout_s=1800.0).validate()
+    with pytest.raises(ValueError, match="takes --budget"):
+        Plan(transport="memory", duration_s=60.0).validate()

@@ -85,6 +85,8 @@ class Plan:
             raise ValueError("--budget is virtual time: it needs --clock compute")
         if self.duration_s is not None and self.transport == "memory":
             raise ValueError("--duration is wall time for process testnets; the memory testnet takes --budget")
+        if self.duration_s is not None and self.duration_s >= self.timeout_s:
+            raise ValueError(f"--duration ({self.duration_s:g} s) must be shorter than --timeout ({self.timeout_s:g} s)")
         if self.model_sizes and PRESETS[self.preset]["model"]["name"] != "tiny":
             raise ValueError(f"--model-sizes shapes the tiny model; preset {self.preset!r} has one size")
 
@@ -149,7 +151,7 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
     out = [f"run.seed={seed * 1000 + index}", f"model.init_seed={seed * 1000 + index}",
            f"tasks.seed={seed * 1000 + index}", f"tasks.prompts_per_round={local}",
            f"tasks.peer_seeds=[{', '.join(str(seed * 1000 + i) for i in range(plan.nodes))}]",  # reasoning-gym
-           f"swarm.external_per_round={external}", f"run.rounds={plan.rounds}", "run.threads=1",
+           f"swarm.external_per_round={external}", f"run.rounds={node_rounds(plan)}", "run.threads=1",
            "run.checkpoint_every=10"]  # a killed node loses at most 10 rounds
     if plan.heterogeneous:
         lr = base.get("optim", {}).get("lr", 1e-3) * LR_FACTORS[index % len(LR_FACTORS)]
@@ -163,6 +165,11 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
         hidden, layers = plan.model_sizes[index % len(plan.model_sizes)]
         out += [f"model.hidden_size={hidden}", f"model.num_layers={layers}"]
     return [*out, *plan.overrides]
+
+
+def node_rounds(plan: Plan) -> int:
+    """The rounds a node is told to run: --rounds, or (--duration) more than it can before it is stopped."""
+    return 10**6 if plan.duration_s is not None else plan.rounds
 
 
 def restart_event(index: int, checkpoint_round: int | None) -> str:
