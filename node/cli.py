@@ -217,16 +217,21 @@ def cmd_testnet(args: argparse.Namespace) -> int:
     import time
 
     from node.config import ConfigError
+    from node.testnet.clock import parse_duration
     from node.testnet.plan import Plan, parse_hostile, parse_kills, parse_mix, parse_partitions, parse_sizes
 
     try:
         mixes = [parse_mix(m) for m in (args.compare.split(",") if args.compare else [args.mix])]
+        # equal compute is what a comparison of mixes needs; one mix alone keeps the familiar rounds
+        clock = args.clock or ("compute" if args.compare and args.transport == "memory" else "rounds")
         plan = Plan(nodes=args.nodes, rounds=args.rounds, preset=args.preset, mixes=mixes, seeds=args.seeds,
                     hostile=parse_hostile(args.hostile), kills=parse_kills(args.kill),
                     partitions=parse_partitions(args.partition), netem=args.netem, transport=args.transport,
                     heterogeneous=not args.homogeneous, overrides=list(args.set or []),
                     out=Path(args.out or f"runs/testnet-{time.strftime('%Y%m%d-%H%M%S')}"),
-                    min_round_s=args.min_round_s, timeout_s=args.timeout, model_sizes=parse_sizes(args.model_sizes))
+                    min_round_s=args.min_round_s, timeout_s=args.timeout, model_sizes=parse_sizes(args.model_sizes),
+                    clock=clock, budget_s=parse_duration(args.budget) if args.budget else None,
+                    duration_s=parse_duration(args.duration, "--duration") if args.duration else None)
         plan.validate()
         for index in range(plan.nodes):  # every node's config must load before anything starts
             from node.config import load_config
@@ -303,11 +308,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from node.config import PRESETS
+
     parser = argparse.ArgumentParser(prog="swarm-node", description="Decentralized RL post-training node.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, run_dir: str) -> None:
-        p.add_argument("--preset", choices=["smollm2", "tiny", "tiny-warm"], default="tiny")
+        p.add_argument("--preset", choices=list(PRESETS), default="tiny")
         p.add_argument("--config", help="TOML file with overrides of the preset")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key, e.g. optim.lr=3e-4")
         p.add_argument("--rounds", type=int, help="total rounds (shorthand for --set run.rounds=N)")
@@ -360,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     testnet = sub.add_parser("testnet", help="run N nodes on this machine with faults and hostile peers; report")
     testnet.add_argument("--nodes", type=int, default=3)
     testnet.add_argument("--rounds", type=int, default=200, help="rounds every honest node trains")
-    testnet.add_argument("--preset", choices=["smollm2", "tiny", "tiny-warm"], default="tiny")
+    testnet.add_argument("--preset", choices=list(PRESETS), default="tiny")
     testnet.add_argument("--mix", default="4/4", metavar="I/J", help="I local + J external groups per update")
     testnet.add_argument("--compare", metavar="I/J,...", help="run each mix (e.g. 8/0,6/2,4/4,2/6) and compare")
     testnet.add_argument("--seeds", type=int, default=1, help="repeat every configuration with K seeds")
@@ -378,6 +385,14 @@ def build_parser() -> argparse.ArgumentParser:
     testnet.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key on every node")
     testnet.add_argument("--min-round-s", type=float, default=0.25, help="libp2p: pace each node's rounds")
     testnet.add_argument("--timeout", type=float, default=1800.0, help="libp2p: stop a run after this many seconds")
+    testnet.add_argument("--clock", choices=["compute", "rounds"],
+                         help="memory: compute = rounds cost virtual time on each node's device profile and nodes "
+                              "run in virtual-time order until --budget (default with --compare); rounds = one "
+                              "round per node per tick until --rounds (default otherwise)")
+    testnet.add_argument("--budget", metavar="TIME", help="compute clock: virtual time every node runs, e.g. 900s, "
+                         "30m, 2h (default: what a fast node of the first mix needs for --rounds rounds)")
+    testnet.add_argument("--duration", metavar="TIME", help="p2pd/libp2p: every node runs for this wall time "
+                         "(e.g. 10m) instead of --rounds rounds")
     testnet.add_argument("--out", help="report directory (default runs/testnet-<time>)")
     testnet.add_argument("--quiet", action="store_true", help="no live dashboard")
     testnet.add_argument("--resume", action="store_true", help="keep the runs a killed or shorter sweep of the "

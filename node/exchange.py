@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Callable, Literal
@@ -119,7 +120,7 @@ class SwarmExchange:
                  weakness: Callable[[ScoredGroup], float] | None = None,
                  ingest: Literal["inline", "background"] = "inline", budget: IngestBudget = IngestBudget(),
                  sandbox: ScorerSandbox | None = None, swarm_clock: Callable[[], float] | None = None,
-                 state: dict | None = None):
+                 clock: Callable[[], float] = time.time, state: dict | None = None):
         self.transport = transport
         self.peer_id = identity.peer_id()
         self.cfg = cfg
@@ -134,9 +135,10 @@ class SwarmExchange:
         self.weakness = weakness  # for the weak_tasks sampler: 1 - our pass rate on a group's family
         self.sandbox = sandbox  # where peers' text is scored; None: in a thread (trusted callers only)
         # swarm_clock: the time rate limits and our publication pace run on (default: the wall clock;
-        # an in-process simulation passes its swarm time, as its nodes share one CPU)
-        self.ingress = Ingress(limits or Limits(), rate_clock=swarm_clock)
-        self.outbox = Outbox(identity, limits=limits or Limits(), pace_clock=swarm_clock)
+        # an in-process simulation passes its swarm time, as its nodes share one CPU); clock: the
+        # time messages are stamped and checked on (a compute-clock testnet's virtual time)
+        self.ingress = Ingress(limits or Limits(), clock=clock, rate_clock=swarm_clock)
+        self.outbox = Outbox(identity, limits=limits or Limits(), clock=clock, pace_clock=swarm_clock)
         self.topics = {kind: topic_name(cfg.name, kind) for kind in ("rollouts", "hints", "hint-requests")}
         self._topic_kinds = {self.topics["rollouts"]: {Kind.ROLLOUT_GROUP}, self.topics["hints"]: {Kind.HINT},
                              self.topics["hint-requests"]: {Kind.HINT_REQUEST}}  # anything else: wrong_topic

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
@@ -270,10 +270,13 @@ class Node:
             **(getattr(self.exchange, "last_round", None) or {}),
         }
 
-    def run_one(self, rounds: int) -> dict:
-        """The next round: train, log, and checkpoint when due (`rounds` is the run's total)."""
+    def run_one(self, rounds: int, annotate: Callable[[dict], dict] | None = None) -> dict:
+        """The next round: train, log, and checkpoint when due (`rounds` is the run's total).
+        `annotate` adds keys to the row before it is logged (the testnet's virtual time)."""
         round_index = self.next_round
         row = self.run_round(round_index)
+        if annotate is not None:
+            row = {**row, **annotate(row)}
         self.metrics.append(row)
         self.next_round = round_index + 1
         if (round_index + 1) % self.cfg.run.checkpoint_every == 0 or round_index + 1 == rounds:

@@ -29,9 +29,11 @@ def identity_path(cfg: NodeConfig, run_dir: Path) -> Path:
 
 
 def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transport,
-                   ingest: str | None = None, swarm_clock: Callable[[], float] | None = None) -> SwarmExchange:
+                   ingest: str | None = None, swarm_clock: Callable[[], float] | None = None,
+                   clock: Callable[[], float] = time.time) -> SwarmExchange:
     """The exchange `join` uses; `ingest` overrides swarm.ingest (the memory testnet runs inline);
-    `swarm_clock`: the time rate limits and publication pace run on (default the wall clock).
+    `swarm_clock`: the time rate limits and publication pace run on (default the wall clock);
+    `clock`: the time messages are stamped and checked on.
     A resumed node's exchange starts from the admission state saved with its checkpoint."""
     model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=node.policy.tokenizer_fingerprint)
     sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
@@ -55,21 +57,26 @@ def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transpor
     return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, retokenizer,
                          model, sampling, seed=cfg.run.seed, weakness=weakness, max_completion_tokens=max_tokens,
                          max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest,
-                         budget=budget, sandbox=sandbox, swarm_clock=swarm_clock, state=node.exchange_state())
+                         budget=budget, sandbox=sandbox, swarm_clock=swarm_clock, clock=clock,
+                         state=node.exchange_state())
 
 
 def join_memory_bus(node: Node, bus, name: str, identity: NodeIdentity | None = None,
-                    ingest: str = "inline", swarm_clock: Callable[[], float] | None = None) -> SwarmExchange:
+                    ingest: str = "inline", swarm_clock: Callable[[], float] | None = None,
+                    clock: Callable[[], float] = time.time) -> SwarmExchange:
     """Connect an in-process node to a protocol.MemoryBus as peer `name` (tests, experiments, and
     simulations that run many nodes in one process): the same exchange as `join`, another transport.
     Ingest is inline by default: verification happens in collect(), in swarm time, so simulations
     are deterministic. Pass `swarm_clock` (e.g. rounds as seconds) when nodes take turns on one CPU:
-    on the wall clock their rate limits and publication pace would see bursts no real swarm sends."""
+    on the wall clock their rate limits and publication pace would see bursts no real swarm sends.
+    `clock` (default the wall clock) stamps and checks messages: a virtual-time testnet passes its own,
+    the same as the MemoryBus's."""
     from protocol import MemoryTransport
 
     transport = MemoryTransport(bus, name)
     transport.start()
-    node.exchange = build_exchange(node.cfg, node, identity or NodeIdentity.generate(), transport, ingest, swarm_clock)
+    node.exchange = build_exchange(node.cfg, node, identity or NodeIdentity.generate(), transport, ingest,
+                                   swarm_clock, clock)
     return node.exchange
 
 

@@ -155,7 +155,7 @@ class HostilePeer:
 
     def __init__(self, kind: str, transport: Transport, swarm: str, source: TaskSource, verifier: Verifier, *,
                  seed: int = 0, per_step: int = 8, sybil_keys: int = 50, limits: Limits = Limits(),
-                 identity: NodeIdentity | None = None) -> None:
+                 identity: NodeIdentity | None = None, clock: Callable[[], float] = time.time) -> None:
         is_valid_kind(kind)
         if per_step < 0 or sybil_keys < 1:
             raise ValueError("need per_step >= 0 and sybil_keys >= 1")
@@ -173,9 +173,10 @@ class HostilePeer:
         # Raw outbox (no outbound validation) for what must break limits; a validating one for
         # messages that are meant to pass every check (a bug here should raise, not pass silently).
         # One key, one sequence: both share the sequencer.
-        sequencer = Sequencer()
-        self._raw = Outbox(self.identity, limits=None, sequencer=sequencer)
-        self._valid = Outbox(self.identity, limits=limits, sequencer=sequencer)
+        self.clock = clock  # what its messages are stamped with (a virtual-time testnet's clock)
+        sequencer = Sequencer(clock=clock)
+        self._raw = Outbox(self.identity, limits=None, clock=clock, sequencer=sequencer)
+        self._valid = Outbox(self.identity, limits=limits, clock=clock, sequencer=sequencer)
         self._sybils: list[Outbox] = []
         self._sybil_next = 0
         self.topics = {k: topic_name(swarm, k) for k in TOPIC_KINDS}
@@ -443,7 +444,7 @@ class HostilePeer:
         for _ in range(n):
             body = self.rng.randbytes(self.limits.max_message_bytes + 1 + self.rng.randrange(4096))
             data = raw_envelope(self.identity, int(Kind.ROLLOUT_GROUP), body, self._raw.sequencer.next(),
-                                int(time.time() * 1000))
+                                int(self.clock() * 1000))
             self._publish("rollouts", data, "oversized")
         return n
 
@@ -462,7 +463,7 @@ class HostilePeer:
         self._sybil_next += 1
         if index == len(self._sybils):
             identity = NodeIdentity.generate()
-            self._sybils.append(Outbox(identity, limits=self.limits))
+            self._sybils.append(Outbox(identity, limits=self.limits, clock=self.clock))
             self._own_keys.add(identity.public_key_bytes)
         outbox = self._sybils[index]
         self._used[outbox.identity.peer_id()] = None

@@ -1,7 +1,20 @@
 """A testnet in one process: every node is a real Node on one protocol.MemoryBus (real signed messages,
-the real Ingress and exchange), advanced round-robin, one tick at a time. Deterministic for a seed,
-no sockets, and fast enough for the SAPO table's many runs. Kills drop a node without a final
-checkpoint (as SIGKILL would) and rebuild it from its run dir later."""
+the real Ingress and exchange). Deterministic for a seed, no sockets, and fast enough for the SAPO
+table's many runs. Kills drop a node without a final checkpoint (as SIGKILL would) and rebuild it
+from its run dir later.
+
+Two clocks (plan.clock):
+  rounds   every node advances one round per tick (a slow node every 2nd tick) until --rounds.
+  compute  every round costs virtual seconds on the node's device profile (node/testnet/clock.py);
+           the node whose next exchange comes first in virtual time runs next, until the budget.
+           A round runs at one virtual instant, its start + its generation time (estimated by the
+           node's previous round, as the cost of this one is known only afterwards): it shares,
+           collects and stamps its messages then, and peers see them --netem latency later.
+           The MemoryBus, message timestamps, replay windows and peer scores run on virtual time;
+           rate limits and publication pace on virtual time stretched (clock.rate_time_scale).
+           Schedules (--kill, --partition) and hostile peers step with the swarm round, the most
+           advanced node's. Every node is evaluated at virtual time 0 and at the budget's end.
+"""
 from __future__ import annotations
 
 import time
@@ -12,6 +25,7 @@ import torch
 from node.config import load_config
 from node.loop import Node
 from node.swarm import IDENTITY_FILE, join_memory_bus
+from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
 from node.testnet.hostile import HostilePeer
 from node.testnet.plan import Plan, halves, node_overrides, restart_event, slowdown
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
@@ -25,13 +39,31 @@ TICK_S = 2.0
 
 
 class MemoryTestnet:
-    def __init__(self, plan: Plan, mix: tuple[int, int], seed: int, out: Path, dashboard=None):
+    def __init__(self, plan: Plan, mix: tuple[int, int], seed: int, out: Path, dashboard=None,
+                 budget_s: float | None = None):
+        """`budget_s` (compute clock): virtual seconds to run; None: until every fast node has run
+        plan.rounds rounds, the last of them finishing sets the budget (the runner's first run)."""
         self.plan, self.mix, self.seed, self.out = plan, mix, seed, Path(out)
         self.dashboard = dashboard
+        self.configs = [load_config(plan.preset, None, node_overrides(plan, i, seed, mix)) for i in range(plan.nodes)]
+        self.tick = 0  # rounds clock: the tick; compute clock: the swarm round
+        self.now = 0.0  # compute clock: virtual seconds
+        self.budget_s = budget_s
+        if plan.clock == "compute":
+            devices = profiles(plan.preset)
+            self.profiles = [devices["slow" if slowdown(plan, i) > 1 else "fast"] for i in range(plan.nodes)]
+            cfg = self.configs[0]
+            tokens = sum(plan.mixes[0]) * cfg.sampling.group_size * cfg.sampling.max_new_tokens
+            scale = rate_time_scale(devices["fast"], tokens, TICK_S)
+            self.protocol_clock = lambda: VIRTUAL_EPOCH + self.now
+            self.swarm_clock = lambda: self.now * scale
+        else:
+            self.protocol_clock = time.time
+            self.swarm_clock = lambda: self.tick * TICK_S
         impairment = parse_netem(plan.netem) if plan.netem else None
         latency = (impairment.delay_s, impairment.delay_s + impairment.jitter_s) if impairment else (0.0, 0.0)
-        self.bus = MemoryBus(loss=impairment.loss if impairment else 0.0, latency_s=latency, seed=seed)
-        self.configs = [load_config(plan.preset, None, node_overrides(plan, i, seed, mix)) for i in range(plan.nodes)]
+        self.bus = MemoryBus(loss=impairment.loss if impairment else 0.0, latency_s=latency, seed=seed,
+                             clock=self.protocol_clock)
         self.nodes: dict[int, Node] = {}
         self.down_until: dict[int, int] = {}
         self.restarts: set[int] = set()
@@ -46,16 +78,25 @@ class MemoryTestnet:
         node = Node(cfg, self.run_dir(index))
         resumed = node.resume()
         identity = NodeIdentity.load_or_generate(self.run_dir(index) / IDENTITY_FILE)
-        join_memory_bus(node, self.bus, f"node{index}", identity, swarm_clock=lambda: self.tick * TICK_S)
+        join_memory_bus(node, self.bus, f"node{index}", identity, swarm_clock=self.swarm_clock,
+                        clock=self.protocol_clock)
         self.nodes[index] = node
         if index in self.restarts:
-            self.events.append({"tick": self.tick, "event": restart_event(index, resumed)})
+            self._event(restart_event(index, resumed))
+        if self.plan.clock == "compute":  # (re)joins the turns now
+            self.queue.push(self.now, index, self.now)
+
+    def _event(self, text: str) -> None:
+        self.events.append({"tick": self.tick, "event": text,
+                            **({"vtime": self.now} if self.plan.clock == "compute" else {})})
 
     def _kill(self, index: int, down: int) -> None:
         node = self.nodes.pop(index)
         node.exchange.transport.close()  # no final checkpoint: what a SIGKILL leaves behind
         self.down_until[index] = self.tick + down
-        self.events.append({"tick": self.tick, "event": f"node{index} killed at round {node.next_round}"})
+        self._event(f"node{index} killed at round {node.next_round}")
+        if self.plan.clock == "compute":
+            self.queue.drop(index)
 
     def _hostile_peers(self) -> None:
         cfg = self.configs[0]
@@ -64,7 +105,8 @@ class MemoryTestnet:
             for j in range(count):
                 transport = MemoryTransport(self.bus, f"hostile-{kind}-{j}")
                 transport.start()
-                self.hostile.append(HostilePeer(kind, transport, cfg.swarm.name, source, verifier, seed=self.seed * 100 + j))
+                self.hostile.append(HostilePeer(kind, transport, cfg.swarm.name, source, verifier,
+                                                seed=self.seed * 100 + j, clock=self.protocol_clock))
 
     def _apply_schedule(self) -> None:
         for event in self.plan.kills:
@@ -81,18 +123,20 @@ class MemoryTestnet:
             if part.start == self.tick:
                 a, b = halves(self.plan.nodes)
                 self.bus.partition([f"node{i}" for i in a], [f"node{i}" for i in b])
-                self.events.append({"tick": self.tick, "event": f"partition {a} | {b}"})
+                self._event(f"partition {a} | {b}")
             if part.end == self.tick:
                 self.bus.heal()
-                self.events.append({"tick": self.tick, "event": "partition healed"})
+                self._event("partition healed")
 
     def run(self) -> dict:
         torch.set_num_threads(1)
         started = time.perf_counter()
-        self.tick = 0
+        self.queue = TurnQueue()
         for index in range(self.plan.nodes):
             self._start(index)
         self._hostile_peers()
+        if self.plan.clock == "compute":
+            return self._result(started, self._run_compute())
         while any(n.next_round < self.plan.rounds for n in self.nodes.values()) or self.down_until:
             self._apply_schedule()
             for peer in self.hostile:
@@ -103,14 +147,65 @@ class MemoryTestnet:
             if self.dashboard is not None:
                 self.dashboard.update(self.snapshot())
             self.tick += 1
+        return self._result(started, {})
+
+    def _run_compute(self) -> dict:
+        """Rounds in virtual-time order until the budget; returns the run's compute-clock fields."""
+        evals = {i: [self._evaluate(i)] for i in range(self.plan.nodes)}  # the untrained models, at 0
+        gen_estimate = [0.0] * self.plan.nodes
+        finished: dict[int, float] = {}  # fast node -> when its plan.rounds-th round ended (derived budget)
+        fast = [i for i, p in enumerate(self.profiles) if p.name == "fast"] or list(range(self.plan.nodes))
+        while len(self.queue):
+            index, start = self.queue.pop()
+            if self.budget_s is not None and start >= self.budget_s:
+                continue  # this node is done: its next round would start at or after the budget
+            self.now = start + gen_estimate[index]
+            node, profile = self.nodes[index], self.profiles[index]
+            row = node.run_one(self.plan.rounds, annotate=lambda r: _virtual_times(r, start, profile))
+            end = row["vtime_end"]
+            gen_estimate[index] = generation_cost(row, profile)
+            self.queue.push(end + gen_estimate[index], index, end)
+            if node.next_round == self.plan.rounds and index in fast:
+                finished[index] = end
+                if self.budget_s is None and len(finished) == len(fast):
+                    self.budget_s = max(finished.values())
+            self._advance_swarm_round()
+        self.now = self.budget_s
+        for index in list(self.down_until):  # down at the end: back from its checkpoint to be evaluated
+            del self.down_until[index]
+            self._start(index)
+        for index in range(self.plan.nodes):
+            evals[index].append(self._evaluate(index))
+        return {"clock": "compute", "budget_s": self.budget_s, "evals": evals,
+                "profiles": [p.name for p in self.profiles]}
+
+    def _advance_swarm_round(self) -> None:
+        """Schedules and hostile peers step once per round of the swarm clock (the most advanced node's)."""
+        swarm_round = max(node.next_round for node in self.nodes.values())
+        while self.tick < swarm_round:
+            self.tick += 1
+            self._apply_schedule()
+            for peer in self.hostile:
+                peer.step(self.tick)
+            if self.dashboard is not None:
+                self.dashboard.update(self.snapshot())
+
+    def _evaluate(self, index: int) -> dict:
+        """Held-out metrics of node `index` now, at this virtual time (not charged: the instrument)."""
+        return {"vtime": self.now, "round": self.nodes[index].next_round, **self.nodes[index].evaluate()}
+
+    def _result(self, started: float, compute: dict) -> dict:
         statuses = {i: node.exchange.status() for i, node in self.nodes.items()}
+        evals, names = compute.pop("evals", {}), compute.pop("profiles", None)
         return {
             "transport": "memory", "mix": f"{self.mix[0]}/{self.mix[1]}", "seed": self.seed,
             "nodes": [{"index": i, "run_dir": str(self.run_dir(i)), "peer_id": statuses[i]["peer_id"],
                        "slowdown": slowdown(self.plan, i), "overrides": node_overrides(self.plan, i, self.seed, self.mix),
-                       "status": _plain_status(statuses[i])} for i in sorted(statuses)],
+                       "status": _plain_status(statuses[i]),
+                       **({"profile": names[i], "evals": evals[i]} if names else {})} for i in sorted(statuses)],
             "hostile": [{"kind": p.kind, "identities": p.identities(), "counters": dict(p.counters)} for p in self.hostile],
             "events": self.events, "seconds": time.perf_counter() - started, "bus": dict(self.bus.counters),
+            **compute,
         }
 
     def snapshot(self) -> list[dict]:
@@ -128,6 +223,12 @@ class MemoryTestnet:
                          "accepted": status["accepted"], "rejected": sum(status["rejected_by_reason"].values()),
                          "ext_used": last.get("external_used")})
         return rows
+
+
+def _virtual_times(row: dict, start: float, profile) -> dict:
+    """A round's virtual start and end (a held-out evaluation in the row is at its end)."""
+    cost = round_cost(row, profile)
+    return {"vtime": start, "vtime_end": start + cost, "cost_s": cost}
 
 
 def _plain_status(status: dict) -> dict:

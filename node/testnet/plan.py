@@ -1,7 +1,7 @@
 """What a testnet runs: the plan from the command line, schedules, and each node's own settings.
 
-Schedules count rounds of the swarm clock (the most advanced honest node's round in process mode;
-the tick in memory mode):
+Schedules count rounds of the swarm clock (the most advanced honest node's round in process mode and
+with the memory testnet's compute clock; the tick with its rounds clock):
     --kill "150:1,2,3:40"        at round 150 SIGKILL nodes 1, 2 and 3; restart them 40 rounds later
     --partition "100-200"        from round 100 to 200 the two halves of the swarm cannot hear each other
     --hostile "2:liar"           two hostile peers of that kind beside the honest nodes
@@ -52,6 +52,9 @@ class Plan:
     min_round_s: float = 0.25  # process mode: pacing, so gossip arrives between rounds
     timeout_s: float = 1800.0  # process mode: a run that does not finish in time is stopped
     model_sizes: list[tuple[int, int]] = field(default_factory=list)  # tiny (hidden, layers) per node, cycled
+    clock: str = "rounds"  # memory mode: "rounds" (one round per node per tick) or "compute" (node/testnet/clock.py)
+    budget_s: float | None = None  # compute clock: virtual seconds every node runs (None: derived, see runner)
+    duration_s: float | None = None  # process mode: wall seconds every node runs (instead of --rounds)
 
     def validate(self) -> None:
         if self.preset not in PRESETS:
@@ -69,6 +72,21 @@ class Plan:
                 raise ValueError(f"--partition {part.start}-{part.end}: need 0 <= start < end")
             if self.nodes < 2:
                 raise ValueError("--partition needs at least 2 nodes")
+        if self.clock not in ("rounds", "compute"):
+            raise ValueError(f"--clock must be rounds or compute, got {self.clock!r}")
+        if self.clock == "compute":
+            from node.testnet.clock import fast_profile
+
+            if self.transport != "memory":
+                raise ValueError("--clock compute runs on the in-process testnet (--transport memory); "
+                                 "process testnets run on the wall clock (see --duration)")
+            fast_profile(self.preset)  # a clear error now rather than after the first run
+        if self.budget_s is not None and self.clock != "compute":
+            raise ValueError("--budget is virtual time: it needs --clock compute")
+        if self.duration_s is not None and self.transport == "memory":
+            raise ValueError("--duration is wall time for process testnets; the memory testnet takes --budget")
+        if self.duration_s is not None and self.duration_s >= self.timeout_s:
+            raise ValueError(f"--duration ({self.duration_s:g} s) must be shorter than --timeout ({self.timeout_s:g} s)")
         if self.model_sizes and PRESETS[self.preset]["model"]["name"] != "tiny":
             raise ValueError(f"--model-sizes shapes the tiny model; preset {self.preset!r} has one size")
 
@@ -133,7 +151,7 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
     out = [f"run.seed={seed * 1000 + index}", f"model.init_seed={seed * 1000 + index}",
            f"tasks.seed={seed * 1000 + index}", f"tasks.prompts_per_round={local}",
            f"tasks.peer_seeds=[{', '.join(str(seed * 1000 + i) for i in range(plan.nodes))}]",  # reasoning-gym
-           f"swarm.external_per_round={external}", f"run.rounds={plan.rounds}", "run.threads=1",
+           f"swarm.external_per_round={external}", f"run.rounds={node_rounds(plan)}", "run.threads=1",
            "run.checkpoint_every=10"]  # a killed node loses at most 10 rounds
     if base.get("warm", {}).get("recipe", "none") != "none":
         out.append(f"warm.seed={seed}")  # one warm model per seed, shared by all nodes (SAPO: one checkpoint)
@@ -151,6 +169,11 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
     return [*out, *plan.overrides]
 
 
+def node_rounds(plan: Plan) -> int:
+    """The rounds a node is told to run: --rounds, or (--duration) more than it can before it is stopped."""
+    return 10**6 if plan.duration_s is not None else plan.rounds
+
+
 def restart_event(index: int, checkpoint_round: int | None) -> str:
     """The report's line for a node brought back after a kill."""
     where = "round 0 (no checkpoint yet)" if checkpoint_round is None else f"its checkpoint of round {checkpoint_round}"
@@ -158,7 +181,8 @@ def restart_event(index: int, checkpoint_round: int | None) -> str:
 
 
 def slowdown(plan: Plan, index: int) -> int:
-    """How many swarm ticks one round of node `index` takes (heterogeneous speed)."""
+    """How many swarm ticks one round of node `index` takes (heterogeneous speed; the compute clock
+    gives a node with slowdown 2 the "slow" device profile, half as fast)."""
     return 2 if plan.heterogeneous and plan.nodes > 1 and index % SLOW_EVERY == SLOW_EVERY - 1 else 1
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from node.control import fetch_status
-from node.testnet.plan import Plan, halves, node_overrides, restart_event, slowdown
+from node.testnet.plan import Plan, halves, node_overrides, node_rounds, restart_event, slowdown
 from policy.checkpoint import latest_round
 from protocol.impairment import Impairment, parse_netem, write_impairment
 
@@ -176,7 +176,7 @@ class ProcessTestnet:
                         self.down_until[index] = clock + event.down_rounds
                         self.events.append({"clock": clock, "event": f"node{index} SIGKILLed at round "
                                                                       f"{self.tails[index].round}"})
-        training = any(self.tails[i].round < self.plan.rounds for i, p in self.procs.items()
+        training = any(self.tails[i].round < node_rounds(self.plan) for i, p in self.procs.items()
                        if p.poll() is None and i not in self.down_until)
         for index, until in list(self.down_until.items()):
             if clock >= until or not training:  # nobody left to advance the clock: restart now
@@ -248,8 +248,11 @@ class ProcessTestnet:
                 if self.dashboard is not None:
                     self.dashboard.update(self.snapshot())
                 finished = [i for i in range(self.plan.nodes) if self.tails[i].round >= self.plan.rounds]
-                if len(finished) == self.plan.nodes and not self.down_until and not self.starting:
+                if self.plan.duration_s is None and len(finished) == self.plan.nodes and not self.down_until \
+                        and not self.starting:
                     break
+                if self.plan.duration_s is not None and time.time() >= self.start_at + self.plan.duration_s:
+                    break  # --duration: every node stops at the same wall time, whatever its round
                 crashed = [i for i, p in self.procs.items() if p.poll() not in (None, 0) and i not in self.down_until
                            and p.returncode != -signal.SIGKILL]
                 if crashed:

@@ -13,6 +13,7 @@ from statistics import mean, pstdev
 from node.metrics import read_metrics
 from node.report import rolling_mean
 from node.testnet.plan import halves
+from node.testnet.report_clock import compute_table, compute_text, plot_heldout_vs_time
 
 SAPO_PAPER_GAIN = {"8/0": 0.0, "6/2": 0.52, "4/4": 0.94, "2/6": 0.68}  # cumulative reward vs 8/0, 8 x Qwen2.5-0.5B
 INVALID_KINDS = {"forged", "tampered", "liar", "replay", "malformed", "oversized", "hint_leak"}
@@ -123,22 +124,10 @@ def text_summary(report: dict) -> str:
     lines = [f"testnet: {report['plan']['nodes']} nodes, {report['plan']['rounds']} rounds, preset "
              f"{report['plan']['preset']}, transport {report['plan']['transport']}",
              f"reproduce: {report['command']}", ""]
-    lines.append(f"{'mix':>6} {'seeds':>5} {'cum. reward/node':>20} {'held-out pass@1':>18} {'gain vs silo':>13} "
-                 f"{'paper':>7} {'rollouts/node':>14} {'own/other families':>19}")
-    for row in report["table"]:
-        heldout = "-" if row["final_heldout_pass1"] is None else \
-            f"{row['final_heldout_pass1']:.3f} ± {row['final_heldout_pass1_std']:.3f}"
-        gain = "-" if row["gain_vs_silo"] is None else f"{row['gain_vs_silo']:+.1%}"
-        paper = "-" if row["paper_gain"] is None else f"{row['paper_gain']:+.0%}"
-        families = "-" if row.get("own_family_pass") is None else \
-            f"{row['own_family_pass']:.3f} / {row['other_families_pass'] or 0:.3f}"
-        lines.append(f"{row['mix']:>6} {row['seeds']:>5} {row['cumulative_reward']:>11.1f} ± "
-                     f"{row['cumulative_reward_std']:<6.1f} {heldout:>18} {gain:>13} {paper:>7} "
-                     f"{row['rollouts_per_node']:>14.0f} {families:>19}")
-    if any(row.get("own_family_pass") is not None for row in report["table"]):
-        lines.append("own/other families: specialists' pass rate on their own family and on the others, last 20% "
-                     "of rounds")
-    lines.append("")
+    if "compute" in report:  # mixes at equal compute replace the equal-rounds table
+        lines += [*compute_text(report["compute"]), ""]
+    else:
+        lines += _rounds_table(report)
     for run in report["runs"]:
         head = f"[{run['mix']} seed {run['seed']}] {run['seconds']:.0f} s" + (" TIMED OUT" if run["timed_out"] else "")
         if run["hostile_kinds"]:
@@ -158,13 +147,37 @@ def text_summary(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rounds_table(report: dict) -> list[str]:
+    """The SAPO table of a rounds-clock run: every node ran the same number of rounds."""
+    lines = [f"{'mix':>6} {'seeds':>5} {'cum. reward/node':>20} {'held-out pass@1':>18} {'gain vs silo':>13} "
+             f"{'paper':>7} {'rollouts/node':>14} {'own/other families':>19}"]
+    for row in report["table"]:
+        heldout = "-" if row["final_heldout_pass1"] is None else \
+            f"{row['final_heldout_pass1']:.3f} ± {row['final_heldout_pass1_std']:.3f}"
+        gain = "-" if row["gain_vs_silo"] is None else f"{row['gain_vs_silo']:+.1%}"
+        paper = "-" if row["paper_gain"] is None else f"{row['paper_gain']:+.0%}"
+        families = "-" if row.get("own_family_pass") is None else \
+            f"{row['own_family_pass']:.3f} / {row['other_families_pass'] or 0:.3f}"
+        lines.append(f"{row['mix']:>6} {row['seeds']:>5} {row['cumulative_reward']:>11.1f} ± "
+                     f"{row['cumulative_reward_std']:<6.1f} {heldout:>18} {gain:>13} {paper:>7} "
+                     f"{row['rollouts_per_node']:>14.0f} {families:>19}")
+    if any(row.get("own_family_pass") is not None for row in report["table"]):
+        lines.append("own/other families: specialists' pass rate on their own family and on the others, last 20% "
+                     "of rounds")
+    return [*lines, ""]
+
+
 def plot(report: dict, runs_raw: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    compute = report.get("compute")
+    fig, axes = plt.subplots(2, 3 if compute else 2, figsize=(19 if compute else 13, 8))
+    if compute:
+        plot_heldout_vs_time(axes[0][2], compute)
+        axes[1][2].axis("off")
     by_mix: dict[str, list[dict]] = defaultdict(list)
     for run in runs_raw:
         by_mix[run["mix"]].append(run)
@@ -229,6 +242,8 @@ def _plot_senders(ax, run: dict) -> None:
 def write_report(out: Path, plan_json: dict, command: str, runs_raw: list[dict]) -> tuple[Path, Path, str]:
     runs = [run_summary(r) for r in runs_raw]
     report = {"plan": plan_json, "command": command, "runs": runs, "table": sapo_table(runs)}
+    if runs_raw and all(r.get("clock") == "compute" for r in runs_raw):
+        report["compute"] = compute_table(runs_raw)
     out.mkdir(parents=True, exist_ok=True)
     (out / "testnet.json").write_text(json.dumps(report, indent=1, default=_json_default))
     text = text_summary(report)

@@ -42,6 +42,9 @@ def run_testnet(plan: Plan, command: str, console: Console, quiet: bool = False,
     done = {(r["mix"], r["seed"]): r for r in finished_runs(out, plan_json)} if resume else {}
     (out / "plan.json").write_text(json.dumps(plan_json, indent=1, default=str))
     runs: list[dict] = []
+    # compute clock without --budget: the first run (first mix, seed 0) runs until its fast nodes have
+    # done --rounds rounds; the virtual time that took is every later run's budget
+    budget_s = plan.budget_s or next((r["budget_s"] for r in done.values() if r.get("budget_s")), None)
     for seed in range(plan.seeds):
         for mix in plan.mixes:
             name = f"mix{mix[0]}-{mix[1]}-seed{seed}"
@@ -57,7 +60,8 @@ def run_testnet(plan: Plan, command: str, console: Console, quiet: bool = False,
                 if plan.transport == "memory":
                     from node.testnet.memory import MemoryTestnet
 
-                    result = MemoryTestnet(plan, mix, seed, run_dir, dashboard).run()
+                    result = MemoryTestnet(plan, mix, seed, run_dir, dashboard, budget_s=budget_s).run()
+                    budget_s = result.get("budget_s", budget_s)
                 else:
                     from node.testnet.process import ProcessTestnet
 

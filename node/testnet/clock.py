@@ -1,0 +1,116 @@
+"""The compute clock of the in-process testnet (`--clock compute`): every node runs on a device
+profile, each round costs virtual seconds by the work it did, and nodes take turns in virtual-time
+order, so a node that generates less per round (mix 2/6) or runs on a faster device does more rounds
+in the same budget, as it would in a real swarm.
+
+A round costs   round_overhead_s + tokens_generated / gen_tokens_per_s + tokens_trained / train_tokens_per_s
+(from the round's metrics row). The held-out evaluation is the measuring instrument: it is never
+charged. Hint writing for peers is not charged either (the row does not say how many tokens it
+generated). Re-measure a preset's profile with `scripts/measure_profile.py --preset NAME`.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from dataclasses import dataclass, replace
+
+# Protocol time of a compute-clock testnet = this fixed, plausible Unix time + virtual seconds, so
+# message timestamps, sequence numbers and replay windows look like a real swarm's, and runs repeat.
+VIRTUAL_EPOCH = 1_700_000_000.0
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    gen_tokens_per_s: float
+    train_tokens_per_s: float
+    round_overhead_s: float = 0.0  # per round, whatever the work: python, scoring, the optimizer step
+
+    def scaled(self, factor: float, name: str) -> DeviceProfile:
+        """A device `factor` times as fast at everything."""
+        return replace(self, name=name, gen_tokens_per_s=self.gen_tokens_per_s * factor,
+                       train_tokens_per_s=self.train_tokens_per_s * factor,
+                       round_overhead_s=self.round_overhead_s / factor)
+
+
+# The "fast" device per preset: one CPU thread of the machine the numbers were measured on, printed by
+# `scripts/measure_profile.py --preset NAME` (a new preset is one more line). Tiny completions are one
+# token, so rounds are overhead-dominated: the fixed 5.5 ms is ~40% of an 8/0 round (14 ms), and a 2/6
+# round, which trains as many groups, saves only the generation (~2 ms of it). Measured on a shared
+# 2-core machine: the rates varied ~2x between runs, the overhead much less.
+MEASURED: dict[str, DeviceProfile] = {
+    "tiny": DeviceProfile("fast", gen_tokens_per_s=23750.0, train_tokens_per_s=5770.0, round_overhead_s=0.0055),
+}
+SLOW_FACTOR = 0.5   # the heterogeneous testnet's slow nodes (plan.slowdown() == 2) run at half speed
+GPU_FACTOR = 20.0   # a documentation profile: roughly a GPU against one CPU thread
+
+
+def fast_profile(preset: str) -> DeviceProfile:
+    profile = MEASURED.get(preset)
+    if profile is None:
+        raise ValueError(f"--clock compute: no measured device profile for preset {preset!r} (have: "
+                         f"{', '.join(MEASURED)}). Run `python scripts/measure_profile.py --preset {preset}` and add "
+                         "the line it prints to MEASURED in node/testnet/clock.py, or use --clock rounds")
+    return profile
+
+
+def profiles(preset: str) -> dict[str, DeviceProfile]:
+    fast = fast_profile(preset)
+    return {"fast": fast, "slow": fast.scaled(SLOW_FACTOR, "slow"), "gpu": fast.scaled(GPU_FACTOR, "gpu")}
+
+
+def generation_cost(row: dict, profile: DeviceProfile) -> float:
+    return row.get("tokens_generated", 0) / profile.gen_tokens_per_s
+
+
+def round_cost(row: dict, profile: DeviceProfile) -> float:
+    """Virtual seconds one round took on `profile`, from its metrics row."""
+    return (profile.round_overhead_s + generation_cost(row, profile)
+            + row.get("tokens_trained", 0.0) / profile.train_tokens_per_s)
+
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, flag: str = "--budget") -> float:
+    """'900', '900s', '30m', '2h', '1.5h' -> seconds (> 0)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)\s*", str(text))
+    seconds = float(match[1]) * _UNITS[match[2]] if match else math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise ValueError(f"{flag} expects a positive duration such as 900s, 30m or 2h (a plain number is "
+                         f"seconds), got {text!r}")
+    return seconds
+
+
+class TurnQueue:
+    """Whose turn it is: nodes ordered by the virtual instant their next round exchanges with the
+    swarm (ties by node index, so runs repeat)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, float]] = []
+
+    def push(self, exchange_at: float, index: int, start: float) -> None:
+        heapq.heappush(self._heap, (exchange_at, index, start))
+
+    def pop(self) -> tuple[int, float]:
+        """(node index, its round's start)."""
+        _, index, start = heapq.heappop(self._heap)
+        return index, start
+
+    def drop(self, index: int) -> None:
+        self._heap = [item for item in self._heap if item[1] != index]
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+def rate_time_scale(profile: DeviceProfile, tokens_per_round: float, round_s: float) -> float:
+    """How much faster than virtual time rate limits and publication pace run. They are sized for
+    rounds of seconds (the rounds clock's tick, 2 s, lets a round's groups through); a tiny round is
+    milliseconds of virtual time, so on virtual time every honest node would look like a flood. They
+    run on virtual time stretched so that a fast node's full round (generating and training
+    `tokens_per_round`) lasts `round_s`; a faster round publishes proportionally faster, as it would."""
+    nominal = round_cost({"tokens_generated": tokens_per_round, "tokens_trained": tokens_per_round}, profile)
+    return round_s / nominal

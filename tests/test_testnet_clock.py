@@ -1,0 +1,150 @@
+"""The memory testnet's compute clock (node/testnet/clock.py): costs, budgets, virtual-time turns,
+latency in virtual time, and the report's equal-time / equal-rounds figures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from node.metrics import read_metrics
+from node.testnet.clock import DeviceProfile, TurnQueue, parse_duration, profiles, round_cost
+from node.testnet.memory import MemoryTestnet
+from node.testnet.plan import Plan
+from node.testnet.report_clock import normalised_auc, time_to_target, value_at
+from node.testnet.runner import run_testnet
+from protocol import MemoryBus, MemoryTransport
+
+
+def test_round_cost_charges_generation_training_and_overhead():
+    device = DeviceProfile("d", gen_tokens_per_s=100.0, train_tokens_per_s=50.0, round_overhead_s=0.5)
+    assert round_cost({"tokens_generated": 200, "tokens_trained": 100.0}, device) == pytest.approx(0.5 + 2 + 2)
+    assert round_cost({"tokens_generated": 200}, device.scaled(2.0, "x")) == pytest.approx(0.25 + 1)
+    tiny = profiles("tiny")
+    assert tiny["slow"].gen_tokens_per_s == tiny["fast"].gen_tokens_per_s / 2
+    assert tiny["gpu"].train_tokens_per_s == 20 * tiny["fast"].train_tokens_per_s
+    with pytest.raises(ValueError, match="measure_profile.py --preset nosuch"):
+        profiles("nosuch")
+
+
+def test_budget_parsing():
+    assert [parse_duration(t) for t in ("900", "900s", "30m", "2h", "1.5h", " 10m ")] == \
+        [900, 900, 1800, 7200, 5400, 600]
+    for bad in ("", "0", "-5m", "2d", "m", "1e9", "10 minutes", "inf"):
+        with pytest.raises(ValueError, match="--budget expects a positive duration"):
+            parse_duration(bad)
+
+
+def test_turns_in_virtual_time_order():
+    queue = TurnQueue()
+    for at, index in ((3.0, 0), (1.0, 2), (1.0, 1), (2.0, 3)):
+        queue.push(at, index, at - 0.5)
+    queue.drop(3)
+    assert [queue.pop() for _ in range(len(queue))] == [(1, 0.5), (2, 0.5), (0, 2.5)]
+
+
+def test_auc_and_time_to_target_by_hand():
+    curve = [(0.0, 0.0), (2.0, 0.4), (4.0, 0.8)]
+    assert value_at(curve, 1.0) == pytest.approx(0.2) and value_at(curve, 9.0) == 0.8
+    # [0,2]: 0.4, [2,4]: 1.2, [4,10] flat at 0.8: 4.8 -> 6.4 / 10
+    assert normalised_auc(curve, 10.0) == pytest.approx(0.64)
+    assert normalised_auc(curve, 2.0) == pytest.approx(0.2)
+    assert time_to_target(curve, 0.6) == pytest.approx(3.0)
+    assert time_to_target(curve, 0.9) is None and time_to_target(curve, 0.0) == 0.0
+
+
+def test_messages_stay_invisible_until_their_virtual_latency():
+    now = [100.0]
+    bus = MemoryBus(latency_s=(0.5, 0.5), clock=lambda: now[0])
+    a, b = MemoryTransport(bus, "a"), MemoryTransport(bus, "b")
+    for t in (a, b):
+        t.start()
+        t.subscribe("x")
+    a.publish("x", b"hi")
+    now[0] = 100.4
+    assert b.drain("x") == []
+    now[0] = 100.5
+    assert [m.data for m in b.drain("x")] == [b"hi"]
+
+
+def compute_plan(tmp_path: Path, **kw) -> Plan:
+    base = dict(nodes=4, rounds=8, transport="memory", mixes=[(8, 0), (2, 6)], clock="compute", out=tmp_path,
+                overrides=["eval.every=4"])
+    return Plan(**{**base, **kw})
+
+
+def test_slow_and_light_nodes_run_more_or_fewer_rounds_in_one_budget(tmp_path):
+    plan = compute_plan(tmp_path)
+    silo = MemoryTestnet(plan, (8, 0), 0, tmp_path / "silo").run()
+    budget = silo["budget_s"]
+    sapo = MemoryTestnet(plan, (2, 6), 0, tmp_path / "sapo", budget_s=budget).run()
+    rounds = {run["mix"]: [len(read_metrics(Path(n["run_dir"]))) for n in run["nodes"]] for run in (silo, sapo)}
+    assert [n["profile"] for n in silo["nodes"]] == ["fast", "fast", "fast", "slow"]
+    assert min(rounds["8/0"][:3]) >= plan.rounds and 0.35 <= rounds["8/0"][3] / rounds["8/0"][0] <= 0.65
+    assert min(rounds["2/6"][:3]) > max(rounds["8/0"][:3])  # lighter rounds: more of them per budget
+    for run in (silo, sapo):
+        for node in run["nodes"]:
+            rows = read_metrics(Path(node["run_dir"]))
+            assert all(r["vtime"] < budget for r in rows) and rows[-1]["vtime_end"] >= budget - rows[-1]["cost_s"]
+            assert [r["vtime"] for r in rows] == sorted(r["vtime"] for r in rows)
+            assert [e["vtime"] for e in node["evals"]] == [0.0, budget] and "heldout_pass1" in node["evals"][-1]
+
+
+def test_equal_compute_report(tmp_path):
+    assert run_testnet(compute_plan(tmp_path), "test", Console(file=open("/dev/null", "w")), quiet=True) == 0
+    report = json.loads((tmp_path / "testnet.json").read_text())
+    compute = report["compute"]
+    assert [row["mix"] for row in compute["mixes"]] == ["8/0", "2/6"]
+    equal_rounds = compute["equal_rounds"]["0"]
+    assert equal_rounds == min(n["rounds"] for run in report["runs"] for n in run["nodes"])
+    silo, sapo = compute["mixes"]
+    assert silo["heldout_at_budget_gain"] == 0.0 and silo["speedup_vs_silo"] in (1.0, None)
+    assert set(silo["classes"]) == {"fast", "slow"} and "heldout_at_budget_gain" in sapo["classes"]["slow"]
+    assert len(silo["rounds_per_node"]) == 4 and sapo["rollouts_per_node"]["0"] > 0
+    assert len(sapo["curve"]["t"]) == len(sapo["curve"]["mean"]) == 101 and sapo["curve"]["t"][-1] == compute["budget_s"]
+    assert 0.0 <= sapo["auc"]["mean"] <= 1.0 and sapo["heldout_at_budget"]["std"] == 0.0  # one seed
+    text = (tmp_path / "summary.txt").read_text()
+    assert "compute clock" in text and "cum. reward @ R" in text and "gain vs silo" not in text
+    assert (tmp_path / "testnet.png").stat().st_size > 10_000
+
+
+def test_rounds_clock_is_unchanged_and_compute_needs_the_memory_transport(tmp_path):
+    plan = Plan(nodes=2, rounds=4, transport="memory", out=tmp_path)
+    assert plan.clock == "rounds"
+    result = MemoryTestnet(plan, (4, 4), 0, tmp_path / "run").run()
+    assert "budget_s" not in result and all("vtime" not in r for r in read_metrics(tmp_path / "run" / "node0"))
+    assert all(len(read_metrics(Path(n["run_dir"]))) == 4 for n in result["nodes"])
+    with pytest.raises(ValueError, match="--transport memory"):
+        Plan(clock="compute", transport="libp2p").validate()
+    with pytest.raises(ValueError, match="needs --clock compute"):
+        Plan(transport="memory", budget_s=10.0).validate()
+
+
+def test_cli_defaults_to_the_compute_clock_for_comparisons(tmp_path, monkeypatch):
+    from node import cli
+
+    seen = {}
+    monkeypatch.setattr("node.testnet.runner.run_testnet", lambda plan, *a, **k: seen.setdefault("plan", plan) and 0)
+    for argv, clock in ((["--compare", "8/0,2/6"], "compute"), (["--mix", "4/4"], "rounds"),
+                        (["--compare", "8/0,2/6", "--clock", "rounds"], "rounds")):
+        seen.clear()
+        args = cli.build_parser().parse_args(["testnet", "--transport", "memory", "--out", str(tmp_path), *argv])
+        args.func(args)
+        assert seen["plan"].clock == clock
+    args = cli.build_parser().parse_args(["testnet", "--transport", "memory", "--compare", "8/0,2/6", "--budget", "2x"])
+    with pytest.raises(ValueError, match="--budget expects"):
+        args.func(args)
+
+
+def test_duration_runs_process_nodes_by_wall_time():
+    from node.testnet.plan import node_overrides
+
+    plan = Plan(transport="libp2p", rounds=50, duration_s=60.0)
+    plan.validate()
+    assert "run.rounds=1000000" in node_overrides(plan, 0, 0, (4, 4))
+    assert "run.rounds=50" in node_overrides(Plan(rounds=50), 0, 0, (4, 4))
+    with pytest.raises(ValueError, match="shorter than --timeout"):
+        Plan(transport="libp2p", duration_s=3600.0, timeout_s=1800.0).validate()
+    with pytest.raises(ValueError, match="takes --budget"):
+        Plan(transport="memory", duration_s=60.0).validate()
