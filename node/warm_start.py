@@ -39,8 +39,8 @@ from node.tasks.synthetic import GENERATORS, SPLIT_FAMILIES, SyntheticSource, is
 if TYPE_CHECKING:
     from policy.models import ModelConfig
 
-RECIPE_VERSION = 1  # bump when the recipe changes: the cache key changes with it
-NOISY_POSITIONS = {"rev": (1,), "inc": (0, 2), "rot": (0, 1)}  # answer digits the corpus randomises
+RECIPE_VERSION = 2  # bump when the recipe changes: the cache key changes with it
+NOISY_POSITIONS = {"rev": (2,), "inc": (1, 2), "rot": (1, 2)}  # answer digits the corpus randomises: the tail
 COPY_LENGTHS = (1, 2, 3, 4)
 BATCH_SIZE = 64
 LR = 3e-3

@@ -88,6 +88,10 @@ class OffPolicyConfig(BaseModel):
         "receiver", description="l^old of peers' samples: this node's log-probs at the start of the update, or "
                                 "the behavior log-probs (then grpo/dapo clip the ratio to the sampler, as PPO does "
                                 "with stale data)")
+    peer_failures: Literal["train", "drop"] = Field(
+        "train", description="drop: a peer's samples below its group's mean are not trained on (only its successes "
+                             "teach us: pushing down completions our policy would not write sharpened it onto its "
+                             "own modes, policy/ALGORITHMS.md)")
     neg_damping: tuple[float, float, float] = Field(
         (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: a peer's sample below its group's mean reward "
                                      "counts with this weight, in the baseline too (the group sums to 0)")
@@ -178,6 +182,8 @@ class Learner:
                 n_peer, reference, kind if group.external else "mean")
             for sample, a, k in zip(group.samples, adv.tolist(), keep.tolist()):
                 if not k:  # mc: the pivot sample is excluded from backprop
+                    continue
+                if a < 0 and sample.tier is not None and self.off_policy.peer_failures == "drop":
                     continue
                 samples.append(sample)
                 advantages.append(a if sample.tier is None else a * peer_scale)

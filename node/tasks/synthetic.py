@@ -11,7 +11,10 @@ prefixes let a node learn it one token at a time (set sampling.max_new_tokens >=
 "rev", "inc" and "rot" map three digits to three digits ("123m=" -> "321", "123+=" -> "234",
 "123==" -> "231"): a random policy succeeds about once in 65,000 samples. They are the families of
 the tiny-warm preset, whose model is warm-started (node/warm_start.py) to solve them now and then.
-Their 1,000 questions are split by a hash: a fifth are held-out questions, never drawn for training
+A wrong answer of the right form (three digits) scores FORMAT_CREDIT: without it, the negative
+advantages of a group's failures fall on their end-of-answer token too, after a wrong digit, and RL
+taught nodes to stop ending their answers at all (every rollout then ran to the token budget and
+scored 0). Their 1,000 questions are split by a hash: a fifth are held-out questions, never drawn for training
 and refused as a peer's training ref, so held-out pass rates measure new questions.
 """
 from __future__ import annotations
@@ -100,6 +103,7 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
 DIFFICULTY = {"copy": "easy", "succ": "medium", "max": "medium", "add": "hard", "count": "multi-token",
               "rev": "multi-token", "inc": "multi-token", "rot": "multi-token"}
 SPLIT_FAMILIES = frozenset({"rev", "inc", "rot"})  # held-out questions disjoint from training ones
+FORMAT_CREDIT = 0.1  # reward of a well-formed wrong answer of a split family (correct = 1)
 HELDOUT_FRACTION = 0.2
 # Indices below this build held-out questions of a split family (TaskSource.heldout uses 0..n-1);
 # training draws take indices above it.
@@ -161,7 +165,12 @@ class SyntheticSource(MixtureSource):
     def score(self, task: Task, completion_text: str) -> float:
         if not isinstance(completion_text, str) or task.answer is None:
             return 0.0
-        return 1.0 if completion_text.strip() == task.answer else 0.0
+        text = completion_text.strip()
+        if text == task.answer:
+            return 1.0
+        if task.ref.dataset in SPLIT_FAMILIES and len(text) == len(task.answer) and text.isdigit():
+            return FORMAT_CREDIT
+        return 0.0
 
     def _build(self, dataset: str, seed: int, index: int) -> Task:
         rng = stable_rng(self.name, dataset, seed, index)

@@ -41,6 +41,7 @@ class DeviceProfile:
 # 2-core machine: the rates varied ~2x between runs, the overhead much less.
 MEASURED: dict[str, DeviceProfile] = {
     "tiny": DeviceProfile("fast", gen_tokens_per_s=23750.0, train_tokens_per_s=5770.0, round_overhead_s=0.0055),
+    "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=7.101e+04, train_tokens_per_s=1.121e+04, round_overhead_s=0.0079),
 }
 SLOW_FACTOR = 0.5   # the heterogeneous testnet's slow nodes (plan.slowdown() == 2) run at half speed
 GPU_FACTOR = 20.0   # a documentation profile: roughly a GPU against one CPU thread

@@ -77,9 +77,10 @@ class MemoryTestnet:
         cfg = self.configs[index]
         node = Node(cfg, self.run_dir(index))
         resumed = node.resume()
-        identity = NodeIdentity.load_or_generate(self.run_dir(index) / IDENTITY_FILE)
-        join_memory_bus(node, self.bus, f"node{index}", identity, swarm_clock=self.swarm_clock,
-                        clock=self.protocol_clock)
+        if self.mix[1] > 0:  # a silo (J = 0) trains alone: no bus, no peers' hints, no verifying for nothing
+            identity = NodeIdentity.load_or_generate(self.run_dir(index) / IDENTITY_FILE)
+            join_memory_bus(node, self.bus, f"node{index}", identity, swarm_clock=self.swarm_clock,
+                            clock=self.protocol_clock)
         self.nodes[index] = node
         if index in self.restarts:
             self._event(restart_event(index, resumed))
@@ -92,7 +93,8 @@ class MemoryTestnet:
 
     def _kill(self, index: int, down: int) -> None:
         node = self.nodes.pop(index)
-        node.exchange.transport.close()  # no final checkpoint: what a SIGKILL leaves behind
+        if node.exchange is not None:
+            node.exchange.transport.close()  # no final checkpoint: what a SIGKILL leaves behind
         self.down_until[index] = self.tick + down
         self._event(f"node{index} killed at round {node.next_round}")
         if self.plan.clock == "compute":
@@ -195,7 +197,7 @@ class MemoryTestnet:
         return {"vtime": self.now, "round": self.nodes[index].next_round, **self.nodes[index].evaluate()}
 
     def _result(self, started: float, compute: dict) -> dict:
-        statuses = {i: node.exchange.status() for i, node in self.nodes.items()}
+        statuses = {i: _status(node) for i, node in self.nodes.items()}
         evals, names = compute.pop("evals", {}), compute.pop("profiles", None)
         return {
             "transport": "memory", "mix": f"{self.mix[0]}/{self.mix[1]}", "seed": self.seed,
@@ -217,7 +219,7 @@ class MemoryTestnet:
                 rows.append({"node": index, "state": "killed"})
                 continue
             last = node.metrics.last or {}
-            status = node.exchange.status()
+            status = _status(node)
             rows.append({"node": index, "state": "up", "round": node.next_round, "reward": last.get("reward_mean"),
                          "heldout": node.metrics.last_heldout, "peers": len(status["connected"]),
                          "accepted": status["accepted"], "rejected": sum(status["rejected_by_reason"].values()),
@@ -229,6 +231,14 @@ def _virtual_times(row: dict, start: float, profile) -> dict:
     """A round's virtual start and end (a held-out evaluation in the row is at its end)."""
     cost = round_cost(row, profile)
     return {"vtime": start, "vtime_end": start + cost, "cost_s": cost}
+
+
+def _status(node: Node) -> dict:
+    """SwarmExchange.status(), or the same fields for a silo that has no exchange."""
+    if node.exchange is not None:
+        return node.exchange.status()
+    return {"peer_id": None, "accepted": 0, "rejected_by_reason": {}, "used_by_sender": {}, "tiers_used": {},
+            "transport": "none (silo)", "peers": [], "connected": []}
 
 
 def _plain_status(status: dict) -> dict:

@@ -153,6 +153,8 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
            f"tasks.peer_seeds=[{', '.join(str(seed * 1000 + i) for i in range(plan.nodes))}]",  # reasoning-gym
            f"swarm.external_per_round={external}", f"run.rounds={node_rounds(plan)}", "run.threads=1",
            "run.checkpoint_every=10"]  # a killed node loses at most 10 rounds
+    if external == 0:
+        out.append("hints.enabled=false")  # a silo asks no peer for hints
     if base.get("warm", {}).get("recipe", "none") != "none":
         out.append(f"warm.seed={seed}")  # one warm model per seed, shared by all nodes (SAPO: one checkpoint)
     if plan.heterogeneous:
