@@ -13,7 +13,7 @@ from statistics import mean, pstdev
 from node.metrics import read_metrics
 from node.report import rolling_mean
 from node.testnet.plan import halves
-from node.testnet.report_clock import compute_table, compute_text, plot_heldout_vs_time
+from node.testnet.report_clock import compute_table, compute_text, plot_heldout_vs_time, verdict_lines
 
 SAPO_PAPER_GAIN = {"8/0": 0.0, "6/2": 0.52, "4/4": 0.94, "2/6": 0.68}  # cumulative reward vs 8/0, 8 x Qwen2.5-0.5B
 INVALID_KINDS = {"forged", "tampered", "liar", "replay", "malformed", "oversized", "hint_leak"}
@@ -144,6 +144,8 @@ def text_summary(report: dict) -> str:
             lines.append(f"  node{n['index']}: {n['rounds']} rounds, cum. reward {n['cumulative_reward']:.1f}, held-out "
                          f"{heldout}, acc/rollout {acc}, ext used {n['external_used']}, accepted {n['accepted']}, "
                          f"bytes/token {bpt}, rejected: {rejected}")
+    if "compute" in report:
+        lines += ["", *verdict_lines(report["compute"])]
     return "\n".join(lines) + "\n"
 
 

@@ -166,6 +166,24 @@ def compute_text(table: dict) -> list[str]:
     return lines
 
 
+def verdict_lines(table: dict) -> list[str]:
+    """One line per sharing mix against the silo, at equal compute: what a reader wants first."""
+    silo = next((row for row in table["mixes"] if row["mix"].endswith("/0")), None)
+    if silo is None:
+        return []
+    lines = []
+    for row in table["mixes"]:
+        if row is silo:
+            continue
+        speedup = "never reached the target" if row["speedup_vs_silo"] is None else \
+            f"reached the held-out target {row['speedup_vs_silo']:.2f}x as fast"
+        lines.append(f"swarm {row['mix']} vs silo {silo['mix']} at equal compute: held-out pass@1 "
+                     f"{row['heldout_at_budget']['mean']:.3f} vs {silo['heldout_at_budget']['mean']:.3f} "
+                     f"({_pct(row['heldout_at_budget_gain'])}), area under its curve {_pct(row['auc_gain'])}, "
+                     f"{speedup}; cum. reward at equal rounds {_pct(row['reward_at_equal_rounds_gain'])}")
+    return lines
+
+
 def plot_heldout_vs_time(ax, table: dict) -> None:
     """Held-out pass@1 against virtual time per mix: mean over nodes and seeds, ± std over seeds."""
     for i, row in enumerate(table["mixes"]):
