@@ -65,3 +65,15 @@ def test_exp_peer_influence_quick(tmp_path):
             assert row[liar]["grad_norm"] <= row["tier2"]["grad_norm"] * 1.001, row
     sizes = result["group_sizes"]  # eight copies of a group weigh what the group weighs
     assert sizes["copies_64"]["peer_grad_share"] == pytest.approx(sizes["eight_of_8"]["peer_grad_share"], rel=1e-3)
+
+
+def test_exp_peer_failures_quick(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))  # its 20-step warm model stays out of ~/.cache
+    result = run_script("exp_peer_failures.py", tmp_path)
+    by = {r["condition"]: r for r in result["results"]}
+    assert set(by) == {"silo8", "own4+own4", "peer4-minpro", "peer4-train", "peer4-drop"}
+    assert by["silo8"]["peer_weight_mean"] is None and by["own4+own4"]["peer_weight_mean"] is None
+    assert by["peer4-train"]["peer_weight_mean"] == pytest.approx(1.0)  # ratio 1: full weight
+    assert by["peer4-minpro"]["peer_weight_mean"] < 1.0  # weighted to the sender's policy
+    assert all(len(r["pass_rate_by_window"]) == 1 for r in result["results"])
+    assert len(list((tmp_path / "cache").glob("tiny-warm-*/warm_start.json"))) == 1  # one warm model, built once

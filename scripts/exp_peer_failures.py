@@ -1,0 +1,165 @@
+#!/usr/bin/env python
+"""What a node learns from another policy's groups, and from which half of them.
+
+One real tiny-warm node (node/warm_start.py: it solves the three-digit families now and then) is
+fed, every round, 4 of its own groups plus 4 groups with reward variance sampled by a *frozen*
+copy of the same warm start (a peer that does not learn), through the real learner path:
+    silo8          8 own groups, nothing else (the silo)
+    own4+own4      4 own groups + 4 more groups with variance of its own policy (more on-policy signal)
+    peer4-minpro   + 4 peer groups, tier 0 (the peer's log-probs), external objective minpro
+    peer4-train    + 4 peer groups at ratio 1 (sender_logprobs = false), failures trained (SAPO)
+    peer4-drop     + 4 peer groups at ratio 1, failures dropped (loss.off_policy.peer_failures = drop)
+Reported per condition and seed: the node's pass rate on its own draws per window of rounds, its
+greedy held-out pass@1 at the end, and the mean weight the external objective gave peer tokens.
+Writes <out>/exp_peer_failures.json and .png. policy/ALGORITHMS.md ("Peers' failures dropped")
+explains the outcome.
+
+    .venv/bin/python scripts/exp_peer_failures.py             # 2 seeds x 200 rounds (about 2 minutes)
+    .venv/bin/python scripts/exp_peer_failures.py --quick     # smoke: 1 seed x 6 rounds, a 20-step warm start
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CONDITIONS = {
+    "silo8": ["tasks.prompts_per_round=8"],
+    "own4+own4": ["tasks.prompts_per_round=4"],
+    "peer4-minpro": ["tasks.prompts_per_round=4", "loss.off_policy.sender_logprobs=true",
+                     "loss.off_policy.peer_failures=train", "loss.external=minpro"],
+    "peer4-train": ["tasks.prompts_per_round=4", "loss.off_policy.peer_failures=train"],
+    "peer4-drop": ["tasks.prompts_per_round=4", "loss.off_policy.peer_failures=drop"],
+}
+FEED = 4  # extra groups per round
+WINDOW = 25
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=200)
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--warm-steps", type=int, default=None, help="warm start steps (default: the preset's)")
+    p.add_argument("--quick", action="store_true", help="smoke mode: 1 seed, 6 rounds, a 20-step warm start")
+    p.add_argument("--out", default=str(ROOT / "runs" / "exp_peer_failures"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.seeds, args.warm_steps = 6, 1, 20
+    return args
+
+
+class Feed:
+    """The exchange seam (node/loop.py Exchange), fed by `source`'s groups with reward variance."""
+
+    def __init__(self, source, tier: int | None):
+        self.source, self.tier = source, tier
+
+    def collect(self, round_index: int, local: list) -> list:
+        out = []
+        for attempt in range(20):  # rare successes: draw until FEED groups have variance
+            tasks = self.source.source.batch(round_index * 100 + attempt, FEED)
+            groups, _ = self.source.sampler.sample(tasks, [None] * FEED, self.source.learner.policy_version)
+            for group in groups:
+                if not group.flat and len(out) < FEED:
+                    for rollout in group.rollouts:
+                        rollout.tier = self.tier
+                    group.origin = "local" if self.tier is None else "peer"
+                    out.append(group)
+            if len(out) == FEED:
+                break
+        return out
+
+    def share(self, round_index, groups): pass
+    def request_hints(self, tasks): pass
+    def take_hints(self): return []
+    def take_hint_requests(self, k): return []
+    def publish_hints(self, task, levels): pass
+
+
+def run_condition(condition: str, seed: int, args, progress, task_id) -> dict:
+    from node.config import load_config
+    from node.loop import Node
+
+    base = ["run.threads=1", "eval.every=0", "run.checkpoint_every=1000000", f"run.seed={seed}",
+            f"tasks.seed={seed}", "hints.enabled=false", f"warm.seed={seed}",
+            *([f"warm.steps={args.warm_steps}"] if args.warm_steps else [])]
+    with tempfile.TemporaryDirectory(prefix="exp-peer-failures-") as tmp:
+        node = Node(load_config("tiny-warm", None, base + CONDITIONS[condition]), Path(tmp) / "node")
+        if condition != "silo8":
+            peer = node if condition == "own4+own4" else \
+                Node(load_config("tiny-warm", None, base + [f"tasks.seed={seed + 1000}"]), Path(tmp) / "peer")
+            node.exchange = Feed(peer, None if condition == "own4+own4" else 0)
+        start = node.evaluate()["heldout_pass1"]
+        rows, started = [], time.perf_counter()
+        for r in range(args.rounds):
+            row = node.run_round(r)
+            rows.append({"round": r, "pass_rate": row["pass_rate"], "rev": row["pass_rate_by_dataset"].get("rev"),
+                         "peer_weight": row.get("ext_t0_weight_mean", row.get("ext_t2_weight_mean"))})
+            progress.advance(task_id)
+        windows = [rows[i:i + WINDOW] for i in range(0, len(rows), WINDOW)]
+        weights = [x["peer_weight"] for x in rows if x["peer_weight"] is not None]
+        return {"condition": condition, "seed": seed, "rows": rows,
+                "pass_rate_by_window": [sum(x["pass_rate"] for x in w) / len(w) for w in windows],
+                "heldout_pass1_start": start, "heldout_pass1_end": node.evaluate()["heldout_pass1"],
+                "peer_weight_mean": sum(weights) / len(weights) if weights else None,
+                "seconds": time.perf_counter() - started}
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, condition in enumerate(CONDITIONS):
+        for j, r in enumerate(x for x in results if x["condition"] == condition):
+            xs = [WINDOW * (k + 0.5) for k in range(len(r["pass_rate_by_window"]))]
+            ax.plot(xs, r["pass_rate_by_window"], color=f"C{i}", ls="-" if j == 0 else "--",
+                    label=condition if j == 0 else None)
+    ax.set(title="pass rate on own draws (solid: seed 0, dashed: later seeds)", xlabel="round", ylim=(-0.02, 1.02))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console()
+    results = []
+    with Progress(console=console, transient=True) as progress:
+        for seed in range(args.seeds):
+            for condition in CONDITIONS:
+                task_id = progress.add_task(f"{condition} seed {seed}", total=args.rounds)
+                results.append(run_condition(condition, seed, args, progress, task_id))
+    summary = {"command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]), "python": platform.python_version(),
+               "rounds": args.rounds, "seeds": args.seeds,
+               "results": [{k: v for k, v in r.items() if k != "rows"} for r in results], "rows": results}
+    (out / "exp_peer_failures.json").write_text(json.dumps(summary, indent=1))
+    plot(results, out / "exp_peer_failures.png")
+    console.print(f"{'condition':<14} {'seed':>4}  pass rate per {WINDOW} rounds{'':<20} held-out start -> end  peer weight")
+    for r in results:
+        windows = " ".join(f"{v:.2f}" for v in r["pass_rate_by_window"])
+        weight = "-" if r["peer_weight_mean"] is None else f"{r['peer_weight_mean']:.3f}"
+        console.print(f"{r['condition']:<14} {r['seed']:>4}  {windows:<45} {r['heldout_pass1_start']:.3f} -> "
+                      f"{r['heldout_pass1_end']:.3f}  {weight}", soft_wrap=True)
+    console.print(f"wrote {out / 'exp_peer_failures.json'} and {out / 'exp_peer_failures.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
