@@ -160,15 +160,23 @@ class Learner:
             return completion_logprobs(self.model, input_ids, attention_mask, n_completion,
                                        self.temperature).float()
 
-    def _advantages(self, groups: list[TrainGroup]) -> tuple[list[TrainSample], list[float], list[float], int]:
-        """Trainable samples with their advantages and row weights, and the number of zero-advantage
-        groups skipped. Every group uses the local objective's advantage kind: a peer group scored
-        on another scale would weigh more or less than ours for nothing (local dr_grpo and external
-        minpro made a peer group weigh 2.8x ours)."""
+    def _advantages(self, groups: list[TrainGroup]
+                    ) -> tuple[list[TrainSample], list[float], list[float], int, list[bool]]:
+        """Trainable samples with their advantages and row weights, the number of zero-advantage
+        groups skipped, and per sample whether it is a dropped peer failure. Every group uses the
+        local objective's advantage kind: a peer group scored on another scale would weigh more or
+        less than ours for nothing (local dr_grpo and external minpro made a peer group weigh 2.8x
+        ours).
+
+        peer_failures = "drop": a peer's sample below its group's mean stays in the batch with
+        advantage 0, so it gets no gradient but still counts in the aggregation's denominator.
+        Taking it out of the batch shrank that denominator: every remaining token, the peer's
+        successes and our own samples alike, was pushed harder than with the whole group trained
+        (a 1-of-8 peer success 8x as hard with dr_grpo's CN, about 2x with TM/SMTM)."""
         kind = self.objective.advantage
         reference = self.group_size or max((sum(s.tier is None for s in g.samples) for g in groups
                                             if not g.external), default=None)
-        samples, advantages, row_weights, n_zero = [], [], [], 0
+        samples, advantages, row_weights, n_zero, dropped = [], [], [], 0, []
         for group in groups:
             rewards = torch.tensor([s.reward for s in group.samples], dtype=torch.float32)  # [G]
             kappa = torch.tensor([1.0 if s.tier is None else self.off_policy.neg_damping[s.tier]
@@ -183,12 +191,12 @@ class Learner:
             for sample, a, k in zip(group.samples, adv.tolist(), keep.tolist()):
                 if not k:  # mc: the pivot sample is excluded from backprop
                     continue
-                if a < 0 and sample.tier is not None and self.off_policy.peer_failures == "drop":
-                    continue
+                drop = a < 0 and sample.tier is not None and self.off_policy.peer_failures == "drop"
                 samples.append(sample)
-                advantages.append(a if sample.tier is None else a * peer_scale)
+                advantages.append(0.0 if drop else a if sample.tier is None else a * peer_scale)
                 row_weights.append(1.0 if sample.tier is None else peer_weight)
-        return samples, advantages, row_weights, n_zero
+                dropped.append(drop)
+        return samples, advantages, row_weights, n_zero, dropped
 
     @staticmethod
     def _resolve_behavior(samples: list[TrainSample], behavior: torch.Tensor, tier: torch.Tensor,
@@ -293,8 +301,11 @@ class Learner:
             return {**stats, **refused_stats, "external_update_failed": 1.0}
 
     def _update(self, groups: list[TrainGroup]) -> dict[str, float]:
-        samples, advantages, row_weights, n_zero = self._advantages(groups)
-        stats: dict[str, float] = {"groups_zero_adv": float(n_zero), "samples_trained": float(len(samples))}
+        samples, advantages, row_weights, n_zero, dropped = self._advantages(groups)
+        stats: dict[str, float] = {"groups_zero_adv": float(n_zero),
+                                   "samples_trained": float(len(samples) - sum(dropped))}
+        if any(dropped):
+            stats["ext_failures_dropped"] = float(sum(dropped))
         if not samples:
             return stats
         self.model.eval()  # dropout off: see the module doc
@@ -329,8 +340,9 @@ class Learner:
         loss_mask, behavior, adv_t, tier, row_weight = (
             t.to(self.device) for t in (loss_mask, behavior, adv_t, tier, row_weight))
 
+        trained = ~torch.tensor(dropped, dtype=torch.bool, device=tier.device)  # [B]
         for t in TIERS:
-            if (n_tier := int((tier == t).sum())) > 0:
+            if (n_tier := int(((tier == t) & trained).sum())) > 0:
                 stats[f"ext_t{t}_samples"] = float(n_tier)
 
         sums: dict[str, float] = {}
