@@ -112,3 +112,89 @@ def test_policy_version_counts_optimizer_steps():
     lrn.cfg = lrn.cfg.model_copy(update={"epochs": 2, "minibatches": 2})
     lrn.update([external_group(2)])
     assert lrn.policy_version == 5
+
+
+# --- loss.off_policy.peer_failures = "drop": a peer's failures are not trained on ---------------
+
+from policy.logprobs import completion_logprobs, pad_batch  # noqa: E402
+from policy.types import TIERS  # noqa: E402
+
+
+class RecordingLearner(Learner):
+    """A real Learner that keeps, per minibatch, dL/dlogp of every row with its advantage and tier."""
+
+    def _loss(self, x, tier):
+        x.logp.retain_grad()
+        self.seen = getattr(self, "seen", []) + [(x, tier)]
+        return super()._loss(x, tier)
+
+    def pushes(self, tiers) -> list[tuple[float, torch.Tensor]]:
+        """(advantage, per-token push -dL/dlogp on trainable tokens) of each row of the given tiers."""
+        out = []
+        for x, tier in self.seen:
+            for row in range(len(tier)):
+                if int(tier[row]) in tiers:
+                    m = x.mask[row] > 0
+                    out.append((float(x.advantages[row]), -x.logp.grad[row][m]))
+        return out
+
+
+def recording_learner(local="grpo", **off_policy) -> RecordingLearner:
+    torch.manual_seed(0)
+    policy = load_policy(ModelConfig(name="tiny"))
+    return RecordingLearner(policy.model, make_objective(local), OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
+                            external_objective=make_objective("minpro"), off_policy=OffPolicyConfig(**off_policy),
+                            completion_budget=3)
+
+
+def local_group(rewards=(1.0, 0.0, 1.0, 0.0)):
+    return TrainGroup([TrainSample([1, 6, 13], [4 + i, 5, 6], None, r) for i, r in enumerate(rewards)])
+
+
+def success_logprob(learner: Learner, sample: TrainSample) -> float:
+    ids, am, cm = pad_batch([sample.prompt_ids], [sample.completion_ids], 0)
+    with torch.no_grad():
+        return float((completion_logprobs(learner.model, ids, am, cm.shape[1], 1.0) * cm).sum())
+
+
+@pytest.mark.parametrize("tier", [0, 2])
+def test_drop_trains_a_peer_groups_successes_only_and_leaves_local_samples_alone(tier):
+    peer = external_group(tier, logprobs=[-1.0] * 3 if tier == 0 else None)  # rewards [1, 0, 0, 1]
+    drop = make_learner(peer_failures="drop").update([local_group(), peer])
+    train = make_learner(peer_failures="train").update([local_group(), peer])
+    assert train["samples_trained"] == 8
+    assert drop["samples_trained"] == 4 + 2  # all local samples (their failures too) + the peer's 2 successes
+    assert drop[f"ext_t{tier}_samples"] == 2 and train[f"ext_t{tier}_samples"] == 4
+    # a local-only batch is the same under both settings
+    assert make_learner(peer_failures="drop").update([local_group()]) == \
+        make_learner(peer_failures="train").update([local_group()])
+
+
+def test_drop_moves_the_peers_success_up():
+    peer = external_group(2)
+    learner = make_learner(peer_failures="drop")
+    success = peer.samples[0]
+    before = success_logprob(learner, success)
+    learner.update([peer])
+    assert success_logprob(learner, success) > before + 1e-3
+
+
+@pytest.mark.parametrize("local", ["grpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("rewards", [[1.0, 0.0, 0.0, 1.0], [1.0] + [0.0] * 7])
+def test_drop_never_pushes_a_peer_token_harder_than_the_ratio_one_treatment(local, rewards):
+    """Dropping a peer's failures must not raise the weight of what remains: with the failures
+    gone from the aggregation's denominator, a 1-of-8 peer success was pushed 8x as hard as at
+    ratio 1 with the whole group trained (and every local token harder too)."""
+    groups = [local_group(), external_group(2, rewards=rewards)]
+    drop, train = recording_learner(local, peer_failures="drop"), recording_learner(local, peer_failures="train")
+    drop.update(groups)
+    train.update(groups)
+    peer_drop = [p for a, p in drop.pushes(TIERS) if a > 0]
+    peer_train = [p for a, p in train.pushes(TIERS) if a > 0]
+    assert len(peer_drop) == len(peer_train) == (2 if rewards[3] else 1)
+    assert all(p.min() > 0 for p in peer_drop)  # the success is pushed up ...
+    assert max(float(p.max()) for p in peer_drop) <= max(float(p.max()) for p in peer_train) * (1 + 1e-5)  # ... no harder
+    assert all(float((p < 0).sum()) == 0 for a, p in drop.pushes(TIERS))  # nothing of the peer's is pushed down
+    local_drop = sorted(float(p.abs().sum()) for _, p in drop.pushes([-1]))
+    local_train = sorted(float(p.abs().sum()) for _, p in train.pushes([-1]))
+    assert local_drop == pytest.approx(local_train, rel=1e-5)  # our own samples are unaffected

@@ -25,7 +25,7 @@ from node.tasks.base import (
 from node.tasks.synthetic import ALPHABET, GENERATORS, SyntheticSource
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-ALL_SYNTHETIC = {"copy": 1.0, "succ": 1.0, "max": 1.0, "add": 1.0, "count": 1.0}
+ALL_SYNTHETIC = {"copy": 1.0, "succ": 1.0, "max": 1.0, "add": 1.0, "count": 1.0, "rev": 1.0, "inc": 1.0, "rot": 1.0}
 RG_MIX = {"basic_arithmetic": 1.0, "leg_counting": 1.0, "chain_sum": 1.0}
 
 
@@ -103,7 +103,8 @@ def test_synthetic_questions_use_only_the_tiny_alphabet_and_answers_are_right():
     assert {t.ref.dataset for t in tasks} == set(GENERATORS)
     for t in tasks:
         assert set(t.question + t.answer) <= set(ALPHABET), t
-        assert len(t.answer) == (4 if t.ref.dataset == "count" else 1) and t.question.endswith("=")
+        length = {"count": 4, "rev": 3, "inc": 3, "rot": 3}.get(t.ref.dataset, 1)
+        assert len(t.answer) == length and t.question.endswith("=")
         body = t.question[:-1]
         expected = {
             "copy": lambda: int(body),
@@ -111,6 +112,9 @@ def test_synthetic_questions_use_only_the_tiny_alphabet_and_answers_are_right():
             "max": lambda: max(int(body[1]), int(body[2])),
             "add": lambda: (int(body[0]) + int(body[2])) % 10,
             "count": lambda: "".join(str((int(body[0]) + k) % 10) for k in range(4)),
+            "rev": lambda: body[2::-1],
+            "inc": lambda: "".join(str((int(c) + 1) % 10) for c in body[:3]),
+            "rot": lambda: body[1:3] + body[0],
         }[t.ref.dataset]()
         assert t.answer == str(expected)
 
@@ -125,7 +129,7 @@ def test_synthetic_mixture_weights_are_respected():
 
 
 def test_synthetic_errors_name_the_valid_options():
-    with pytest.raises(UnknownDatasetError, match="valid: \\['add', 'copy', 'count', 'max', 'succ'\\]"):
+    with pytest.raises(UnknownDatasetError, match="valid: \\['add', 'copy', 'count', 'inc', 'max', 'rev', 'rot', 'succ'\\]"):
         SyntheticSource({"mul": 1.0}, seed=0)
     source = SyntheticSource(ALL_SYNTHETIC, seed=0)
     ref = source.batch(0, 1)[0].ref
@@ -299,7 +303,7 @@ _DUMP_TASKS = """
 import json
 from node.tasks import make_source
 out = []
-for kind, mix in [("synthetic", {"copy": 1, "succ": 1, "max": 1, "add": 1, "count": 1}),
+for kind, mix in [("synthetic", {"copy": 1, "succ": 1, "max": 1, "add": 1, "count": 1, "rev": 1, "inc": 1, "rot": 1}),
                   ("reasoning_gym", {"basic_arithmetic": 1, "leg_counting": 1, "chain_sum": 1})]:
     for t in make_source(kind, mix, seed=21).batch(5, 24):
         out.append([t.ref.key, t.question, t.answer])
@@ -331,3 +335,85 @@ def test_tasks_are_identical_across_processes_with_different_hash_seeds():
         _triples(make_source("reasoning_gym", RG_MIX, seed=21).batch(5, 24)),
     ]
     assert [tuple(x) for x in outputs[0]] == local[0] + local[1]
+
+
+# --- the three-digit families of tiny-warm: rev / inc / rot, the held-out split, format credit ---
+
+from node.tasks.synthetic import (  # noqa: E402
+    FORMAT_CREDIT,
+    HELDOUT_FRACTION,
+    HELDOUT_INDICES,
+    SPLIT_FAMILIES,
+    dataset_digest,
+    is_heldout_question,
+)
+
+import random  # noqa: E402
+
+
+class Digits(random.Random):
+    """A real Random whose randrange yields the given digits in order (a fixed question)."""
+
+    def __init__(self, digits: str):
+        super().__init__(0)
+        self._digits = iter(int(d) for d in digits)
+
+    def randrange(self, *args, **kwargs):
+        return next(self._digits)
+
+
+@pytest.mark.parametrize("family, digits, question, answer", [
+    ("rev", "123", "123m=", "321"), ("rev", "907", "907m=", "709"),
+    ("inc", "123", "123+=", "234"), ("inc", "909", "909+=", "010"),
+    ("rot", "123", "123==", "231"), ("rot", "056", "056==", "560"),
+])
+def test_three_digit_generators_on_fixed_questions(family, digits, question, answer):
+    assert GENERATORS[family](Digits(digits)) == (question, answer)
+    assert set(question + answer) <= set(ALPHABET)
+
+
+def test_heldout_questions_of_the_split_families_are_never_training_questions():
+    source = SyntheticSource({name: 1.0 for name in SPLIT_FAMILIES}, seed=3)
+    heldout = source.heldout(100)
+    assert {t.ref.dataset for t in heldout} == SPLIT_FAMILIES and len(heldout) == 300
+    assert all(is_heldout_question(t.question) and t.ref.index < HELDOUT_INDICES for t in heldout)
+    training = [t for r in range(200) for t in source.batch(r, 16)]
+    assert not any(is_heldout_question(t.question) for t in training)
+    assert all(t.ref.index >= HELDOUT_INDICES for t in training)
+    assert not {t.question for t in heldout} & {t.question for t in training}
+    assert len({t.question for t in training}) > 1000  # the split keeps most of the 3,000 questions
+    # the split is about HELDOUT_FRACTION of each family's 1,000 questions
+    for family in SPLIT_FAMILIES:
+        questions = {GENERATORS[family](Digits(f"{n:03d}"))[0] for n in range(1000)}
+        share = sum(map(is_heldout_question, questions)) / 1000
+        assert abs(share - HELDOUT_FRACTION) < 0.05, (family, share)
+
+
+def test_rebuild_refuses_a_heldout_index_of_a_split_family_and_rebuilds_a_training_ref():
+    source = SyntheticSource({"rev": 1.0, "copy": 1.0}, seed=0)
+    for family in sorted(SPLIT_FAMILIES):
+        for index in (0, HELDOUT_INDICES - 1):
+            ref = TaskRef("synthetic", family, dataset_digest(family), 0, index)
+            with pytest.raises(UnknownTaskError, match="held-out question"):
+                source.rebuild(ref)
+        ref = TaskRef("synthetic", family, dataset_digest(family), 0, HELDOUT_INDICES)
+        task = source.rebuild(ref)
+        assert task.ref == ref and not is_heldout_question(task.question)
+    drawn = source.batch(7, 16)
+    assert [source.rebuild(t.ref) for t in drawn] == drawn
+    # a non-split family's low index is an ordinary training ref
+    assert source.rebuild(TaskRef("synthetic", "copy", dataset_digest("copy"), 0, 0)).question.endswith("=")
+
+
+def test_score_gives_format_credit_only_to_well_formed_wrong_answers_of_split_families():
+    source = SyntheticSource({"rev": 1.0, "copy": 1.0}, seed=0)
+    task = source.rebuild(TaskRef("synthetic", "rev", dataset_digest("rev"), 0, HELDOUT_INDICES + 5))
+    wrong = next(a for a in ("000", "111") if a != task.answer)
+    assert source.score(task, task.answer) == 1.0
+    assert source.score(task, f" {task.answer}\n") == 1.0
+    assert source.score(task, wrong) == FORMAT_CREDIT
+    for bad in ("12", "1234", "", "12a", "1 2", "-12", "+12", "m12", "١٢٣", "²³⁴", None):
+        assert source.score(task, bad) == 0.0, bad
+    copy = source.rebuild(TaskRef("synthetic", "copy", dataset_digest("copy"), 0, 1))
+    assert source.score(copy, copy.answer) == 1.0
+    assert source.score(copy, str((int(copy.answer) + 1) % 10)) == 0.0  # no format credit outside the split

@@ -148,3 +148,53 @@ def test_duration_runs_process_nodes_by_wall_time():
         Plan(transport="libp2p", duration_s=3600.0, timeout_s=1800.0).validate()
     with pytest.raises(ValueError, match="takes --budget"):
         Plan(transport="memory", duration_s=60.0).validate()
+
+
+# --- the silo (J = 0) and the tiny-warm preset -----------------------------------------------------
+
+from node.testnet.plan import node_overrides  # noqa: E402
+
+
+def test_a_silo_mix_turns_hints_off_and_warm_presets_share_one_warm_model_per_seed():
+    plan = Plan(nodes=4)
+    silo, sapo = node_overrides(plan, 1, 0, (8, 0)), node_overrides(plan, 1, 0, (4, 4))
+    assert "hints.enabled=false" in silo and not any(s.startswith("hints.") for s in sapo)
+    assert not any(s.startswith("warm.") for s in silo + sapo)  # tiny has no warm recipe
+    warm = Plan(nodes=3, preset="tiny-warm")
+    sets = [node_overrides(warm, i, 3, (4, 4)) for i in range(3)]
+    assert all(s.count("warm.seed=3") == 1 for s in sets)  # the testnet seed, not a per-node seed
+    assert all("warm.seed=4" in node_overrides(warm, i, 4, (2, 0)) for i in range(3))
+
+
+def test_a_silo_node_joins_no_bus(tmp_path):
+    plan = Plan(nodes=2, rounds=3, transport="memory", mixes=[(2, 0)], out=tmp_path, overrides=["eval.every=100"])
+    testnet = MemoryTestnet(plan, (2, 0), 0, tmp_path / "silo")
+    result = testnet.run()
+    assert all(node.exchange is None for node in testnet.nodes.values())
+    assert [n["status"]["transport"] for n in result["nodes"]] == ["none (silo)"] * 2
+    assert all(n["peer_id"] is None for n in result["nodes"]) and not any(result["bus"].values())
+    assert all(len(read_metrics(Path(n["run_dir"]))) == 3 for n in result["nodes"])
+    assert all(node.cfg.hints.enabled is False for node in testnet.nodes.values())
+
+
+def test_tiny_warm_compute_clock_smoke(tmp_path, monkeypatch):
+    from node import cli
+
+    monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "report"
+    args = cli.build_parser().parse_args([
+        "testnet", "--transport", "memory", "--preset", "tiny-warm", "--nodes", "3", "--compare", "2/0,1/1",
+        "--rounds", "3", "--clock", "compute", "--quiet", "--out", str(out),
+        "--set", "warm.steps=5", "--set", "eval.tasks_per_family=2", "--set", "sampling.group_size=4"])
+    assert args.func(args) == 0
+    report = json.loads((out / "testnet.json").read_text())
+    assert [row["mix"] for row in report["compute"]["mixes"]] == ["2/0", "1/1"]
+    assert all("heldout_at_budget" in row and "auc" in row for row in report["compute"]["mixes"])
+    assert sum(n["accepted"] for n in report["runs"][0]["nodes"]) == 0  # the silo heard nobody
+    assert sum(n["accepted"] for n in report["runs"][1]["nodes"]) > 0
+    silo, sapo = json.loads((out / "runs.json").read_text())
+    assert {n["status"]["transport"] for n in silo["nodes"]} == {"none (silo)"}
+    assert all(n["status"]["transport"] != "none (silo)" and n["peer_id"] for n in sapo["nodes"])
+    assert all(any(s.startswith("warm.seed=") for s in n["overrides"]) for run in (silo, sapo) for n in run["nodes"])
+    assert len(list((tmp_path / "cache").glob("tiny-warm-*"))) == 1  # every node of the seed on one warm model
+    assert "compute clock" in (out / "summary.txt").read_text()

@@ -105,6 +105,7 @@ DIFFICULTY = {"copy": "easy", "succ": "medium", "max": "medium", "add": "hard", 
 SPLIT_FAMILIES = frozenset({"rev", "inc", "rot"})  # held-out questions disjoint from training ones
 FORMAT_CREDIT = 0.1  # reward of a well-formed wrong answer of a split family (correct = 1)
 HELDOUT_FRACTION = 0.2
+_DIGITS = frozenset("0123456789")
 # Indices below this build held-out questions of a split family (TaskSource.heldout uses 0..n-1);
 # training draws take indices above it.
 HELDOUT_INDICES = 4096
@@ -168,7 +169,8 @@ class SyntheticSource(MixtureSource):
         text = completion_text.strip()
         if text == task.answer:
             return 1.0
-        if task.ref.dataset in SPLIT_FAMILIES and len(text) == len(task.answer) and text.isdigit():
+        # ASCII digits only: str.isdigit() also accepts "١٢٣" and "²³⁴", which are not this format
+        if task.ref.dataset in SPLIT_FAMILIES and len(text) == len(task.answer) and set(text) <= _DIGITS:
             return FORMAT_CREDIT
         return 0.0
 

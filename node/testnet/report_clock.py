@@ -88,7 +88,7 @@ def compute_table(runs_raw: list[dict], grid_points: int = 101) -> dict:
     by_mix: dict[str, list[dict]] = defaultdict(list)
     for r in runs_raw:
         by_mix[r["mix"]].append(r)
-    grid = [budget * i / (grid_points - 1) for i in range(grid_points)]
+    grid = [budget * (i / (grid_points - 1)) for i in range(grid_points)]  # the last point is the budget exactly
     rows = {}
     for mix, mine in by_mix.items():
         seeds = [_seed_figures(nodes[id(r)], equal_rounds[r["seed"]]) for r in mine]
