@@ -198,3 +198,12 @@ def test_tiny_warm_compute_clock_smoke(tmp_path, monkeypatch):
     assert all(any(s.startswith("warm.seed=") for s in n["overrides"]) for run in (silo, sapo) for n in run["nodes"])
     assert len(list((tmp_path / "cache").glob("tiny-warm-*"))) == 1  # every node of the seed on one warm model
     assert "compute clock" in (out / "summary.txt").read_text()
+
+
+def test_paired_speedups_per_seed():
+    from node.testnet.report_clock import paired_speedups
+
+    silo = {"0": 4.0, "1": 10.0, "2": 3.0}  # seed 1: the silo never reached the target (censored at a budget of 10)
+    mix = {"0": 2.0, "1": 5.0, "2": 0.0}  # seed 2 started at the target: no ratio
+    assert paired_speedups(silo, mix) == [2.0, 2.0]
+    assert paired_speedups(silo, {"3": 1.0}) == []  # no silo run of that seed
