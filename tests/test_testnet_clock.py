@@ -106,6 +106,9 @@ def test_equal_compute_report(tmp_path):
     assert 0.0 <= sapo["auc"]["mean"] <= 1.0 and sapo["heldout_at_budget"]["std"] == 0.0  # one seed
     text = (tmp_path / "summary.txt").read_text()
     assert "compute clock" in text and "cum. reward @ R" in text and "gain vs silo" not in text
+    verdict = text.strip().splitlines()[-1]  # the summary ends with the verdict of each sharing mix
+    assert verdict.startswith("swarm 2/6 vs silo 8/0 at equal compute") and f"{silo['heldout_at_budget']['mean']:.3f}" in verdict
+    assert set(sapo["time_to_target_by_seed"]) == {"0"} and "mean" in sapo["speedup_by_seed"]
     assert (tmp_path / "testnet.png").stat().st_size > 10_000
 
 
