@@ -10,6 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 out=${OUT:-runs/demo-$(date +%Y%m%d-%H%M%S)}
-.venv/bin/swarm-node testnet --transport memory --preset tiny-warm --homogeneous --nodes 8 --rounds 200 \
+.venv/bin/swarm-node testnet --transport memory --preset tiny-warm --homogeneous --nodes 8 --rounds 300 \
     --compare 8/0,4/4 --out "$out" "$@"
 echo "plot: $out/testnet.png"
