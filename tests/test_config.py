@@ -1,4 +1,6 @@
 """Config: presets, TOML, --set overrides, and errors that name the valid choices."""
+from pathlib import Path
+
 import pytest
 
 from node.config import PRESETS, ConfigError, explain, load_config, parse_override
@@ -93,3 +95,13 @@ def test_switching_task_source_drops_the_presets_ood_families_unless_named():
                                           "eval.ood={max = 1.0}"])
     assert named.eval.ood == {"max": 1.0}
     assert load_config("tiny").eval.ood == {"add": 1.0}  # same source: kept
+
+
+def test_the_command_line_parses_without_loading_torch():
+    """`swarm-node status` and friends pay only for what they use: the preset names come from
+    node/presets.py, which imports nothing."""
+    import subprocess
+    import sys
+
+    code = "import sys, node.cli; node.cli.build_parser(); sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1]).returncode == 0

@@ -44,7 +44,7 @@ from protocol import Limits, NodeIdentity, topic_name  # noqa: E402
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from node.config import PRESETS
+    from node.presets import PRESETS
 
     p = argparse.ArgumentParser(prog="python -m node.testnet.hostile_process",
                                 description="Run one hostile testnet peer over libp2p (see the module docstring).")

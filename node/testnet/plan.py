@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.config import PRESETS
+from node.presets import PRESETS
 
-FAMILIES = {"tiny": ["copy", "succ", "max"], "tiny-warm": ["rev", "inc", "rot"]}  # task families a node can specialise in, per preset
+# task families a node can specialise in, per preset
+FAMILIES = {"tiny": ["copy", "succ", "max"], "tiny-warm": ["rev", "inc", "rot"]}
 LR_FACTORS = (1.0, 0.7, 1.4, 0.85)  # heterogeneous learning rates (x the preset's)
 SLOW_EVERY = 4  # every 4th node runs at half speed
 
