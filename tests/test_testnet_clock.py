@@ -206,7 +206,8 @@ def test_tiny_warm_compute_clock_smoke(tmp_path, monkeypatch):
 def test_paired_speedups_per_seed():
     from node.testnet.report_clock import paired_speedups
 
-    silo = {"0": 4.0, "1": 10.0, "2": 3.0}  # seed 1: the silo never reached the target (censored at a budget of 10)
+    silo = {"0": 4.0, "1": None, "2": 3.0}  # seed 1: the silo never reached the target (counts as the budget, 10)
     mix = {"0": 2.0, "1": 5.0, "2": 0.0}  # seed 2 started at the target: no ratio
-    assert paired_speedups(silo, mix) == [2.0, 2.0]
-    assert paired_speedups(silo, {"3": 1.0}) == []  # no silo run of that seed
+    assert paired_speedups(silo, mix, budget=10.0) == [2.0, 2.0]
+    assert paired_speedups(silo, {"3": 1.0}, budget=10.0) == []  # no silo run of that seed
+    assert paired_speedups({"0": 4.0}, {"0": None}, budget=10.0) == [0.4]  # the mix never reached it

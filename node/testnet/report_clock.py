@@ -109,16 +109,20 @@ def compute_table(runs_raw: list[dict], grid_points: int = 101) -> dict:
             "seed_curves": {r["seed"]: curve for r, curve in zip(mine, curves)},
         }
     _add_gains(rows, budget)
-    for row in rows.values():
-        del row["_censored"]
     return {"budget_s": budget, "equal_rounds": {str(s): r for s, r in sorted(equal_rounds.items())},
             "target_of_silo": TARGET_OF_SILO, "mixes": list(rows.values())}
 
 
-def paired_speedups(silo_times: dict[str, float], times: dict[str, float]) -> list[float]:
-    """Per seed, the silo's time to the target over this mix's (same seed); times already censored
-    at the budget. A seed whose curve starts at the target (time 0) has no ratio."""
-    return [silo_times[seed] / t for seed, t in times.items() if t > 0 and silo_times.get(seed, 0) > 0]
+def paired_speedups(silo_times: dict[str, float | None], times: dict[str, float | None],
+                    budget: float) -> list[float]:
+    """Per seed, the silo's time to the target over this mix's (same seed). A run that never reached
+    the target (None) counts as reaching it at the budget; a seed whose curve starts at the target
+    (time 0) has no ratio."""
+    def censored(t: float | None) -> float:
+        return budget if t is None else t
+
+    return [censored(silo_times[seed]) / censored(t) for seed, t in times.items()
+            if seed in silo_times and censored(t) > 0 and censored(silo_times[seed]) > 0]
 
 
 def _add_gains(rows: dict[str, dict], budget: float) -> None:
@@ -132,11 +136,10 @@ def _add_gains(rows: dict[str, dict], budget: float) -> None:
         times = {seed: time_to_target(curve, target) if target is not None else None
                  for seed, curve in row.pop("seed_curves").items()}
         row["time_to_target_by_seed"] = {str(seed): t for seed, t in sorted(times.items())}
-        # censored at the budget: a run that never reached the target counts as reaching it at the end
-        row["_censored"] = {seed: budget if t is None else t for seed, t in row["time_to_target_by_seed"].items()}
     for row in rows.values():
         silo_time = silo["time_to_target"] if silo else None
-        row["speedup_by_seed"] = _spread(paired_speedups(silo["_censored"], row["_censored"]) if silo else [])
+        row["speedup_by_seed"] = _spread(paired_speedups(silo["time_to_target_by_seed"], row["time_to_target_by_seed"],
+                                                         budget) if silo else [])
         row["target"] = target
         row["speedup_vs_silo"] = silo_time / row["time_to_target"] if silo_time and row["time_to_target"] else None
         for key in ("heldout_at_budget", "auc", "reward_at_equal_rounds"):
