@@ -1,6 +1,6 @@
 """Measure the "fast" device profile of a preset for the compute-clock testnet (node/testnet/clock.py).
 
-    python scripts/measure_profile.py --preset tiny [--rounds 40]
+    python scripts/measure_profile.py --preset tiny [--rounds 40] [--set key=value ...]
 
 Runs one Node alone on one CPU thread at 8 and at 2 prompts per round (what mixes 8/0 and 2/6
 generate) and fits time = fixed + tokens / rate through the two points, for generation and for
@@ -20,8 +20,9 @@ from node.loop import Node
 WARMUP = 2
 
 
-def measure(preset: str, prompts: int, rounds: int) -> dict[str, float]:
-    overrides = ["run.threads=1", "eval.every=0", f"tasks.prompts_per_round={prompts}", "run.checkpoint_every=100000"]
+def measure(preset: str, prompts: int, rounds: int, extra: list[str]) -> dict[str, float]:
+    overrides = ["run.threads=1", "eval.every=0", f"tasks.prompts_per_round={prompts}", "run.checkpoint_every=100000",
+                 *extra]
     with tempfile.TemporaryDirectory() as run_dir:
         node = Node(load_config(preset, None, overrides), run_dir)
         rows = [node.run_round(i) for i in range(rounds + WARMUP)][WARMUP:]
@@ -40,8 +41,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override, as the testnet's --set (e.g. sampling.max_new_tokens=48)")
     args = parser.parse_args()
-    big, small = measure(args.preset, 8, args.rounds), measure(args.preset, 2, args.rounds)
+    big, small = (measure(args.preset, prompts, args.rounds, args.overrides) for prompts in (8, 2))
     gen_rate, gen_fixed = fit(big, small, "tokens_generated", "t_generate")
     train_rate, train_fixed = fit(big, small, "tokens_trained", "t_train")
     overhead = max(0.0, gen_fixed) + max(0.0, train_fixed) + mean([big["t_other"], small["t_other"]])
