@@ -132,7 +132,7 @@ class Node:
             if truncate_metrics:  # killed before its first checkpoint: every round runs again from 0
                 self.metrics.truncate_after(-1)
                 log.info("no checkpoint in %s: starting at round 0", self.run_dir,
-                         extra={"event": "resume", "round": None, "next_round": 0, "run_dir": str(self.run_dir)})
+                         extra={"event": "no_checkpoint", "next_round": 0, "run_dir": str(self.run_dir)})
             return None
         load_weights(self.model, ckpt)
         self.learner.optimizer.load_state_dict(ckpt.state["optimizer"])
@@ -161,9 +161,10 @@ class Node:
         path = save_checkpoint(self.run_dir, round_index, self.model, self.policy.tokenizer,
                                self.learner.optimizer, self.cfg.model_dump(mode="json"), extra=extra,
                                keep=self.cfg.run.keep_checkpoints, files=files)
+        seconds = round(time.perf_counter() - started, 3)
         log.info("checkpoint of round %d written to %s", round_index, path,
                  extra={"event": "checkpoint", "round": round_index, "path": str(path),
-                        "policy_version": self.learner.policy_version, "seconds": round(time.perf_counter() - started, 3)})
+                        "policy_version": self.learner.policy_version, "seconds": seconds})
         return path
 
     def exchange_state(self) -> dict | None:
