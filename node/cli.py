@@ -12,11 +12,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
+
+from node.logs import configure as configure_logs, json_lines, say
 
 console = Console(stderr=True)
 
@@ -31,7 +34,8 @@ def pin_hash_seed_if_needed(cfg) -> None:
 
     names = datasets_needing_fixed_hash_seed(cfg.tasks.source, cfg.tasks.datasets, cfg.eval.ood)
     if names and _MAY_REEXEC and not hash_randomization_off():
-        console.print(f"{', '.join(names)}: tasks depend on Python's hash seed; restarting with PYTHONHASHSEED=0")
+        say(console, f"{', '.join(names)}: tasks depend on Python's hash seed; restarting with PYTHONHASHSEED=0",
+            "reexec", datasets=names)
         os.execve(sys.executable, [sys.executable, "-m", "node.cli", *sys.argv[1:]],
                   {**os.environ, "PYTHONHASHSEED": "0"})
 
@@ -45,7 +49,9 @@ def _config(args: argparse.Namespace, extra: list[str] = ()):
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
     # the environment sits between the config file and --set (README "Configuration")
-    return load_config(args.preset, args.config, [*overrides, *extra], environ=os.environ)
+    cfg = load_config(args.preset, args.config, [*overrides, *extra], environ=os.environ)
+    configure_logs(cfg.run.log_level, cfg.run.log_format)
+    return cfg
 
 
 def _toml_list(values: list[str]) -> str:
@@ -56,23 +62,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args)
     pin_hash_seed_if_needed(cfg)
 
+    from node.config import ConfigError
     from node.loop import Node  # heavy imports (torch, transformers) only once the config is valid
     from node.metrics import RoundTable
 
     run_dir = Path(args.run_dir)
     if not args.resume and (run_dir / "checkpoints").exists():
-        console.print(f"[red]{run_dir} already holds checkpoints[/]: pass --resume to continue that run, "
-                      "or choose another --run-dir.")
-        return 2
+        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume to continue that run, "
+                          "or choose another --run-dir.")
     node = Node(cfg, run_dir)
     if args.resume:
-        resumed = node.resume()
-        console.print(f"resumed from round {resumed}" if resumed is not None
-                      else f"no checkpoint in {run_dir}: starting at round 0")
-    console.print(f"training {cfg.model.name} on {cfg.tasks.source}:{','.join(cfg.tasks.datasets)} "
-                  f"with {cfg.loss.name} for {cfg.run.rounds} rounds -> {run_dir}")
-    console.print(f"rollouts: {node.backend_line}", highlight=False, soft_wrap=True)
-    table = RoundTable(f"swarm-node train ({cfg.model.name})", console=console, quiet=args.quiet)
+        node.resume()  # logs where it resumed (event "resume")
+    say(console, f"training {cfg.model.name} on {cfg.tasks.source}:{','.join(cfg.tasks.datasets)} "
+                 f"with {cfg.loss.name} for {cfg.run.rounds} rounds -> {run_dir}", "start", command="train",
+        model=cfg.model.name, loss=cfg.loss.name, rounds=cfg.run.rounds, run_dir=str(run_dir),
+        next_round=node.next_round)
+    say(console, f"rollouts: {node.backend_line}", "backend")
+    table = RoundTable(f"swarm-node train ({cfg.model.name})", console=console, quiet=args.quiet,
+                       log_rounds=json_lines())
     try:
         node.run(cfg.run.rounds, table)
     finally:
@@ -80,7 +87,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from node.report import summarize, summary_text
     from node.metrics import read_metrics
 
-    console.print(summary_text(summarize(read_metrics(run_dir))), highlight=False)
+    summary = summarize(read_metrics(run_dir))
+    say(console, summary_text(summary).rstrip(), "summary", **summary)
     return 0
 
 
@@ -233,11 +241,14 @@ def cmd_testnet(args: argparse.Namespace) -> int:
                     clock=clock, budget_s=parse_duration(args.budget) if args.budget else None,
                     duration_s=parse_duration(args.duration, "--duration") if args.duration else None)
         plan.validate()
-        for index in range(plan.nodes):  # every node's config must load before anything starts
-            from node.config import load_config
-            from node.testnet.plan import node_overrides
+        from node.config import load_config
+        from node.testnet.plan import node_overrides
 
+        for index in range(plan.nodes):  # every node's config must load before anything starts
             pin_hash_seed_if_needed(load_config(plan.preset, None, node_overrides(plan, index, 0, plan.mixes[0])))
+        # the harness logs as its nodes do (--set run.log_format=json reaches both; so does the environment)
+        shared = load_config(plan.preset, None, plan.overrides, environ=os.environ).run
+        configure_logs(shared.log_level, shared.log_format)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     from node.testnet.runner import run_testnet
@@ -417,10 +428,14 @@ def main(argv: list[str] | None = None) -> int:
     global _MAY_REEXEC
     _MAY_REEXEC = argv is None
     args = build_parser().parse_args(argv)
+    configure_logs()  # defaults until a command has its config (run.log_level, run.log_format)
     try:
         return args.func(args)
     except _user_errors() as err:
-        console.print(f"[red]error:[/] {err}", soft_wrap=True, highlight=False)
+        if json_lines():
+            logging.getLogger("node.cli").error(str(err), extra={"event": "error", "error": type(err).__name__})
+        else:
+            console.print(f"[red]error:[/] {err}", soft_wrap=True, highlight=False)
         return 2
 
 

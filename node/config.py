@@ -88,6 +88,15 @@ class RunConfig(Section):
     start_at: float | None = Field(None, description="join: Unix time of the first round, so the nodes of an "
                                    "orchestrated launch start together (a node that is late starts at once; "
                                    f"never waits more than {MAX_START_WAIT_S:.0f} s)")
+    tensorboard: bool = Field(False, description="also write every round's numeric metrics (metrics.jsonl's names, "
+                              "nested ones as a/b) as TensorBoard scalars at step = round under <run_dir>/tensorboard/ "
+                              "(view: tensorboard --logdir <run_dir>); rewritten from metrics.jsonl at start, so a "
+                              "resumed run shows each round once")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="lowest level logged by swarm-node's own loggers (other libraries: warning and up)")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text: human lines and the round table; json: one JSON object per line on stderr (ts, "
+                            "level, logger, msg, event and its fields), round records instead of plain round lines")
 
 
 class SwarmConfig(Section):

@@ -38,6 +38,7 @@ from node.hints import LEVELS, leaks_answer
 from node.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staged
 from node.pool import GroupPool, PoolEntry
 from node.prompts import Retokenizer
+from node.refusals import Refusals
 from node.tasks.base import Task, TaskRef, TaskSource
 from node.tiers import assign_tier
 from node.scorer_sandbox import ScorerSandbox
@@ -157,6 +158,7 @@ class SwarmExchange:
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         self._lock = threading.Lock()
+        self.refusals = Refusals(self.rejected, self._lock)  # counted and logged (rate-limited)
         if state is not None:  # before the ingest worker starts: nothing is pooled yet
             self._load_state(state)
         for topic in self.topics.values():
@@ -245,7 +247,8 @@ class SwarmExchange:
         try:
             work()
         except Exception as err:  # our code broke on peer data: drop that message, count it, go on
-            log.warning("dropping a message from %s: %r", from_peer, err, exc_info=True)
+            log.warning("dropping a message from %s: %r", from_peer, err, exc_info=True,
+                        extra={"event": "verify_error", "peer_id": from_peer, "error": repr(err)})
             self._count(self.rejected, VERIFY_ERROR)
 
     def _take(self, topic: str, verified: Verified | None, arrived_round: int) -> None:
@@ -260,7 +263,7 @@ class SwarmExchange:
 
     def _take_rollout(self, verified: Verified, arrived_round: int) -> None:
         if verified.sender == self.peer_id:
-            self._count(self.rejected, OWN)
+            self.refusals.add(OWN, verified.sender)
             return
         group = self.verify_group(verified.sender, verified.body)
         if group is None:
@@ -289,6 +292,7 @@ class SwarmExchange:
             self._ingest_inline(round_index)
         else:
             self._worker.new_round(round_index)
+        self.refusals.log_round(round_index, self.ingress.rejected_counts())
         with self._lock:
             return self._collect(round_index, local)
 
@@ -335,9 +339,8 @@ class SwarmExchange:
         try:
             return self.source.rebuild(local_task_ref(msg_ref))
         except ValueError as err:  # UnknownTaskError / UnknownDatasetError: we cannot check it
-            log.debug("unknown task from %s: %s", sender, err)
             if blame:
-                self._count(self.rejected, UNKNOWN)
+                self.refusals.add(UNKNOWN, sender, str(err))
                 self.ingress.report(sender, UNKNOWN_TASK)
             return None
 
@@ -345,7 +348,7 @@ class SwarmExchange:
         """Rebuild the task, re-score every completion, re-tokenize and pick each completion's
         behavior tier; None (counted) if refused."""
         if msg.hint_text:
-            self._count(self.rejected, HINTED)
+            self.refusals.add(HINTED, sender)
             return None
         verifier = self.verifier
         use_sender_answer = bool(self.cfg.accept_sender_answers and msg.question and msg.answer)
@@ -359,12 +362,11 @@ class SwarmExchange:
         try:
             prompt_ids = self.retokenizer.prompt(task.question)
         except Exception as err:  # only a sender-supplied question can be outside our vocabulary
-            self._count(self.rejected, UNTOKENIZABLE)
-            log.debug("cannot tokenize the question from %s: %s", sender, err)
+            self.refusals.add(UNTOKENIZABLE, sender, f"question: {err}")
             return None
         # Length first: it is free, and it bounds every later step (scoring, tokenizing, memory).
         if any(len(c.text) > self.max_completion_tokens * MAX_CHARS_PER_TOKEN for c in msg.completions):
-            self._count(self.rejected, TOO_LONG)
+            self.refusals.add(TOO_LONG, sender)
             return None
         same_verifier = msg.verifier_digest == verifier.digest
         rewards, correct, rollouts, reasons = [], [], [], []
@@ -372,29 +374,28 @@ class SwarmExchange:
         for completion in msg.completions:
             reward, info = verifier.score(task, self.source, completion.text, self.sandbox)
             if info["refused"]:
-                self._count(self.rejected, REFUSED)
+                self.refusals.add(REFUSED, sender)
                 return None
             if info["timed_out"]:
-                self._count(self.rejected, TIMEOUT)
+                self.refusals.add(TIMEOUT, sender)
                 return None
             if abs(reward - completion.claimed_reward) > REWARD_TOLERANCE:
                 if same_verifier:  # it must have computed exactly our reward: a lie
-                    self._count(self.rejected, MISMATCH)
+                    self.refusals.add(MISMATCH, sender, f"claimed {completion.claimed_reward:g}, we score {reward:g}")
                     self.ingress.report(sender, WRONG_REWARD)
                     return None
                 self._count(self.observed, DISAGREES)
             try:
                 text_ids, offsets = self.retokenizer.encode_text(completion.text)
             except Exception as err:  # a tokenizer's error on foreign text is not the sender's fault
-                self._count(self.rejected, UNTOKENIZABLE)
-                log.debug("cannot tokenize a completion from %s: %s", sender, err)
+                self.refusals.add(UNTOKENIZABLE, sender, f"completion: {err}")
                 return None
             if len(text_ids) > self.max_completion_tokens:
-                self._count(self.rejected, TOO_LONG)  # would blow up our padded batch; not a protocol fault
+                self.refusals.add(TOO_LONG, sender)  # would blow up our padded batch; not a protocol fault
                 return None
             group_tokens += len(text_ids)
             if group_tokens > self.max_group_tokens:
-                self._count(self.rejected, GROUP_TOO_LONG)
+                self.refusals.add(GROUP_TOO_LONG, sender)
                 return None
             behavior = assign_tier(completion, msg.model.tokenizer_fingerprint, text_ids, offsets, self.retokenizer)
             rewards.append(reward)
@@ -416,10 +417,10 @@ class SwarmExchange:
         if task is None:
             return
         if leaks_answer(hint.text, task.reference_answer):
-            self._count(self.rejected, LEAK)
+            self.refusals.add(LEAK, verified.sender)
             self.ingress.report(verified.sender, HINT_LEAK)
             return
-        if not self._encodable(hint.text):  # it would be fed to our model: check it fits now
+        if not self._encodable(hint.text, verified.sender):  # it would be fed to our model: check it fits now
             return
         with self._lock:
             self._hints.append(ReceivedHint(task, LEVEL_NAMES[hint.level], hint.text, verified.sender))
@@ -429,26 +430,25 @@ class SwarmExchange:
             return
         task = self._rebuild(verified.sender, verified.body.task_ref, blame=False)
         if task is None:  # a peer with a task family we lack: not its fault
-            self._count(self.rejected, HINT_REQUEST_UNKNOWN)
+            self.refusals.add(HINT_REQUEST_UNKNOWN, verified.sender)
             return
         with self._lock:
             if all(t.prompt_key != task.prompt_key for t, _ in self._requests):
                 self._requests.append((task, verified.sender))
 
-    def _encodable(self, text: str) -> bool:
+    def _encodable(self, text: str, sender: str) -> bool:
         """Peer text our tokenizer can encode within our length cap; refusals are counted, never
         blamed (another model's alphabet is not a fault)."""
         if len(text) > self.max_completion_tokens * MAX_CHARS_PER_TOKEN:
-            self._count(self.rejected, TOO_LONG)
+            self.refusals.add(TOO_LONG, sender)
             return False
         try:
             ids, _ = self.retokenizer.encode_text(text)
         except Exception as err:  # e.g. a character outside the tiny vocabulary
-            self._count(self.rejected, UNTOKENIZABLE)
-            log.debug("cannot tokenize peer text: %s", err)
+            self.refusals.add(UNTOKENIZABLE, sender, f"hint: {err}")
             return False
         if len(ids) > self.max_completion_tokens:
-            self._count(self.rejected, TOO_LONG)
+            self.refusals.add(TOO_LONG, sender)
             return False
         return True
 

@@ -285,7 +285,8 @@ class IngestWorker:
             try:
                 self.verify(staged)
             except Exception as err:  # peer data broke our code: drop that message, never the worker
-                log.warning("dropping a message from %s: verification raised %r", staged.item.from_peer, err)
+                log.warning("dropping a message from %s: verification raised %r", staged.item.from_peer, err,
+                            extra={"event": "verify_error", "peer_id": staged.item.from_peer, "error": repr(err)})
                 with self._lock:
                     self.counters["verify_error"] += 1
             spent = time.monotonic() - started

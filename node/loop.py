@@ -28,6 +28,7 @@ from node.hints import LEVELS, HintBook
 from node.metrics import MetricsLog, RoundTable
 from node.prompts import Retokenizer
 from node.rollouts import RolloutSampler
+from node.tensorboard import TensorBoardLog
 from node.tasks import make_source
 from node.tasks.base import Task
 from node.warm_start import warm_model_config
@@ -101,11 +102,15 @@ class Node:
         self.evaluator = Evaluator(cfg.eval, self.policy, self.generator, self.verifier, self.source, ood,
                                    self.sampling, autocast)
         self.metrics = MetricsLog(self.run_dir)
+        self.tensorboard = TensorBoardLog(self.run_dir) if cfg.run.tensorboard else None
         self.next_round = 0
         self.resumed_from: Path | None = None  # the checkpoint `resume` loaded
 
     def close(self) -> None:
-        """Stops what the node started outside this process (a vLLM inference server)."""
+        """Stops what the node started outside this process (a vLLM inference server) and closes
+        its TensorBoard event file."""
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         close = getattr(self.generator, "close", None)
         if close is not None:
             close()
@@ -126,6 +131,8 @@ class Node:
         if ckpt is None:
             if truncate_metrics:  # killed before its first checkpoint: every round runs again from 0
                 self.metrics.truncate_after(-1)
+                log.info("no checkpoint in %s: starting at round 0", self.run_dir,
+                         extra={"event": "no_checkpoint", "next_round": 0, "run_dir": str(self.run_dir)})
             return None
         load_weights(self.model, ckpt)
         self.learner.optimizer.load_state_dict(ckpt.state["optimizer"])
@@ -139,6 +146,10 @@ class Node:
         self.resumed_from = ckpt.path
         if truncate_metrics:
             self.metrics.truncate_after(ckpt.round_index)
+        log.log(logging.INFO if truncate_metrics else logging.DEBUG,  # `eval` reads a run, it does not resume it
+                 "resumed from the checkpoint of round %d (%s); next round %d", ckpt.round_index, ckpt.path,
+                 self.next_round, extra={"event": "resume", "round": ckpt.round_index, "next_round": self.next_round,
+                                         "checkpoint": str(ckpt.path), "policy_version": self.learner.policy_version})
         return ckpt.round_index
 
     def checkpoint(self, round_index: int) -> Path:
@@ -146,9 +157,15 @@ class Node:
                  "hints": self.hints.state_dict()}
         exchange_state = getattr(self.exchange, "state_dict", None)
         files = {EXCHANGE_STATE: json.dumps(exchange_state())} if exchange_state is not None else {}
-        return save_checkpoint(self.run_dir, round_index, self.model, self.policy.tokenizer,
+        started = time.perf_counter()
+        path = save_checkpoint(self.run_dir, round_index, self.model, self.policy.tokenizer,
                                self.learner.optimizer, self.cfg.model_dump(mode="json"), extra=extra,
                                keep=self.cfg.run.keep_checkpoints, files=files)
+        seconds = round(time.perf_counter() - started, 3)
+        log.info("checkpoint of round %d written to %s", round_index, path,
+                 extra={"event": "checkpoint", "round": round_index, "path": str(path),
+                        "policy_version": self.learner.policy_version, "seconds": seconds})
+        return path
 
     def exchange_state(self) -> dict | None:
         """The exchange state saved with the checkpoint `resume` loaded; None (with a warning
@@ -278,6 +295,8 @@ class Node:
         if annotate is not None:
             row = {**row, **annotate(row)}
         self.metrics.append(row)
+        if self.tensorboard is not None:
+            self.tensorboard.write(row)
         self.next_round = round_index + 1
         if (round_index + 1) % self.cfg.run.checkpoint_every == 0 or round_index + 1 == rounds:
             self.checkpoint(round_index)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import deque
 from pathlib import Path
@@ -13,6 +14,7 @@ from rich.table import Table
 from policy.checkpoint import atomic_write_text
 
 METRICS_FILE = "metrics.jsonl"
+log = logging.getLogger(__name__)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -82,14 +84,33 @@ def _cell(row: dict, key: str, fmt: str) -> str:
         return str(value)
 
 
-class RoundTable:
-    """A live table of the last rounds on a terminal; one plain line per round otherwise (logs, CI)."""
+# the round record of JSON logs: the table's columns and a few more
+ROUND_FIELDS = [key for _, key, _ in COLUMNS] + ["policy_version", "t_round", "external_received", "pool_size"]
 
-    def __init__(self, title: str, console: Console | None = None, rows: int = 12, quiet: bool = False):
+
+def log_round(row: dict) -> None:
+    """One info record per round (event "round") with the table's values."""
+    fields = {key: row[key] for key in ROUND_FIELDS if row.get(key) is not None}
+    shown = [f"{header} {_cell(row, key, fmt)}" for header, key, fmt in COLUMNS[1:5] if row.get(key) is not None]
+    log.info("round %d: %s", row["round"], ", ".join(shown), extra={"event": "round", **fields})
+
+
+def _plain_line(row: dict) -> str:
+    return "  ".join(f"{header}={_cell(row, key, fmt)}" for header, key, fmt in COLUMNS)
+
+
+class RoundTable:
+    """A live table of the last rounds on a terminal; one plain line per round otherwise (logs, CI).
+    `log_rounds` (JSON logs): a `round` log record per round instead of the plain line, also when
+    quiet (the live table still shows on a terminal)."""
+
+    def __init__(self, title: str, console: Console | None = None, rows: int = 12, quiet: bool = False,
+                 log_rounds: bool = False):
         self.console = console or Console()
         self.title = title
         self.rows: deque[dict] = deque(maxlen=rows)
         self.quiet = quiet
+        self.log_rounds = log_rounds
         self.live = Live(self._table(), console=self.console, refresh_per_second=4) \
             if self.console.is_terminal and not quiet else None
 
@@ -112,8 +133,9 @@ class RoundTable:
 
     def add(self, row: dict) -> None:
         self.rows.append(row)
+        if self.log_rounds:
+            log_round(row)
         if self.live:
             self.live.update(self._table())
-        elif not self.quiet:
-            self.console.print("  ".join(f"{header}={_cell(row, key, fmt)}" for header, key, fmt in COLUMNS),
-                               highlight=False, soft_wrap=True)
+        elif not self.quiet and not self.log_rounds:
+            self.console.print(_plain_line(row), highlight=False, soft_wrap=True)

@@ -14,6 +14,7 @@ from node.config import MAX_START_WAIT_S, NodeConfig
 from node.control import start_control_server, write_node_file
 from node.exchange import SwarmExchange
 from node.ingest import IngestBudget
+from node.logs import json_lines, say
 from node.loop import Node
 from node.metrics import RoundTable
 from node.prompts import Retokenizer
@@ -120,10 +121,8 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = NodeIdentity.load_or_generate(identity_path(cfg, run_dir))
     node = Node(cfg, run_dir)
-    resumed = node.resume()  # a restarted node continues its own run
-    if resumed is not None:
-        console.print(f"resumed from checkpoint of round {resumed}")
-    console.print(f"rollouts: {node.backend_line}", highlight=False, soft_wrap=True)
+    node.resume()  # a restarted node continues its own run (logged: event "resume")
+    say(console, f"rollouts: {node.backend_line}", "backend")
 
     transport = build_transport(cfg, identity, run_dir, [topic_name(cfg.swarm.name, "rollouts")])
     if cfg.swarm.fault_file:  # a testnet injects delay, loss and partitions through this file
@@ -140,14 +139,16 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     addrs = transport.listen_addrs()
     write_node_file(run_dir, {"peer_id": identity.peer_id(), "listen_addrs": addrs, "control": control,
                               "pid": os.getpid(), "swarm": cfg.swarm.name})
-    console.print(f"peer id {identity.peer_id()} in swarm {cfg.swarm.name!r}; others can join with:")
-    for addr in addrs:
-        console.print(f"  swarm-node join --peers {addr}", highlight=False, soft_wrap=True)
-    console.print(f"control service on {control} (swarm-node status --run-dir {run_dir})")
+    say(console, f"peer id {identity.peer_id()} in swarm {cfg.swarm.name!r}; others can join with:\n"
+                 + "\n".join(f"  swarm-node join --peers {addr}" for addr in addrs), "joined",
+        peer_id=identity.peer_id(), swarm=cfg.swarm.name, listen_addrs=addrs, transport=cfg.swarm.transport,
+        next_round=node.next_round)
+    say(console, f"control service on {control} (swarm-node status --run-dir {run_dir})", "control", control=control)
     try:
         if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
             time.sleep(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
-        table = RoundTable(f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})", console=console, quiet=quiet)
+        table = RoundTable(f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})", console=console, quiet=quiet,
+                           log_rounds=json_lines())
         node.run(cfg.run.rounds, table)
     finally:
         server.stop(grace=1.0)

@@ -17,7 +17,9 @@ charged to the party it proves something about:
     validate what they forward: then the distinct neighbour that delivered it is charged.
   * rate-limit overflow is dropped and counted, never scored; only sustained flooding far above
     the limit (protocol/ratelimit.py) is.
-`accept` never raises, whatever the bytes.
+`accept` never raises, whatever the bytes. Rejections are logged (protocol/logthrottle.py: one
+record per reason and peer a minute, 20 a minute in all) at a level set by what they prove:
+`rejection_level`.
 
 What the Ingress cannot check (task known, reward recomputed) is node/'s job: it reports what it
 finds through `report(peer, event)`, e.g. scoring.WRONG_REWARD.
@@ -40,6 +42,7 @@ from .errors import Reason, Rejected
 from .identity import peer_id_from_public_key
 from .kinds import Kind
 from .limits import Limits, validate_body
+from .logthrottle import LogThrottle, short_id
 from .ratelimit import RateLimiter, RateLimits, Verdict
 from .replay import ReplayGuard
 from .scoring import ACCEPTED, PeerScoreInfo, PeerScores, ScoreConfig
@@ -52,6 +55,16 @@ DELIVERY_FAULTS = frozenset({Reason.REPLAY, Reason.STALE, Reason.EXPIRED})
 NOBODYS_FAULT = frozenset({Reason.INTERNAL})
 # A relay carries many origins' traffic: its connection gets this many times one origin's limits.
 NEIGHBOUR_RATE_FACTOR = 8.0
+
+
+def rejection_level(reason: Reason, weight: float) -> int:
+    """Proof of misbehaviour (score weight -2 or worse: malformed, bad signature, oversized, schema)
+    warns; a fault an honest peer can make (another version, clock skew, flooding) is info; what
+    gossip does by itself (replays, stale or expired copies, rate limits, bans in force) and our
+    own bugs (logged as such where they happen) are debug."""
+    if reason in DELIVERY_FAULTS or weight >= 0:
+        return logging.DEBUG
+    return logging.WARNING if weight <= -2.0 else logging.INFO
 
 
 class _NeighbourOverLimit(Rejected):
@@ -120,6 +133,7 @@ class Ingress:
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
         self.recent_rejections: deque[RejectionRecord] = deque(maxlen=100)
+        self.log_throttle = LogThrottle()
         self._lock = threading.Lock()
 
     def accept(self, from_peer: str, data: bytes, received_at: float | None = None, *, neighbour: str = "",
@@ -225,8 +239,21 @@ class Ingress:
         self.recent_rejections.append(RejectionRecord(self._clock(), from_peer, reason, rejection.detail))
         for peer in blamed:
             self.scores.record(peer, reason)
-        log.debug("rejected message from %s: %s (%s)", from_peer, reason, rejection.detail)
+        self._log_rejection(from_peer, blamed, rejection)
         return None
+
+    def _log_rejection(self, from_peer: str, blamed: tuple[str, ...], rejection: Rejected) -> None:
+        config = self.scores.config
+        level = rejection_level(rejection.reason, config.weights.get(rejection.reason, config.unknown_event_weight))
+        if not log.isEnabledFor(level):
+            return
+        held_back = self.log_throttle.allow((rejection.reason, from_peer))
+        if held_back is not None:
+            fields = {"event": "message_rejected", "stage": "ingress", "reason": str(rejection.reason),
+                      "peer": short_id(from_peer), "peer_id": from_peer, "blamed": [short_id(p) for p in blamed],
+                      "detail": rejection.detail, "suppressed": held_back}
+            log.log(level, "rejected a message from %s: %s (%s)", short_id(from_peer), rejection.reason,
+                    rejection.detail, extra=fields)
 
     def _check_timestamp(self, timestamp_ms: int) -> None:
         age_s = self._clock() - timestamp_ms / 1000.0
@@ -239,6 +266,11 @@ class Ingress:
         """Evidence found after ingress (scoring.WRONG_REWARD, scoring.UNKNOWN_TASK, ...)."""
         with self._lock:
             self.scores.record(peer, event, count)
+
+    def rejected_counts(self) -> dict[str, int]:
+        """Rejections by reason so far (cheap: no peer records, unlike `snapshot`)."""
+        with self._lock:
+            return {str(r): n for r, n in self.rejected.items()}
 
     def snapshot(self) -> IngressSnapshot:
         with self._lock:

@@ -13,12 +13,16 @@ first, so flooding us with fresh identities cannot evict an existing ban.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from .errors import Reason
+from .logthrottle import LogThrottle, short_id
+
+log = logging.getLogger(__name__)
 
 ACCEPTED = "accepted"
 WRONG_REWARD = "wrong_reward"
@@ -104,6 +108,7 @@ class PeerScores:
         self.config = config
         self._clock = clock
         self._records: OrderedDict[str, _Record] = OrderedDict()
+        self._ban_log = LogThrottle(window_s=60.0, total=20)  # a peer is banned once per ban; fresh keys are free
 
     def __len__(self) -> int:
         return len(self._records)
@@ -138,6 +143,14 @@ class PeerScores:
             record.banned_until = now + duration
             record.ban_count += 1
             record.score = 0.0
+            self._log_ban(peer, event, duration, record.ban_count)
+
+    def _log_ban(self, peer: str, event: str, duration: float, ban_count: int) -> None:
+        held_back = self._ban_log.allow(peer)
+        if held_back is not None:
+            log.warning("banned %s for %.0f s (ban %d; last event %s)", short_id(peer), duration, ban_count, event,
+                        extra={"event": "peer_banned", "peer": short_id(peer), "peer_id": peer, "ban_s": duration,
+                               "ban_count": ban_count, "cause": str(event), "suppressed": held_back})
 
     def _evict_if_full(self) -> None:
         if len(self._records) <= self.config.max_peers:

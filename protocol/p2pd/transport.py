@@ -318,7 +318,9 @@ class P2pdTransport:
             self._spawn_thread(lambda t=topic, e=event: self._read_topic(t, generation, e), "p2pd-reader")
         for event in subscribed:  # so that start() returns with every topic collecting
             event.wait(self._control_timeout_s)
-        log.info("p2pd (pid %s) runs as %s on %s", daemon.pid, self.peer_id, ", ".join(self._listen_addrs))
+        log.info("p2pd (pid %s) runs as %s on %s", daemon.pid, self.peer_id, ", ".join(self._listen_addrs),
+                 extra={"event": "daemon_started", "pid": daemon.pid, "generation": generation,
+                        "restarts": self._stats["daemon_restarts"], "listen_addrs": list(self._listen_addrs)})
 
     def _supervise(self) -> None:
         """Owns the daemon: the thread that starts it must outlive it (PR_SET_PDEATHSIG)."""
@@ -358,14 +360,17 @@ class P2pdTransport:
     def _restart(self, problem: str, reuse: list[str]) -> None:
         old = self._daemon
         tail = old.stderr_tail() if old else ""
-        log.error("%s; restarting it. stderr tail:\n%s", problem, tail or "(empty)")
         with self._lock:
             if self._state == STATE_CLOSED:
                 return
             self._state = STATE_RESTARTING
             self._stats["daemon_restarts"] += 1
+            restarts = self._stats["daemon_restarts"]
             subscriptions = list(self._subscriptions.values())
             self._subscriptions.clear()
+        log.error("%s; restarting it. stderr tail:\n%s", problem, tail or "(empty)",
+                  extra={"event": "daemon_restart", "reason": problem, "pid": old.pid if old else None,
+                         "restarts": restarts, "stderr_tail": tail})
         for conn in subscriptions:
             conn.close()
         if old is not None:
@@ -378,7 +383,8 @@ class P2pdTransport:
                 return
             except DaemonStartError as err:
                 self._bump("daemon_failures")
-                log.error("p2pd restart failed (retrying in %.1f s): %s", delay, err)
+                log.error("p2pd restart failed (retrying in %.1f s): %s", delay, err,
+                          extra={"event": "daemon_restart_failed", "retry_in_s": delay, "error": str(err)})
                 listen = self._listen  # our old ports may be taken: fall back to the configured ones
             if self._stop.wait(delay):
                 return
