@@ -16,6 +16,8 @@ from node.exchange import SwarmExchange
 from node.ingest import IngestBudget
 from node.loop import Node
 from node.metrics import RoundTable
+from node.observe.state import NodeObserver, loop_progress
+from node.observe.web import announce, serve_node
 from node.prompts import Retokenizer
 from node.scorer_sandbox import ScorerSandbox
 from proto import swarm_pb2
@@ -137,19 +139,26 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
 
     server, control = start_control_server(
         cfg.swarm.control, lambda: {**snapshot(node, exchange, started), "transport_name": cfg.swarm.transport})
+    title = f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})"
+    observe = serve_node(cfg.swarm.metrics_listen, NodeObserver(
+        run_dir, title, {"peer_id": identity.peer_id(), "swarm": cfg.swarm.name, "transport": cfg.swarm.transport},
+        loop_progress(node), exchange.status, started))
     addrs = transport.listen_addrs()
     write_node_file(run_dir, {"peer_id": identity.peer_id(), "listen_addrs": addrs, "control": control,
-                              "pid": os.getpid(), "swarm": cfg.swarm.name})
+                              "metrics": observe.address if observe else None, "pid": os.getpid(),
+                              "swarm": cfg.swarm.name})
     console.print(f"peer id {identity.peer_id()} in swarm {cfg.swarm.name!r}; others can join with:")
     for addr in addrs:
         console.print(f"  swarm-node join --peers {addr}", highlight=False, soft_wrap=True)
     console.print(f"control service on {control} (swarm-node status --run-dir {run_dir})")
+    announce(observe, console, "metrics (/metrics) and live page")
     try:
         if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
             time.sleep(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
-        table = RoundTable(f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})", console=console, quiet=quiet)
-        node.run(cfg.run.rounds, table)
+        node.run(cfg.run.rounds, RoundTable(title, console=console, quiet=quiet))
     finally:
+        if observe is not None:
+            observe.stop()
         server.stop(grace=1.0)
         exchange.close()
         transport.close()
