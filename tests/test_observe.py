@@ -45,7 +45,8 @@ def non_loopback_ip() -> str | None:
 def test_listen_values_parse_or_fail_naming_the_key():
     assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
     assert parse_listen("[::1]:9100") == ("::1", 9100) and parse_listen("localhost:80") == ("127.0.0.1", 80)
-    assert parse_listen("") is None and load_config("tiny", None, ["swarm.metrics_listen=''"]).swarm.metrics_listen == ""
+    assert parse_listen("") is None
+    assert load_config("tiny", None, ["swarm.metrics_listen=''"]).swarm.metrics_listen == ""  # off
     assert load_config("tiny").swarm.metrics_listen == "127.0.0.1:0"  # loopback, a free port, by default
     for bad, says in (("9100", "not HOST:PORT"), ("node.example:9100", "not an IP address"),
                       ("127.0.0.1:70000", "from 0 to 65535"), ("127.0.0.1:http", "is not a number")):

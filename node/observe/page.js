@@ -170,7 +170,8 @@ function renderTestnet(s) {
     ["node", "state", "round", "reward", "held-out", "peers", "ext used", "accepted", "rejected", "page"],
     s.nodes.map(n => [n.name, n.state, n.round, n.reward, n.heldout, n.peers, n.ext_used, n.accepted, n.rejected,
       link(n.url)]));
-  document.getElementById("right-card").hidden = true;
+  document.getElementById("right-card").hidden = true;  // the nodes table takes the whole row
+  document.querySelector(".grid.tables").style.gridTemplateColumns = "minmax(0, 1fr)";
 }
 
 async function poll() {
