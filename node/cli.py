@@ -65,6 +65,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from node.config import ConfigError
     from node.loop import Node  # heavy imports (torch, transformers) only once the config is valid
     from node.metrics import RoundTable
+    from node.observe.state import NodeObserver, loop_progress
+    from node.observe.web import announce, serve_node
 
     run_dir = Path(args.run_dir)
     if not args.resume and (run_dir / "checkpoints").exists():
@@ -78,11 +80,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         model=cfg.model.name, loss=cfg.loss.name, rounds=cfg.run.rounds, run_dir=str(run_dir),
         next_round=node.next_round)
     say(console, f"rollouts: {node.backend_line}", "backend")
-    table = RoundTable(f"swarm-node train ({cfg.model.name})", console=console, quiet=args.quiet,
-                       log_rounds=json_lines())
+    title = f"swarm-node train ({cfg.model.name})"
+    table = RoundTable(title, console=console, quiet=args.quiet, log_rounds=json_lines())
+    observe = serve_node(cfg.swarm.metrics_listen, NodeObserver(run_dir, title, {}, loop_progress(node)))
+    announce(observe, console, "metrics (/metrics) and live page")
     try:
         node.run(cfg.run.rounds, table)
     finally:
+        if observe is not None:
+            observe.stop()
         node.close()
     from node.report import summarize, summary_text
     from node.metrics import read_metrics
@@ -226,6 +232,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
 
     from node.config import ConfigError
     from node.testnet.clock import parse_duration
+    from node.observe.address import parse_listen
     from node.testnet.plan import Plan, parse_hostile, parse_kills, parse_mix, parse_partitions, parse_sizes
 
     try:
@@ -241,6 +248,10 @@ def cmd_testnet(args: argparse.Namespace) -> int:
                     clock=clock, budget_s=parse_duration(args.budget) if args.budget else None,
                     duration_s=parse_duration(args.duration, "--duration") if args.duration else None)
         plan.validate()
+        try:
+            parse_listen(args.page_listen)
+        except ValueError as err:
+            raise ValueError(f"--page-listen: {err}") from None
         from node.config import load_config
         from node.testnet.plan import node_overrides
 
@@ -254,7 +265,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
     from node.testnet.runner import run_testnet
 
     command = " ".join(["swarm-node testnet", *sys.argv[2:]]) if len(sys.argv) > 2 else "swarm-node testnet"
-    return run_testnet(plan, command, console, quiet=args.quiet, resume=args.resume)
+    return run_testnet(plan, command, console, quiet=args.quiet, resume=args.resume, page_listen=args.page_listen)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -406,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(e.g. 10m) instead of --rounds rounds")
     testnet.add_argument("--out", help="report directory (default runs/testnet-<time>)")
     testnet.add_argument("--quiet", action="store_true", help="no live dashboard")
+    testnet.add_argument("--page-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                         help="the live web page of the whole testnet (every node's curves): default a free "
+                              "loopback port, printed at start; empty = none")
     testnet.add_argument("--resume", action="store_true", help="keep the runs a killed or shorter sweep of the "
                          "same plan finished in --out (e.g. after adding --seeds) and run only the rest")
     testnet.set_defaults(func=cmd_testnet)

@@ -12,11 +12,12 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from node.allocation import AllocationConfig
 from node.eval import EvalConfig
 from node.hints import HintConfig
+from node.observe.address import parse_listen
 from node.presets import PRESETS
 from node.verifiers import Verifier
 from node.warm_start import WarmStartConfig
@@ -100,7 +101,7 @@ class RunConfig(Section):
 
 
 class SwarmConfig(Section):
-    """Networking for `swarm-node join` (ignored by `swarm-node train`)."""
+    """Networking for `swarm-node join` (ignored by `swarm-node train`, but for metrics_listen)."""
 
     name: str = Field("main", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="swarm name: the gossip topics")
     transport: Literal["p2pd", "libp2p", "memory"] = Field(
@@ -179,8 +180,22 @@ class SwarmConfig(Section):
     accept_sender_answers: bool = Field(False, description="score unknown tasks against the sender's answer")
     min_round_s: float = Field(0.0, ge=0, description="pace rounds (tiny models finish a round in ms)")
     control: str = Field("127.0.0.1:0", description="gRPC control service address (loopback by default)")
+    metrics_listen: str = Field(
+        "127.0.0.1:0", description="HOST:PORT of the node's read-only HTTP listener: Prometheus /metrics, a live "
+                                   "page at / and its JSON at /api/state (join and train). 127.0.0.1:0 = loopback, "
+                                   "a free port (printed at start and written to node.json); empty = off. A "
+                                   "non-loopback host (e.g. 0.0.0.0:9100) lets anyone who reaches the port read "
+                                   "the node's peer ids, scores, addresses and curves (never its key) and load it "
+                                   "with requests: set one only behind a firewall or a reverse proxy")
     fault_file: str | None = Field(None, description="testnets: a JSON file of network faults (delay, loss, blocked "
                                    "peers; protocol/impairment.py) applied to everything this node receives")
+
+    @field_validator("metrics_listen", mode="before")
+    @classmethod
+    def _metrics_listen_parses(cls, value) -> str:
+        value = str(value).strip()  # `--set swarm.metrics_listen=9100` reads as a number: say what is wrong with it
+        parse_listen(value)  # raises ValueError saying what is wrong
+        return value
 
 
 class NodeConfig(Section):

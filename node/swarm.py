@@ -17,6 +17,8 @@ from node.ingest import IngestBudget
 from node.logs import json_lines, say
 from node.loop import Node
 from node.metrics import RoundTable
+from node.observe.state import NodeObserver, loop_progress
+from node.observe.web import announce, serve_node
 from node.prompts import Retokenizer
 from node.scorer_sandbox import ScorerSandbox
 from proto import swarm_pb2
@@ -136,21 +138,27 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
 
     server, control = start_control_server(
         cfg.swarm.control, lambda: {**snapshot(node, exchange, started), "transport_name": cfg.swarm.transport})
+    title = f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})"
+    observe = serve_node(cfg.swarm.metrics_listen, NodeObserver(
+        run_dir, title, {"peer_id": identity.peer_id(), "swarm": cfg.swarm.name, "transport": cfg.swarm.transport},
+        loop_progress(node), exchange.status, started))
     addrs = transport.listen_addrs()
     write_node_file(run_dir, {"peer_id": identity.peer_id(), "listen_addrs": addrs, "control": control,
-                              "pid": os.getpid(), "swarm": cfg.swarm.name})
+                              "metrics": observe.address if observe else None, "pid": os.getpid(),
+                              "swarm": cfg.swarm.name})
     say(console, f"peer id {identity.peer_id()} in swarm {cfg.swarm.name!r}; others can join with:\n"
                  + "\n".join(f"  swarm-node join --peers {addr}" for addr in addrs), "joined",
         peer_id=identity.peer_id(), swarm=cfg.swarm.name, listen_addrs=addrs, transport=cfg.swarm.transport,
         next_round=node.next_round)
     say(console, f"control service on {control} (swarm-node status --run-dir {run_dir})", "control", control=control)
+    announce(observe, console, "metrics (/metrics) and live page")
     try:
         if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
             time.sleep(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
-        table = RoundTable(f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})", console=console, quiet=quiet,
-                           log_rounds=json_lines())
-        node.run(cfg.run.rounds, table)
+        node.run(cfg.run.rounds, RoundTable(title, console=console, quiet=quiet, log_rounds=json_lines()))
     finally:
+        if observe is not None:
+            observe.stop()
         server.stop(grace=1.0)
         exchange.close()
         transport.close()

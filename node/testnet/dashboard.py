@@ -26,10 +26,12 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 
 
 class Dashboard:
-    def __init__(self, title: str, console: Console | None = None, quiet: bool = False):
+    def __init__(self, title: str, console: Console | None = None, quiet: bool = False, page=None):
+        """`page`: the testnet's web page (node/observe/testnet.py), handed every update too."""
         self.console = console or Console(stderr=True)
         self.title = title
         self.quiet = quiet
+        self.page = page
         self.live: Live | None = None
         self._last_plain = 0.0
 
@@ -45,6 +47,8 @@ class Dashboard:
             self.live = None
 
     def update(self, rows: list[dict], title: str | None = None) -> None:
+        if self.page is not None:
+            self.page.update(rows)
         if self.quiet:
             return
         if self.live is not None:

@@ -9,6 +9,10 @@ from pathlib import Path
 from rich.console import Console
 
 from node.config import ConfigError
+from node.observe.address import parse_listen
+from node.observe.server import ObserveServer
+from node.observe.testnet import TestnetPage
+from node.observe.web import announce, page_routes
 from node.testnet.dashboard import Dashboard
 from node.testnet.plan import Plan
 from node.testnet.report import write_report
@@ -34,8 +38,21 @@ def finished_runs(out: Path, plan_json: dict) -> list[dict]:
     return json.loads((out / "runs.json").read_text())
 
 
-def run_testnet(plan: Plan, command: str, console: Console, quiet: bool = False, resume: bool = False) -> int:
+def run_testnet(plan: Plan, command: str, console: Console, quiet: bool = False, resume: bool = False,
+                page_listen: str = "127.0.0.1:0") -> int:
+    """`page_listen`: HOST:PORT of the testnet's live page (every node's curves); empty = none."""
     plan.validate()
+    page = TestnetPage()
+    server = ObserveServer(page_listen, page_routes(page.state)).start() if parse_listen(page_listen) else None
+    announce(server, console, "live testnet page")
+    try:
+        return _run_plan(plan, command, console, quiet, resume, page)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run_plan(plan: Plan, command: str, console: Console, quiet: bool, resume: bool, page: TestnetPage) -> int:
     out = Path(plan.out)
     out.mkdir(parents=True, exist_ok=True)
     plan_json = {**asdict(plan), "out": str(plan.out)}
@@ -56,7 +73,8 @@ def run_testnet(plan: Plan, command: str, console: Console, quiet: bool = False,
             shutil.rmtree(run_dir, ignore_errors=True)  # a re-run of the plan starts every node afresh
             title = f"testnet {name} ({plan.nodes} nodes, {plan.transport})"
             console.print(f"[bold]{title}[/]: node run dirs under {run_dir}", highlight=False, soft_wrap=True)
-            with Dashboard(title, console=console, quiet=quiet) as dashboard:
+            page.begin_run(title, run_dir, [run_dir / f"node{i}" for i in range(plan.nodes)])
+            with Dashboard(title, console=console, quiet=quiet, page=page) as dashboard:
                 if plan.transport == "memory":
                     from node.testnet.memory import MemoryTestnet
 
