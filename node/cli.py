@@ -58,6 +58,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from node.loop import Node  # heavy imports (torch, transformers) only once the config is valid
     from node.metrics import RoundTable
+    from node.shutdown import StopOnSignals
 
     run_dir = Path(args.run_dir)
     if not args.resume and (run_dir / "checkpoints").exists():
@@ -74,7 +75,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     console.print(f"rollouts: {node.backend_line}", highlight=False, soft_wrap=True)
     table = RoundTable(f"swarm-node train ({cfg.model.name})", console=console, quiet=args.quiet)
     try:
-        node.run(cfg.run.rounds, table)
+        with StopOnSignals() as stop:  # Ctrl-C / SIGTERM: finish the round and checkpoint it
+            node.run(cfg.run.rounds, table, stop)
     finally:
         node.close()
     from node.report import summarize, summary_text
@@ -422,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as err:
         console.print(f"[red]error:[/] {err}", soft_wrap=True, highlight=False)
         return 2
+    except KeyboardInterrupt:  # a second stop signal (node/shutdown.py), or Ctrl-C while starting
+        console.print("[red]stopped at once[/]: rounds since the last checkpoint are lost")
+        return 130
 
 
 if __name__ == "__main__":

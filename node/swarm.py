@@ -18,6 +18,7 @@ from node.loop import Node
 from node.metrics import RoundTable
 from node.prompts import Retokenizer
 from node.scorer_sandbox import ScorerSandbox
+from node.shutdown import StopOnSignals
 from proto import swarm_pb2
 from protocol import NodeIdentity, topic_name
 
@@ -145,10 +146,15 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
         console.print(f"  swarm-node join --peers {addr}", highlight=False, soft_wrap=True)
     console.print(f"control service on {control} (swarm-node status --run-dir {run_dir})")
     try:
-        if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
-            time.sleep(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
-        table = RoundTable(f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})", console=console, quiet=quiet)
-        node.run(cfg.run.rounds, table)
+        with StopOnSignals() as stop:  # SIGTERM (systemctl/docker stop): finish the round, checkpoint, exit 0
+            if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
+                stop.wait(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
+            table = RoundTable(f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})", console=console,
+                               quiet=quiet)
+            node.run(cfg.run.rounds, table, stop)
+        if stop.is_set():
+            console.print(f"stopped by signal after round {node.next_round - 1}; checkpoint of that round in "
+                          f"{run_dir / 'checkpoints'}")
     finally:
         server.stop(grace=1.0)
         exchange.close()
