@@ -5,7 +5,7 @@
     swarm-node keygen [--out FILE]      (default ~/.config/swarm-node/identity.key)
     swarm-node status [--run-dir DIR | --control HOST:PORT]
     swarm-node report RUN_DIR
-    swarm-node config [--preset ...] [--set ...] [--explain]
+    swarm-node config [--preset ...] [--set ...] [--explain | --env]
     swarm-node eval   RUN_DIR [--tasks N] [--k K]
     swarm-node testnet [--nodes N] [--rounds R] [--compare 8/0,4/4] [--seeds K] [--hostile K:KIND] [...]
 """
@@ -36,6 +36,20 @@ def pin_hash_seed_if_needed(cfg) -> None:
                   {**os.environ, "PYTHONHASHSEED": "0"})
 
 
+def resolve_preset(args: argparse.Namespace) -> str:
+    """--preset, else $SWARM_NODE_PRESET (a service's environment file picks it), else tiny."""
+    from node.config import ConfigError
+    from node.presets import PRESETS
+
+    if args.preset:
+        return args.preset
+    name = os.environ.get("SWARM_NODE_PRESET", "").strip() or "tiny"
+    if name not in PRESETS:
+        raise ConfigError(f"SWARM_NODE_PRESET={name!r} is not a preset: valid presets are {', '.join(PRESETS)}; "
+                          "fix or unset it")
+    return name
+
+
 def _config(args: argparse.Namespace, extra: list[str] = ()):
     from node.config import load_config
 
@@ -45,7 +59,7 @@ def _config(args: argparse.Namespace, extra: list[str] = ()):
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
     # the environment sits between the config file and --set (README "Configuration")
-    return load_config(args.preset, args.config, [*overrides, *extra], environ=os.environ)
+    return load_config(resolve_preset(args), args.config, [*overrides, *extra], environ=os.environ)
 
 
 def _toml_list(values: list[str]) -> str:
@@ -197,6 +211,13 @@ def cmd_config(args: argparse.Namespace) -> int:
     from node.config import explain
 
     cfg = _config(args)
+    if args.env:
+        from node.config import load_config
+        from node.env_file import render_env_file
+
+        preset = resolve_preset(args)
+        print(render_env_file(cfg, load_config(preset), preset), end="")
+        return 0
     for key, value, description in explain(cfg):
         shown = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
         line = f"{key} = {shown}"
@@ -316,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, run_dir: str) -> None:
-        p.add_argument("--preset", choices=list(PRESETS), default="tiny")
+        p.add_argument("--preset", choices=list(PRESETS), help="default: $SWARM_NODE_PRESET, else tiny")
         p.add_argument("--config", help="TOML file with overrides of the preset")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key, e.g. optim.lr=3e-4")
         p.add_argument("--rounds", type=int, help="total rounds (shorthand for --set run.rounds=N)")
@@ -353,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="print the resolved configuration (--explain: what each knob does)")
     common(config, "runs/latest")
     config.add_argument("--explain", action="store_true", help="describe every knob next to its value")
+    config.add_argument("--env", action="store_true", help="print an environment file (systemd EnvironmentFile=, "
+                        "docker --env-file): every key as SWARM_NODE_<SECTION>__<KEY>, commented out at the "
+                        "preset's value unless set otherwise, with what it does")
     config.set_defaults(func=cmd_config)
 
     report = sub.add_parser("report", help="plot a run's metrics (PNG) and print a summary")
