@@ -1,40 +1,16 @@
 """`swarm-node config --env` and the committed scripts/deploy/swarm-node.env.example: the file is
 exactly what the command prints (it cannot drift from the config schema), it names every key once,
 and loading it gives the preset's configuration."""
-import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from env_files import EXAMPLE, ROOT, clean_environ, read_env_file
 from node.config import ConfigError, env_overrides, explain, load_config
 from node.env_file import env_name, env_value, render_env_file
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "scripts" / "deploy" / "swarm-node.env.example"
 EXAMPLE_PRESET = "smollm2"
-COMMENTED_ASSIGNMENT = re.compile(r"^# (SWARM_NODE_[A-Z0-9_]+=.*)$")
-
-
-def read_env_file(text: str, uncomment: bool = False) -> dict[str, str]:
-    """NAME=value lines as systemd's EnvironmentFile= and `docker --env-file` read the values the
-    renderer writes (unquoted, no backslashes); `uncomment`: also the commented-out assignments."""
-    env = {}
-    for line in text.splitlines():
-        match = COMMENTED_ASSIGNMENT.match(line) if uncomment else None
-        line = match.group(1) if match else line
-        if not line.strip() or line.startswith("#"):
-            continue
-        name, sep, value = line.partition("=")
-        assert sep and name not in env, f"bad or repeated line {line!r}"
-        env[name] = value.strip()
-    return env
-
-
-def clean_environ() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.upper().startswith("SWARM_NODE_")}
 
 
 def cli(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess:
