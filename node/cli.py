@@ -439,15 +439,21 @@ def _user_errors() -> tuple[type[Exception], ...]:
             IdentityError, ConnectionError)
 
 
+def _report(err: Exception) -> int:
+    console.print(f"[red]error:[/] {err}", soft_wrap=True, highlight=False)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     global _MAY_REEXEC
     _MAY_REEXEC = argv is None
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except (FileNotFoundError, ConnectionError) as err:  # first: a failing `status` (health check) skips torch
+        return _report(err)
     except _user_errors() as err:
-        console.print(f"[red]error:[/] {err}", soft_wrap=True, highlight=False)
-        return 2
+        return _report(err)
     except KeyboardInterrupt:  # a second stop signal (node/shutdown.py), or Ctrl-C while starting
         console.print("[red]stopped at once[/]: rounds since the last checkpoint are lost")
         return 130

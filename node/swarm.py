@@ -154,7 +154,7 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
             node.run(cfg.run.rounds, table, stop)
         if stop.is_set():
             console.print(f"stopped by signal after round {node.next_round - 1}; checkpoint of that round in "
-                          f"{run_dir / 'checkpoints'}")
+                          f"{run_dir / 'checkpoints'}", soft_wrap=True, highlight=False)
     finally:
         server.stop(grace=1.0)
         exchange.close()
