@@ -38,6 +38,7 @@ def test_example_names_every_key_once_commented_out_with_the_operator_keys_first
         assert "\\" not in value and value[:1] not in ("'", '"'), value
 
 
+@pytest.mark.slow
 def test_example_uncommented_loads_the_preset_configuration():
     env = read_env_file(EXAMPLE.read_text(), uncomment=True)
     settings = env_overrides(env)
@@ -79,6 +80,7 @@ def test_empty_variables_are_not_settings_but_their_names_are_checked():
         load_config("tiny", None, [], environ={"SWARM_NODE_RUN__THREDS": ""})
 
 
+@pytest.mark.slow
 def test_preset_from_the_environment_and_the_command_line_beats_it():
     environ = {**clean_environ(), "SWARM_NODE_PRESET": "smollm2"}
     out = cli("config", environ=environ)

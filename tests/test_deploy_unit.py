@@ -49,8 +49,8 @@ def test_systemd_accepts_the_unit_without_a_warning(tmp_path):
     out = verify(local_copy(tmp_path))
     assert out.returncode == 0 and out.stdout + out.stderr == "", out.stdout + out.stderr
     # the same check sees a mistake (an unknown key only warns: the output must stay empty)
-    bad = verify(local_copy(tmp_path, "RestartSteps=5\n"))
-    assert "RestartSteps" in bad.stdout + bad.stderr
+    bad = verify(local_copy(tmp_path, "RestartStep=5\n"))
+    assert "RestartStep" in bad.stdout + bad.stderr
 
 
 def test_unit_runs_join_in_its_state_directory_with_the_environment_file():
