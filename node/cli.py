@@ -5,7 +5,7 @@
     swarm-node keygen [--out FILE]      (default ~/.config/swarm-node/identity.key)
     swarm-node status [--run-dir DIR | --control HOST:PORT]
     swarm-node report RUN_DIR
-    swarm-node config [--preset ...] [--set ...] [--explain]
+    swarm-node config [--preset ...] [--set ...] [--explain | --env]
     swarm-node eval   RUN_DIR [--tasks N] [--k K]
     swarm-node testnet [--nodes N] [--rounds R] [--compare 8/0,4/4] [--seeds K] [--hostile K:KIND] [...]
 """
@@ -40,6 +40,20 @@ def pin_hash_seed_if_needed(cfg) -> None:
                   {**os.environ, "PYTHONHASHSEED": "0"})
 
 
+def resolve_preset(args: argparse.Namespace) -> str:
+    """--preset, else $SWARM_NODE_PRESET (a service's environment file picks it), else tiny."""
+    from node.config import ConfigError
+    from node.presets import PRESETS
+
+    if args.preset:
+        return args.preset
+    name = os.environ.get("SWARM_NODE_PRESET", "").strip() or "tiny"
+    if name not in PRESETS:
+        raise ConfigError(f"SWARM_NODE_PRESET={name!r} is not a preset: valid presets are {', '.join(PRESETS)}; "
+                          "fix or unset it")
+    return name
+
+
 def _config(args: argparse.Namespace, extra: list[str] = ()):
     from node.config import load_config
 
@@ -49,7 +63,7 @@ def _config(args: argparse.Namespace, extra: list[str] = ()):
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
     # the environment sits between the config file and --set (README "Configuration")
-    cfg = load_config(args.preset, args.config, [*overrides, *extra], environ=os.environ)
+    cfg = load_config(resolve_preset(args), args.config, [*overrides, *extra], environ=os.environ)
     configure_logs(cfg.run.log_level, cfg.run.log_format)
     return cfg
 
@@ -67,6 +81,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from node.metrics import RoundTable
     from node.observe.state import NodeObserver, loop_progress
     from node.observe.web import announce, serve_node
+    from node.shutdown import StopOnSignals
 
     run_dir = Path(args.run_dir)
     if not args.resume and (run_dir / "checkpoints").exists():
@@ -85,7 +100,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     observe = serve_node(cfg.swarm.metrics_listen, NodeObserver(run_dir, title, {}, loop_progress(node)))
     announce(observe, console, "metrics (/metrics) and live page")
     try:
-        node.run(cfg.run.rounds, table)
+        with StopOnSignals() as stop:  # Ctrl-C / SIGTERM: finish the round and checkpoint it
+            node.run(cfg.run.rounds, table, stop)
     finally:
         if observe is not None:
             observe.stop()
@@ -209,6 +225,13 @@ def cmd_config(args: argparse.Namespace) -> int:
     from node.config import explain
 
     cfg = _config(args)
+    if args.env:
+        from node.config import load_config
+        from node.env_file import render_env_file
+
+        preset = resolve_preset(args)
+        print(render_env_file(cfg, load_config(preset), preset), end="")
+        return 0
     for key, value, description in explain(cfg):
         shown = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
         line = f"{key} = {shown}"
@@ -336,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, run_dir: str) -> None:
-        p.add_argument("--preset", choices=list(PRESETS), default="tiny")
+        p.add_argument("--preset", choices=list(PRESETS), help="default: $SWARM_NODE_PRESET, else tiny")
         p.add_argument("--config", help="TOML file with overrides of the preset")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key, e.g. optim.lr=3e-4")
         p.add_argument("--rounds", type=int, help="total rounds (shorthand for --set run.rounds=N)")
@@ -373,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="print the resolved configuration (--explain: what each knob does)")
     common(config, "runs/latest")
     config.add_argument("--explain", action="store_true", help="describe every knob next to its value")
+    config.add_argument("--env", action="store_true", help="print an environment file (systemd EnvironmentFile=, "
+                        "docker --env-file): every key as SWARM_NODE_<SECTION>__<KEY>, commented out at the "
+                        "preset's value unless set otherwise, with what it does")
     config.set_defaults(func=cmd_config)
 
     report = sub.add_parser("report", help="plot a run's metrics (PNG) and print a summary")
@@ -438,6 +464,14 @@ def _user_errors() -> tuple[type[Exception], ...]:
             IdentityError, ConnectionError)
 
 
+def _report(err: Exception) -> int:
+    if json_lines():
+        logging.getLogger("node.cli").error(str(err), extra={"event": "error", "error": type(err).__name__})
+    else:
+        console.print(f"[red]error:[/] {err}", soft_wrap=True, highlight=False)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     global _MAY_REEXEC
     _MAY_REEXEC = argv is None
@@ -445,12 +479,13 @@ def main(argv: list[str] | None = None) -> int:
     configure_logs()  # defaults until a command has its config (run.log_level, run.log_format)
     try:
         return args.func(args)
+    except (FileNotFoundError, ConnectionError) as err:  # first: a failing `status` (health check) skips torch
+        return _report(err)
     except _user_errors() as err:
-        if json_lines():
-            logging.getLogger("node.cli").error(str(err), extra={"event": "error", "error": type(err).__name__})
-        else:
-            console.print(f"[red]error:[/] {err}", soft_wrap=True, highlight=False)
-        return 2
+        return _report(err)
+    except KeyboardInterrupt:  # a second stop signal (node/shutdown.py), or Ctrl-C while starting
+        console.print("[red]stopped at once[/]: rounds since the last checkpoint are lost")
+        return 130
 
 
 if __name__ == "__main__":

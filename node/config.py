@@ -2,6 +2,7 @@
 
 Precedence (later wins): defaults -> preset -> TOML file -> `SWARM_NODE_<SECTION>__<KEY>`
 environment variables -> `--set` overrides (the CLI's own flags such as --peers are `--set`s).
+An empty variable (`SWARM_NODE_RUN__THREADS=`) counts as not set, as environment files write it.
 Every section forbids unknown keys, so a typo fails loudly with the list of valid keys instead of
 being silently ignored; so does an unknown `SWARM_NODE_*` variable.
 """
@@ -245,14 +246,16 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 ENV_PREFIX = "SWARM_NODE_"
 # SWARM_NODE_* variables that are not config keys (read elsewhere), so they are not errors here.
-NON_CONFIG_ENV = {"SWARM_NODE_CACHE": "converted-model cache directory (policy/models.py)",
+NON_CONFIG_ENV = {"SWARM_NODE_PRESET": "the preset when the command line names none (node/cli.py); default tiny",
+                  "SWARM_NODE_CACHE": "converted-model cache directory (policy/models.py)",
                   "SWARM_NODE_VLLM_PYTHON": "python of the vLLM environment; empty = no vLLM (policy/vllm_backend.py)"}
 
 
 def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
     """Config keys set in the environment: SWARM_NODE_SWARM__EXTERNAL_PER_ROUND=2 -> (['swarm',
     'external_per_round'], 2). `__` separates the levels, names are case-insensitive (keys are
-    lower case), values are parsed like `--set` values. Sorted by name, so the order is stable."""
+    lower case), values are parsed like `--set` values; an empty value is not a setting (an
+    environment file's `KEY=`: the key keeps its value). Sorted by name, so the order is stable."""
     out = []
     for name in sorted(environ):
         if not name.upper().startswith(ENV_PREFIX) or name.upper() in NON_CONFIG_ENV:
@@ -270,7 +273,8 @@ def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
             _check_path(path)
         except ConfigError as err:
             raise ConfigError(f"environment variable {name}: {err}") from None
-        out.append((path, parse_value(environ[name])))
+        if environ[name].strip():
+            out.append((path, parse_value(environ[name])))
     return out
 
 

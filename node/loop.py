@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Protocol
@@ -105,6 +106,7 @@ class Node:
         self.tensorboard = TensorBoardLog(self.run_dir) if cfg.run.tensorboard else None
         self.next_round = 0
         self.resumed_from: Path | None = None  # the checkpoint `resume` loaded
+        self.checkpointed_round: int | None = None  # the newest round on disk
 
     def close(self) -> None:
         """Stops what the node started outside this process (a vLLM inference server) and closes
@@ -144,6 +146,7 @@ class Node:
         self.generator.refresh(self.learner.policy_version)
         self.next_round = ckpt.round_index + 1
         self.resumed_from = ckpt.path
+        self.checkpointed_round = ckpt.round_index
         if truncate_metrics:
             self.metrics.truncate_after(ckpt.round_index)
         log.log(logging.INFO if truncate_metrics else logging.DEBUG,  # `eval` reads a run, it does not resume it
@@ -165,6 +168,7 @@ class Node:
         log.info("checkpoint of round %d written to %s", round_index, path,
                  extra={"event": "checkpoint", "round": round_index, "path": str(path),
                         "policy_version": self.learner.policy_version, "seconds": seconds})
+        self.checkpointed_round = round_index
         return path
 
     def exchange_state(self) -> dict | None:
@@ -302,11 +306,16 @@ class Node:
             self.checkpoint(round_index)
         return row
 
-    def run(self, rounds: int, table: RoundTable) -> None:
-        """Run until `rounds` rounds are complete in total (a resumed run continues the count)."""
+    def run(self, rounds: int, table: RoundTable, stop: threading.Event | None = None) -> None:
+        """Run until `rounds` rounds are complete in total (a resumed run continues the count), or
+        until `stop` is set (node/shutdown.py): then the last finished round is checkpointed, so a
+        stopped node loses nothing."""
+        stop = stop or threading.Event()
         with table:
-            while self.next_round < rounds:
+            while self.next_round < rounds and not stop.is_set():
                 started = time.monotonic()
                 table.add(self.run_one(rounds))
                 if self.exchange is not None:  # pace rounds so peers' gossip can arrive in between
-                    time.sleep(max(0.0, self.cfg.swarm.min_round_s - (time.monotonic() - started)))
+                    stop.wait(max(0.0, self.cfg.swarm.min_round_s - (time.monotonic() - started)))
+        if stop.is_set() and self.next_round > 0 and self.checkpointed_round != self.next_round - 1:
+            self.checkpoint(self.next_round - 1)

@@ -21,6 +21,7 @@ from node.observe.state import NodeObserver, loop_progress
 from node.observe.web import announce, serve_node
 from node.prompts import Retokenizer
 from node.scorer_sandbox import ScorerSandbox
+from node.shutdown import StopOnSignals
 from proto import swarm_pb2
 from protocol import NodeIdentity, topic_name
 
@@ -153,9 +154,13 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     say(console, f"control service on {control} (swarm-node status --run-dir {run_dir})", "control", control=control)
     announce(observe, console, "metrics (/metrics) and live page")
     try:
-        if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
-            time.sleep(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
-        node.run(cfg.run.rounds, RoundTable(title, console=console, quiet=quiet, log_rounds=json_lines()))
+        with StopOnSignals() as stop:  # SIGTERM (systemctl/docker stop): finish the round, checkpoint, exit 0
+            if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
+                stop.wait(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
+            node.run(cfg.run.rounds, RoundTable(title, console=console, quiet=quiet, log_rounds=json_lines()), stop)
+        if stop.is_set():
+            say(console, f"stopped by signal after round {node.next_round - 1}; checkpoint of that round in "
+                         f"{run_dir / 'checkpoints'}", "stopped", round=node.next_round - 1)
     finally:
         if observe is not None:
             observe.stop()

@@ -104,13 +104,18 @@ def test_a_node_whose_peer_is_unreachable_trains_alone_and_keeps_dialing(tmp_pat
     procs = [start(a, [ghost])]
     try:
         wait_for(lambda: len(read_metrics(a)) >= 5, "5 rounds without any peer", procs, timeout=120)
-        status = subprocess.run([sys.executable, "-m", "node.cli", "status", "--run-dir", str(a)], cwd=ROOT,
-                                capture_output=True, text=True, timeout=60,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
-        assert status.returncode == 0, status.stderr
-        assert "peers connected 0" in status.stdout
-        dial_failures = int(status.stdout.split("dial_failures=")[1].split(",")[0].split()[0])
-        assert dial_failures >= 2  # it keeps redialing (with backoff), it does not give up
+
+        def dial_failures() -> int:
+            status = subprocess.run([sys.executable, "-m", "node.cli", "status", "--run-dir", str(a)], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=60,
+                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
+            assert status.returncode == 0, status.stderr
+            assert "peers connected 0" in status.stdout
+            return int(status.stdout.split("dial_failures=")[1].split(",")[0].split()[0])
+
+        # it keeps redialing (with backoff), it does not give up; polled, since `status` answers in a
+        # fraction of a second, possibly before the second dial
+        wait_for(lambda: dial_failures() >= 2, "a second failed dial", procs, timeout=60)
     finally:
         stop(procs)
     assert any(r.get("peers_connected") == 0 for r in read_metrics(a))
