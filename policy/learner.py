@@ -37,12 +37,12 @@ import math
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from policy.advantages import group_advantages, group_size_weight
 from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
 from policy.losses import LossInputs, Objective, apply_row_keep
+from policy.settings import OffPolicyConfig, OptimConfig
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
 
 LOCAL = -1  # tier code of this node's own samples in the per-row tier tensor
@@ -52,49 +52,6 @@ EXTERNAL_PROMPT_SLACK = 2.0
 MIN_PROMPT_CAP = 256
 
 log = logging.getLogger(__name__)
-
-
-class OptimConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
-    grad_clip: float = Field(1.0, gt=0, description="max gradient norm per optimizer step")
-    epochs: int = Field(1, ge=1, description="passes over each round's batch (ratios leave 1 after the first step)")
-    minibatches: int = Field(1, ge=1, description="optimizer steps per epoch")
-    autocast_bf16: bool | Literal["auto"] = Field(
-        False, description="bf16 autocast for forward passes; auto = only where bf16 is native (a GPU that "
-                           "supports it, or a CPU with AVX512-BF16 / AMX: elsewhere it is several times slower)")
-    skip_zero_advantage: bool = Field(True, description="drop groups whose advantages are all 0 (no signal)")
-    backward_chunk_tokens: int = Field(1024, ge=0, description="a minibatch above this many tokens (rows x padded "
-                                       "length) backpropagates in row chunks of at most this size: the same "
-                                       "gradient with bounded activation memory, for one extra no-grad forward "
-                                       "pass; 0 = never chunk")
-    lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning; > 0 wraps the model with peft LoRA")
-    lora_alpha: int = Field(16, description="LoRA scaling")
-    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-                                    description="modules LoRA wraps")
-
-
-class OffPolicyConfig(BaseModel):
-    """How peers' samples are corrected (policy/ALGORITHMS.md, "Shared rollouts")."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sender_logprobs: bool = Field(True, description="use peers' behavior log-probs (tiers 0/1); false treats "
-                                  "every peer sample as tier 2, i.e. on-policy with ratio 1 as SAPO does")
-    proximal: Literal["receiver", "behavior"] = Field(
-        "receiver", description="l^old of peers' samples: this node's log-probs at the start of the update, or "
-                                "the behavior log-probs (then grpo/dapo clip the ratio to the sampler, as PPO does "
-                                "with stale data)")
-    peer_failures: Literal["train", "drop"] = Field(
-        "train", description="drop: a peer's samples below its group's mean are not trained on (only its successes "
-                             "teach us: pushing down completions our policy would not write sharpened it onto its "
-                             "own modes, policy/ALGORITHMS.md)")
-    neg_damping: tuple[float, float, float] = Field(
-        (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: a peer's sample below its group's mean reward "
-                                     "counts with this weight, in the baseline too (the group sums to 0)")
 
 
 def apply_lora(model: torch.nn.Module, cfg: OptimConfig) -> torch.nn.Module:

@@ -24,13 +24,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import huggingface_hub
 import torch
 import transformers
 from huggingface_hub.constants import HF_HUB_CACHE
-from pydantic import BaseModel, ConfigDict, Field
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -42,6 +41,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from policy.settings import ModelConfig, ModelNotFoundError
 from policy.tiny_tokenizer import build_tiny_tokenizer
 
 log = logging.getLogger(__name__)
@@ -58,30 +58,6 @@ _FIX_HINT = (
     "tokenizer files (e.g. written by save_pretrained), or put the model into the Hugging Face "
     "cache on a machine with internet access (this node never downloads models)"
 )
-
-
-class ModelNotFoundError(ValueError):
-    """No source could load the requested model; the message lists what was tried."""
-
-
-class ModelConfig(BaseModel):
-    """Which policy to load. hidden_size / num_layers / num_heads / init_seed shape the "tiny"
-    model only; pretrained models keep their own architecture."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field("tiny", description="tiny | smollm2 | a local model directory | an HF id already in the "
-                      "local HF cache (nothing is downloaded)")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="weights' dtype (float32 masters + "
-                                                  "optim.autocast_bf16 keep small learning rates alive)")
-    hidden_size: int = Field(64, description="tiny only: width")
-    num_layers: int = Field(2, description="tiny only: layers")
-    num_heads: int = Field(4, description="tiny only: attention heads")
-    init_seed: int = Field(0, description="tiny only: the initial weights are a function of this seed")
-    cache_dir: str | None = Field(None, description="converted models (smollm2); default $SWARM_NODE_CACHE or "
-                                  "~/.cache/swarm-node")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the policy lives and trains; auto = "
-                                                   "cuda when torch sees a GPU, else cpu")
 
 
 @dataclass

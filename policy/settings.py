@@ -1,0 +1,76 @@
+"""The policy's configuration sections (model, optimizer, off-policy correction) and the error a
+model that cannot be loaded ends in. Pydantic only, no torch: the node's config (node/config.py)
+validates, lists and explains them without loading torch; policy/models.py and
+policy/learner.py act on them."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ModelNotFoundError(ValueError):
+    """No source could load the requested model; the message lists what was tried."""
+
+
+class ModelConfig(BaseModel):
+    """Which policy to load. hidden_size / num_layers / num_heads / init_seed shape the "tiny"
+    model only; pretrained models keep their own architecture."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("tiny", description="tiny | smollm2 | a local model directory | an HF id already in the "
+                      "local HF cache (nothing is downloaded)")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="weights' dtype (float32 masters + "
+                                                  "optim.autocast_bf16 keep small learning rates alive)")
+    hidden_size: int = Field(64, description="tiny only: width")
+    num_layers: int = Field(2, description="tiny only: layers")
+    num_heads: int = Field(4, description="tiny only: attention heads")
+    init_seed: int = Field(0, description="tiny only: the initial weights are a function of this seed")
+    cache_dir: str | None = Field(None, description="converted models (smollm2); default $SWARM_NODE_CACHE or "
+                                  "~/.cache/swarm-node")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the policy lives and trains; auto = "
+                                                   "cuda when torch sees a GPU, else cpu")
+
+
+class OptimConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(1.0, gt=0, description="max gradient norm per optimizer step")
+    epochs: int = Field(1, ge=1, description="passes over each round's batch (ratios leave 1 after the first step)")
+    minibatches: int = Field(1, ge=1, description="optimizer steps per epoch")
+    autocast_bf16: bool | Literal["auto"] = Field(
+        False, description="bf16 autocast for forward passes; auto = only where bf16 is native (a GPU that "
+                           "supports it, or a CPU with AVX512-BF16 / AMX: elsewhere it is several times slower)")
+    skip_zero_advantage: bool = Field(True, description="drop groups whose advantages are all 0 (no signal)")
+    backward_chunk_tokens: int = Field(1024, ge=0, description="a minibatch above this many tokens (rows x padded "
+                                       "length) backpropagates in row chunks of at most this size: the same "
+                                       "gradient with bounded activation memory, for one extra no-grad forward "
+                                       "pass; 0 = never chunk")
+    lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning; > 0 wraps the model with peft LoRA")
+    lora_alpha: int = Field(16, description="LoRA scaling")
+    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                    description="modules LoRA wraps")
+
+
+class OffPolicyConfig(BaseModel):
+    """How peers' samples are corrected (policy/ALGORITHMS.md, "Shared rollouts")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sender_logprobs: bool = Field(True, description="use peers' behavior log-probs (tiers 0/1); false treats "
+                                  "every peer sample as tier 2, i.e. on-policy with ratio 1 as SAPO does")
+    proximal: Literal["receiver", "behavior"] = Field(
+        "receiver", description="l^old of peers' samples: this node's log-probs at the start of the update, or "
+                                "the behavior log-probs (then grpo/dapo clip the ratio to the sampler, as PPO does "
+                                "with stale data)")
+    peer_failures: Literal["train", "drop"] = Field(
+        "train", description="drop: a peer's samples below its group's mean are not trained on (only its successes "
+                             "teach us: pushing down completions our policy would not write sharpened it onto its "
+                             "own modes, policy/ALGORITHMS.md)")
+    neg_damping: tuple[float, float, float] = Field(
+        (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: a peer's sample below its group's mean reward "
+                                     "counts with this weight, in the baseline too (the group sums to 0)")
