@@ -8,7 +8,7 @@ Notation (kept in the names below):
     m      = mask, 1 on trainable completion tokens;   A = per-sequence advantage
     sg[.]  = stop-gradient (.detach())
 
-The menu (registry names; knobs are the pydantic fields):
+The menu (registry names; knobs are the pydantic fields, declared torch-free in policy/loss_knobs.py):
     grpo     clipped r against l_old, SMTM            dr_grpo  grpo with A = R - mean, CN
     dapo     clip-higher, TM                          gspo     sequence ratio, mean over sequences
     cispo    clipped detached rho weight, TM          minpro   pmin * rho weight, TM
@@ -35,14 +35,28 @@ Usage:  obj = make_objective("tis(dapo)", C=2.0, inner={"eps_high": 0.28})
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import field_validator
 from torch import Tensor
 
+from policy.loss_knobs import (
+    CispoKnobs,
+    DapoKnobs,
+    DrGrpoKnobs,
+    FTisKnobs,
+    GrpoKnobs,
+    GspoKnobs,
+    McKnobs,
+    MinProKnobs,
+    ObjectiveKnobs,
+    PrefixKnobs,
+    TisKnobs,
+    WrapperKnobs,
+    build_objective,
+)
 from policy.loss_terms import (  # noqa: F401  (re-exported: the menu's building blocks)
     MAX_LOG_RATIO,
     masked_log_ratio,
@@ -113,21 +127,8 @@ class LossInputs:
 # --------------------------------------------------------------------------------------------
 
 
-class Objective(BaseModel):
-    """A named objective; its pydantic fields are the knobs (unknown knobs are an error)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: ClassVar[str] = "objective"
-    advantage: ClassVar[str] = "mean_std"  # "mean_std" | "mean" | "median"
-    extra_samples: ClassVar[int] = 0  # completions per group beyond G (mc needs G + 1)
-    wrapper: ClassVar[bool] = False
-    uses_behavior_ratio: ClassVar[bool] = False  # term already weighted by rho = exp(l - b)
-
-    @property
-    def spec(self) -> str:
-        """The registry spec that builds this objective, e.g. 'tis(mc(grpo))'."""
-        return self.name
+class Objective(ObjectiveKnobs):
+    """A named objective: its knobs and traits (policy/loss_knobs.py) plus its tensor math."""
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         """Per-token loss term [B, T] (before aggregation; values at m = 0 are ignored) + stats."""
@@ -168,7 +169,7 @@ def apply_row_keep(objective: Objective, x: LossInputs) -> tuple[LossInputs, flo
     return replace(x, mask=mask), frac
 
 
-class Grpo(Objective):
+class Grpo(GrpoKnobs, Objective):
     """GRPO: -min(r A, clip(r, 1-eps, 1+eps) A), r = exp(l - l_old); SMTM by default.
 
     No KL knob (beta): a k3 penalty against l_old (this node keeps no frozen reference model) is
@@ -176,12 +177,6 @@ class Grpo(Objective):
     did nothing. l_norm: CN's constant (aggregation="cn"); None means LossInputs.completion_budget.
     dual_clip c: for A < 0 the term is bounded by c * A (dual-clip PPO), so no token's push-down
     grows without bound in its ratio (a stale or claimed l_old can make r = e^8); None disables."""
-
-    name: ClassVar[str] = "grpo"
-    eps: float = Field(0.2, gt=0)
-    dual_clip: float | None = Field(3.0, gt=1)
-    aggregation: Literal["smtm", "tm", "cn"] = "smtm"
-    l_norm: float | None = Field(None, gt=0)  # only for aggregation="cn"
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
@@ -209,23 +204,14 @@ class Grpo(Objective):
         raise ValueError("CN aggregation needs l_norm or LossInputs.completion_budget")
 
 
-class DrGrpo(Grpo):
+class DrGrpo(DrGrpoKnobs, Grpo):
     """Dr. GRPO: GRPO's clipped term, advantage R - mean (no std), CN aggregation with
     L_norm = max new tokens (LossInputs.completion_budget, unless l_norm is set)."""
 
-    name: ClassVar[str] = "dr_grpo"
-    advantage: ClassVar[str] = "mean"
-    aggregation: Literal["smtm", "tm", "cn"] = "cn"
 
-
-class Dapo(Objective):
+class Dapo(DapoKnobs, Objective):
     """DAPO: -min(r A, clip(r, 1-eps_low, 1+eps_high) A) (clip-higher), token-mean, dual clip as in
     grpo. Dynamic sampling and the overlong penalty act on data: see policy.advantages."""
-
-    name: ClassVar[str] = "dapo"
-    eps_low: float = Field(0.2, ge=0, le=1)
-    eps_high: float = Field(0.28, ge=0)
-    dual_clip: float | None = Field(3.0, gt=1)
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
@@ -237,15 +223,10 @@ class Dapo(Objective):
         return term, stats
 
 
-class Gspo(Objective):
+class Gspo(GspoKnobs, Objective):
     """GSPO: sequence ratio s_i = exp(mean_t m (l - l_old)), term -min(s A, clip(s, 1-eps_low,
     1+eps_high) A), mean over sequences (the sequence term is broadcast to its tokens and reduced
     with SMTM, which is exactly the mean over sequences); dual clip as in grpo."""
-
-    name: ClassVar[str] = "gspo"
-    eps_low: float = Field(3e-4, ge=0, le=1)
-    eps_high: float = Field(4e-4, ge=0)
-    dual_clip: float | None = Field(3.0, gt=1)
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         log_r = masked_log_ratio(x.logp, x.old_logp, x.mask)  # [B, T]
@@ -269,13 +250,9 @@ class Gspo(Objective):
         return sequence_mean_token_mean(term, x.mask, x.row_weight)
 
 
-class Cispo(Objective):
+class Cispo(CispoKnobs, Objective):
     """CISPO: sg[clip(rho, 0, 1+eps_high)] * A * l, in ratio form -sg[w/rho] rho A; token-mean.
     Clipping the (detached) weight instead of the ratio keeps every token's gradient."""
-
-    name: ClassVar[str] = "cispo"
-    uses_behavior_ratio: ClassVar[bool] = True
-    eps_high: float = Field(0.28, ge=0)
 
     def weights(self, x: LossInputs) -> Tensor:
         """w = clip(rho, 0, 1+eps_high), detached [B, T]."""
@@ -295,20 +272,13 @@ class Cispo(Objective):
         return term, stats
 
 
-class MinPro(Objective):
+class MinPro(MinProKnobs, Objective):
     """MinPRO: w_t = clip(pmin_t * rho_t, 1-eps_low, 1+eps_high) with pmin_t the minimum behavior
     ratio over strictly preceding trainable tokens (pmin_1 = 1); loss TM[-sg[w/rho] rho A].
     eps_low = 1 (default) means no floor: a floor lifts small weights back and erases the method.
     pmin_floor (e.g. 1e-3) optionally bounds pmin from below. dead_zone: log-ratios within it of 0
     do not pull pmin down (numeric noise on on-policy data would mute long rows; see
     loss_terms.min_prefix_ratio); 0 is the exact method."""
-
-    name: ClassVar[str] = "minpro"
-    uses_behavior_ratio: ClassVar[bool] = True
-    eps_low: float = Field(1.0, ge=0, le=1)
-    eps_high: float = Field(0.28, ge=0)
-    pmin_floor: float | None = Field(None, gt=0)
-    dead_zone: float = Field(0.5, ge=0)
 
     def weights(self, x: LossInputs) -> Tensor:
         """w = clip(pmin * rho, 1-eps_low, 1+eps_high), computed in log space, detached [B, T]."""
@@ -331,13 +301,9 @@ class MinPro(Objective):
         return term, stats
 
 
-class Prefix(Objective):
+class Prefix(PrefixKnobs, Objective):
     """Full prefix ratio w_t = min(prod_{j<=t, m_j=1} rho_j, C) (exact off-policy correction for
     token t, exponential variance; for study). Log space: cumsum of masked log rho. Ratio form, TM."""
-
-    name: ClassVar[str] = "prefix"
-    uses_behavior_ratio: ClassVar[bool] = True
-    C: float = Field(2.0, gt=0)
 
     def weights(self, x: LossInputs) -> Tensor:
         """w = min(exp(cumsum_t m log rho), C), detached [B, T]. The sum can pass 88 although each
@@ -359,17 +325,12 @@ class Prefix(Objective):
         return term, stats
 
 
-class FTis(Objective):
+class FTis(FTisKnobs, Objective):
     """F-TIS (our reading of the outline in arXiv 2605.22537): truncated importance sampling on the
     behavior ratio, w_t = sg[min(rho_t, C)], loss TM[-sg[w/rho] rho A], plus a filter: a row with
     A_i < 0 whose KL estimate k_i = token-mean of the k3 term (rho - 1) - log rho exceeds kl_max is
     dropped (a far off-policy negative sample mostly adds variance to the push-down gradient).
     Positive-advantage rows are always kept. With rho = 1 it equals GRPO token-mean."""
-
-    name: ClassVar[str] = "ftis"
-    uses_behavior_ratio: ClassVar[bool] = True
-    C: float = Field(2.0, gt=0)
-    kl_max: float = Field(0.5, gt=0)
 
     def weights(self, x: LossInputs) -> Tensor:
         """w = min(rho, C), detached [B, T]."""
@@ -403,32 +364,15 @@ class FTis(Objective):
         return term, stats
 
 
-class Wrapper(Objective):
+class Wrapper(WrapperKnobs, Objective):
     """An objective built around an inner one: written 'name(inner)' in the registry."""
 
-    wrapper: ClassVar[bool] = True
     inner: Objective
 
     @field_validator("inner", mode="before")
     @classmethod
     def _build_inner(cls, v: Any) -> Any:
         return make_objective(v) if isinstance(v, str) else v
-
-    @property
-    def spec(self) -> str:
-        return f"{self.name}({self.inner.spec})"
-
-    @property
-    def advantage(self) -> str:  # type: ignore[override]
-        return self.inner.advantage
-
-    @property
-    def extra_samples(self) -> int:  # type: ignore[override]
-        return self.inner.extra_samples
-
-    @property
-    def uses_behavior_ratio(self) -> bool:  # type: ignore[override]
-        return self.inner.uses_behavior_ratio
 
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         return self.inner.token_loss(x)
@@ -440,7 +384,7 @@ class Wrapper(Objective):
         return self.inner.row_keep(x)
 
 
-class Tis(Wrapper):
+class Tis(TisKnobs, Wrapper):
     """Truncated importance sampling for the generator/learner mismatch: multiplies the inner
     per-token term by sg[min(exp(l_old - b), C)].
     level="token": per-token ratio; level="sequence": exp(sum_t m (l_old - b)) per sequence.
@@ -450,26 +394,7 @@ class Tis(Wrapper):
     inner objective that already weights by rho = exp(l - b) (uses_behavior_ratio) would correct
     the mismatch twice, so it is refused. tis itself counts as weighting by a behavior ratio."""
 
-    name: ClassVar[str] = "tis"
-    C: float = Field(2.0, gt=0)
-    level: Literal["token", "sequence"] = "token"
-    mode: Literal["truncate", "mask"] = "truncate"
-
-    @field_validator("inner", mode="after")
-    @classmethod
-    def _refuse_behavior_ratio(cls, v: Objective) -> Objective:
-        if v.uses_behavior_ratio:
-            raise ValueError(
-                f"tis({v.spec}) corrects the sampler mismatch twice: {v.spec} already weights its term "
-                f"by a behavior ratio against b (e.g. rho = exp(l - b)) and tis multiplies by "
-                f"min(exp(l_old - b), C) on top, a weight ~ (pi_theta/pi_b)(pi_old/pi_b). Use {v.spec} "
-                f"alone (its own knobs bound the weight), or tis around a PPO-style objective whose "
-                f"ratio is against l_old: grpo, dr_grpo, dapo, gspo")
-        return v
-
-    @property
-    def uses_behavior_ratio(self) -> bool:  # type: ignore[override]
-        return True  # its weight is exp(l_old - b): tis(tis(x)) would double-correct as well
+    inner: Objective  # pydantic takes an inherited field from the leftmost base (TisKnobs): say it again
 
     def mismatch_ratio(self, x: LossInputs) -> Tensor:
         """exp(l_old - b) per token, or its product over the sequence, detached [B, T]. The
@@ -496,22 +421,14 @@ class Tis(Wrapper):
         return term * w, stats  # [B, T]
 
 
-class Mc(Wrapper):
+class Mc(McKnobs, Wrapper):
     """Median baseline (MC-GRPO style): the group is sampled with G+1 completions, A = R - median,
     no std scaling (MAD is 0 for binary rewards). The pivot (one sample whose reward equals the
     median, see policy.advantages.group_advantages(kind="median")) is excluded from backprop by the
     learner through the returned keep mask: it drops that row, or equivalently zeroes its mask (the
     aggregators do not count rows without trainable tokens). The loss itself is the inner one."""
 
-    name: ClassVar[str] = "mc"
-
-    @property
-    def advantage(self) -> str:  # type: ignore[override]
-        return "median"
-
-    @property
-    def extra_samples(self) -> int:  # type: ignore[override]
-        return self.inner.extra_samples + 1
+    inner: Objective  # as in Tis: an inner with math, not only knobs
 
 
 # --------------------------------------------------------------------------------------------
@@ -521,7 +438,6 @@ class Mc(Wrapper):
 OBJECTIVES: dict[str, type[Objective]] = {
     cls.name: cls for cls in (Grpo, DrGrpo, Dapo, Gspo, Cispo, MinPro, Prefix, FTis, Tis, Mc)
 }
-_SPEC = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*$")
 
 
 def make_objective(spec: str, **knobs: Any) -> Objective:
@@ -530,35 +446,4 @@ def make_objective(spec: str, **knobs: Any) -> Objective:
     `knobs` go to the outermost objective; a wrapper's inner knobs go in `inner={...}` (nested
     wrappers nest the dict). Unknown names and knobs raise ValueError listing the valid ones; so
     does tis around an objective that already weights by the behavior ratio."""
-    match = _SPEC.match(spec)
-    if match is None:
-        raise ValueError(f"malformed objective spec {spec!r}; expected 'name' or 'wrapper(name)'")
-    name, inner_spec = match.group(1), match.group(2)
-    cls = OBJECTIVES.get(name)
-    if cls is None:
-        raise ValueError(f"unknown objective {name!r}; valid: {', '.join(sorted(OBJECTIVES))}")
-    valid = sorted(k for k in cls.model_fields if k != "inner")
-    unknown = sorted(set(knobs) - set(valid) - ({"inner"} if cls.wrapper else set()))
-    if unknown:
-        raise ValueError(f"unknown knob(s) {unknown} for objective {name!r}; valid knobs: {valid or 'none'}")
-    if not cls.wrapper:
-        if inner_spec is not None:
-            raise ValueError(f"{name!r} is not a wrapper and takes no inner objective; wrappers: "
-                             f"{', '.join(sorted(n for n, c in OBJECTIVES.items() if c.wrapper))}")
-        return _build(cls, spec, knobs)
-    if not inner_spec:
-        raise ValueError(f"{name!r} is a wrapper; write {name}(<objective>), e.g. {name}(grpo)")
-    inner_knobs = knobs.pop("inner", None) or {}
-    if not isinstance(inner_knobs, dict):
-        raise ValueError(f"inner knobs for {name!r} must be a dict, got {type(inner_knobs).__name__}")
-    return _build(cls, spec, {"inner": make_objective(inner_spec, **inner_knobs), **knobs})
-
-
-def _build(cls: type[Objective], spec: str, knobs: dict[str, Any]) -> Objective:
-    """cls(**knobs), with pydantic's report flattened into one ValueError line naming the spec."""
-    try:
-        return cls(**knobs)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or spec}: {e['msg'].removeprefix('Value error, ')}"
-                             for e in err.errors())
-        raise ValueError(f"{spec}: {problems}") from None
+    return build_objective(OBJECTIVES, spec, knobs)
