@@ -456,7 +456,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     """Errors whose message already says what is wrong and what to do: no traceback for these."""
     from node.config import ConfigError
     from node.tasks.base import UnknownDatasetError, UnknownTaskError
-    from policy.models import ModelNotFoundError
+    from policy.settings import ModelNotFoundError  # not policy.models: a config error needs no torch
 
     from protocol import IdentityError
 

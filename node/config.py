@@ -5,6 +5,8 @@ environment variables -> `--set` overrides (the CLI's own flags such as --peers 
 An empty variable (`SWARM_NODE_RUN__THREADS=`) counts as not set, as environment files write it.
 Every section forbids unknown keys, so a typo fails loudly with the list of valid keys instead of
 being silently ignored; so does an unknown `SWARM_NODE_*` variable.
+Imports no torch (the policy's sections and the loss registry come from torch-free modules), so
+`swarm-node config` and a bad config answer in a fraction of a second.
 """
 from __future__ import annotations
 
@@ -22,9 +24,8 @@ from node.observe.address import parse_listen
 from node.presets import PRESETS
 from node.verifiers import Verifier
 from node.warm_start import WarmStartConfig
-from policy.learner import OffPolicyConfig, OptimConfig
-from policy.losses import make_objective
-from policy.models import ModelConfig
+from policy.loss_knobs import check_objective
+from policy.settings import ModelConfig, OffPolicyConfig, OptimConfig
 
 
 MAX_START_WAIT_S = 600.0
@@ -71,7 +72,7 @@ class LossConfig(Section):
         for field_name, spec, knobs in (("name", self.name, self.knobs), ("external", self.external,
                                                                         self.external_knobs)):
             try:
-                objective = make_objective(spec, **knobs)
+                objective = check_objective(spec, **knobs)
             except (ValueError, TypeError) as err:
                 raise ValueError(f"loss.{field_name} = {spec!r}: {err}") from None
             if field_name == "external" and objective.extra_samples:
