@@ -13,6 +13,7 @@ from typing import Callable
 
 import grpc
 
+from policy.files import atomic_write_text
 from proto import swarm_pb2, swarm_pb2_grpc
 
 NODE_FILE = "node.json"
@@ -71,9 +72,6 @@ def start_control_server(address: str, snapshot: Callable[[], dict]) -> tuple[gr
 
 
 def write_node_file(run_dir: Path, info: dict) -> None:
-    # imported here: `swarm-node status` (a container's health check) then never loads torch
-    from policy.checkpoint import atomic_write_text
-
     atomic_write_text(Path(run_dir) / NODE_FILE, json.dumps(info, indent=2))
 
 

@@ -25,6 +25,8 @@ import torch
 from safetensors.torch import load_file
 from transformers.utils import logging as hf_logging
 
+from policy.files import atomic_write_text, fsync_dir
+
 LATEST = "LATEST"
 
 
@@ -33,23 +35,6 @@ class Checkpoint:
     path: Path
     round_index: int  # the last completed round; training resumes at round_index + 1
     state: dict
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def rng_state() -> dict:
@@ -78,13 +63,12 @@ def save_checkpoint(run_dir: Path, round_index: int, model, tokenizer, optimizer
     (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
     for file_name, text in (files or {}).items():  # inside the temp dir: renamed into place with the rest
         (tmp / file_name).write_text(text)
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     final = root / name
     if final.exists():  # re-running a round after a resume: the new one replaces it
         shutil.rmtree(final)
     os.rename(tmp, final)
-    atomic_write_text(root / LATEST, name)
-    _fsync_dir(root)
+    atomic_write_text(root / LATEST, name)  # fsyncs root: the checkpoint's rename is durable with it
     _prune(root, keep)
     return final
 

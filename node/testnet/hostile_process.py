@@ -33,13 +33,13 @@ if __name__ == "__main__":  # before the heavy imports below (seconds): a signal
 import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
-import os  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from node.testnet.hostile import KINDS, TOPIC_KINDS, VALID_KINDS, HostilePeer  # noqa: E402
+from policy.files import atomic_write_text  # noqa: E402
 from protocol import Limits, NodeIdentity, topic_name  # noqa: E402
 
 
@@ -78,9 +78,7 @@ def _write_json(path: str | None, data: dict) -> None:
         return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(text + "\n")
-    os.replace(tmp, target)
+    atomic_write_text(target, text + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
