@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .files import atomic_write_bytes
 
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
@@ -82,18 +83,7 @@ class NodeIdentity:
         pem = self._private_key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            os.fchmod(fd, KEY_FILE_MODE)  # before any secret byte is written
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(pem)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
+        atomic_write_bytes(path, pem, KEY_FILE_MODE)  # the mode is set before any secret byte is written
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> NodeIdentity:
@@ -126,19 +116,6 @@ class NodeIdentity:
         identity = cls.generate()
         identity.save(path)
         return identity
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def verify_signature(public_key: bytes, signature: bytes, data: bytes) -> bool:

@@ -16,7 +16,6 @@ import heapq
 import itertools
 import json
 import logging
-import os
 import random
 import re
 import time
@@ -24,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .files import atomic_write_bytes
 from .transport import Received, Transport
 
 log = logging.getLogger(__name__)
@@ -83,11 +83,8 @@ def _seconds(text: str) -> float:
 
 
 def write_impairment(path: Path, impairment: Impairment) -> None:
-    """Atomically replace the control file a node polls."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(impairment.to_json()))
-    os.replace(tmp, path)
+    """Atomically replace the control file a node polls (readable by all, as before)."""
+    atomic_write_bytes(path, json.dumps(impairment.to_json()).encode(), mode=0o644)
 
 
 class ImpairedTransport:

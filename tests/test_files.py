@@ -1,6 +1,7 @@
-"""policy/files.py: a file is replaced whole or not at all, without torch."""
+"""policy/files.py and protocol/files.py: a file is replaced whole or not at all; policy's without torch."""
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from policy.files import atomic_write_text
+from protocol.files import atomic_write_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,3 +37,14 @@ def test_policy_files_imports_the_standard_library_only():
             "sys.exit(f'imported {sorted(new)}' if new - set(sys.stdlib_module_names) else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_protocol_atomic_write_sets_the_mode_and_a_failed_write_keeps_the_old_file(tmp_path):
+    key, fault_file = tmp_path / "identity.key", tmp_path / "faults.json"
+    atomic_write_bytes(key, b"secret")
+    atomic_write_bytes(fault_file, b"{}", mode=0o644)
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and stat.S_IMODE(fault_file.stat().st_mode) == 0o644
+    with pytest.raises(TypeError):
+        atomic_write_bytes(key, "not bytes")  # fails inside write(), after the temp file exists
+    assert key.read_bytes() == b"secret"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["faults.json", "identity.key"]

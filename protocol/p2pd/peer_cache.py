@@ -10,7 +10,7 @@ IPv4, /32 of IPv6), at most `max_unproven` entries that were never useful nor an
 `max_peers` in all; the best-ranked win. An entry that failed `max_dial_failures` dials in a row
 is evicted (a useful or answering one only once it has also been silent `proven_grace_s`: a
 short outage on either side must not erase the peers worth having), and so is one silent for
-`max_age_s`. Written atomically (temp file + rename); a missing or corrupt file is an empty
+`max_age_s`. Written atomically and durably (protocol/files.py); a missing or corrupt file is an empty
 cache, never an error. Thread-safe: the discovery thread and the node's thread both use it."""
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import ipaddress
 import json
 import logging
 import math
-import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
+
+from ..files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -234,13 +234,9 @@ class PeerCache:
 
     def _write(self, body: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(body, handle, indent=1)
-            os.replace(tmp, self.path)
+            atomic_write_bytes(self.path, json.dumps(body, indent=1).encode())
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
             with self._lock:
                 self._changed = True
             raise
