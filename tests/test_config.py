@@ -97,11 +97,39 @@ def test_switching_task_source_drops_the_presets_ood_families_unless_named():
     assert load_config("tiny").eval.ood == {"add": 1.0}  # same source: kept
 
 
-def test_the_command_line_parses_without_loading_torch():
-    """`swarm-node status` and friends pay only for what they use: the preset names come from
-    node/presets.py, which imports nothing."""
+def _torch_loaded_by(code: str) -> str:
+    """Runs `code` in a fresh interpreter; returns its output if torch (or transformers) got imported."""
     import subprocess
     import sys
 
-    code = "import sys, node.cli; node.cli.build_parser(); sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1]).returncode == 0
+    check = "; import sys; print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))"
+    result = subprocess.run([sys.executable, "-c", code + check], cwd=Path(__file__).resolve().parents[1],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return "" if result.stdout.strip().endswith("[]") else result.stdout + result.stderr
+
+
+def test_the_command_line_parses_without_loading_torch():
+    """`swarm-node status` and friends pay only for what they use: the preset names come from
+    node/presets.py, which imports nothing."""
+    assert not _torch_loaded_by("import node.cli; node.cli.build_parser(); node.cli._user_errors()")
+
+
+def test_the_config_its_registry_and_the_control_client_load_without_torch():
+    """The schema (every section, the presets, the objective registry's names and knobs) and
+    node.json's writer and reader are torch-free, so `swarm-node config` and `status` start fast."""
+    assert not _torch_loaded_by(
+        "import node.config, node.control, node.env_file, policy.settings, policy.files; "
+        "from policy.loss_knobs import OBJECTIVE_KNOBS, check_objective; "
+        "[node.config.load_config(p) for p in node.config.PRESETS]; "
+        "assert check_objective('tis(mc(dapo))', inner={'inner': {'eps_high': 0.5}}).extra_samples == 1")
+
+
+def test_swarm_node_config_and_its_errors_run_without_torch():
+    """The whole `swarm-node config` command, a valid one and one with a bad objective: the heavy
+    imports wait until a command has a valid config and needs a model (node/cli.py)."""
+    assert not _torch_loaded_by(
+        "import node.cli; "
+        "assert node.cli.main(['config', '--preset', 'smollm2', '--explain']) == 0; "
+        "assert node.cli.main(['config', '--env']) == 0; "
+        "assert node.cli.main(['config', '--set', 'loss.name=tis(minpro)']) == 2")

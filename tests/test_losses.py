@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policy.advantages import dynamic_sampling_keep, group_advantages, overlong_penalty
+from policy.loss_knobs import OBJECTIVE_KNOBS, check_objective
 from policy.losses import (
     MAX_LOG_RATIO,
     OBJECTIVES,
@@ -410,6 +411,29 @@ def test_make_objective_knobs_and_nesting():
 def _registry_specs() -> list[str]:
     return [f"{name}(grpo)" if cls.wrapper else name for name, cls in OBJECTIVES.items()] + [
         "tis(dapo)", "mc(gspo)", "tis(gspo)", "mc(minpro)", "mc(ftis)", "tis(mc(dr_grpo))"]
+
+
+def test_the_torch_free_knob_table_is_the_menu():
+    """policy/loss_knobs.py (what config validation reads, without torch) and the menu agree: the
+    same names, each objective a subclass of its knob class with the same knobs and defaults, the
+    same traits and the same refusals."""
+    assert list(OBJECTIVE_KNOBS) == list(OBJECTIVES)
+    for name, cls in OBJECTIVES.items():
+        knobs = OBJECTIVE_KNOBS[name]
+        assert issubclass(cls, knobs) and issubclass(cls, Objective)
+        defaults = {k: f.default for k, f in cls.model_fields.items()}
+        assert defaults == {k: f.default for k, f in knobs.model_fields.items()}
+    for spec in [*_registry_specs(), "tis(tis(grpo))", "tis(minpro)", "mc(dapo(grpo))", "nope"]:
+        try:
+            built = make_objective(spec)
+        except ValueError as err:
+            with pytest.raises(ValueError) as checked:
+                check_objective(spec)
+            assert str(checked.value) == str(err)
+            continue
+        checked = check_objective(spec)
+        assert (checked.spec, checked.advantage, checked.extra_samples, checked.uses_behavior_ratio) == (
+            built.spec, built.advantage, built.extra_samples, built.uses_behavior_ratio)
 
 
 @pytest.mark.parametrize("spec", _registry_specs())
