@@ -353,7 +353,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from node.presets import PRESETS  # names only: the config (and torch) load after parsing
+    from node.presets import PRESETS  # names only: the config's schema loads after parsing
 
     parser = argparse.ArgumentParser(prog="swarm-node", description="Decentralized RL post-training node.")
     sub = parser.add_subparsers(dest="command", required=True)

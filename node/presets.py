@@ -1,6 +1,6 @@
 """The presets: plain override dicts on top of the config's defaults (node/config.py), so a reader
 sees exactly what differs. Imports nothing: the command line lists the preset names without loading
-the config's dependencies (torch, through policy)."""
+the config's schema (pydantic and every section's module)."""
 from __future__ import annotations
 
 from typing import Any
