@@ -12,7 +12,8 @@ budget (messages, bytes, seconds) and of staging capacity; established senders g
 what young ones leave unused. Within a lane, peers are served round-robin, oldest message first.
 
 When more arrives than the worker may verify, a lane drops from its heaviest sender (the peer with
-the most staged messages), never oldest-first across everyone: a flooder fills only its own queue.
+the most staged messages loses its oldest; protocol/inbox.py's FairBuffer, the rule every bounded
+per-sender buffer follows), never oldest-first across everyone: a flooder fills only its own queue.
 A message that waited more than `max_wait_rounds` rounds is dropped unverified when its turn comes
 (it could no longer be pooled). Drops are counted by reason and sender class ("expired/young").
 The budget bounds what the worker verifies per round (messages, bytes, and its share of wall time,
@@ -20,21 +21,24 @@ since verification holds the GIL the training thread also needs).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
 from protocol import Received, Transport
+from protocol.inbox import FULL, QUOTA, FairBuffer
 
 log = logging.getLogger(__name__)
 
 IDLE_SLEEP_S = 0.02  # nothing to verify now: poll again after this long (each wake-up wants the GIL)
 ESTABLISHED, YOUNG = "established", "young"  # sender classes (young: young and unknown origins)
 CLASSES = (ESTABLISHED, YOUNG)
+_REASONS = {QUOTA: "sender_quota", FULL: "staging_full"}  # a FairBuffer's drop reasons, as staging counts them
 
 
 @dataclass(frozen=True)
@@ -54,71 +58,12 @@ class Staged:
     round_index: int  # the round during which it arrived: pooled groups age from there
 
 
-class _Lane:
-    """One sender class's queues: a queue per peer in round-robin order (next to serve first), and
-    the peers bucketed by queue length so that the heaviest is found in O(1)."""
-
-    def __init__(self) -> None:
-        self.queues: OrderedDict[str, deque[Staged]] = OrderedDict()
-        self.total = 0
-        self._by_length: dict[int, dict[str, None]] = {}  # queue length -> peers (dict: ordered set)
-        self._longest = 0
-
-    def _resized(self, peer: str, old: int, new: int) -> None:
-        if old:
-            bucket = self._by_length[old]
-            del bucket[peer]
-            if not bucket:
-                del self._by_length[old]
-        if new:
-            self._by_length.setdefault(new, {})[peer] = None
-            self._longest = max(self._longest, new)
-        while self._longest and self._longest not in self._by_length:
-            self._longest -= 1
-
-    def push(self, peer: str, staged: Staged) -> int:
-        queue = self.queues.setdefault(peer, deque())
-        queue.append(staged)
-        self.total += 1
-        self._resized(peer, len(queue) - 1, len(queue))
-        return len(queue)
-
-    def pop_oldest(self, peer: str) -> Staged:
-        queue = self.queues[peer]
-        staged = queue.popleft()
-        self.total -= 1
-        self._resized(peer, len(queue) + 1, len(queue))
-        if not queue:
-            del self.queues[peer]
-        return staged
-
-    def detach(self, peer: str) -> deque[Staged] | None:
-        queue = self.queues.pop(peer, None)
-        if queue:
-            self.total -= len(queue)
-            self._resized(peer, len(queue), 0)
-        return queue
-
-    def attach(self, peer: str, queue: deque[Staged]) -> None:
-        self.queues[peer] = queue
-        self.total += len(queue)
-        self._resized(peer, 0, len(queue))
-
-    def heaviest(self) -> tuple[str, int]:
-        """The peer with the most staged messages (the first to reach that many), and how many."""
-        return next(iter(self._by_length[self._longest])), self._longest
-
-    def next_peer(self) -> str:
-        """The peer whose turn it is; it goes to the back of the line."""
-        peer = next(iter(self.queues))
-        self.queues.move_to_end(peer)
-        return peer
-
-
 class Staging:
-    """Messages waiting for verification, in a lane per sender class. Not thread-safe (one owner).
-    Young senders together hold at most `young_share` of `max_total`; established senders may use
-    the rest and whatever young ones leave free."""
+    """Messages waiting for verification, in a lane per sender class, each lane a FairBuffer
+    (protocol/inbox.py: a per-sender quota, the heaviest sender's oldest goes when full, round-robin
+    take). Not thread-safe (one owner). Young senders together hold at most `young_share` of
+    `max_total`; established senders may use the rest and whatever young ones leave free. When the
+    lanes together are full, the lane whose heaviest sender holds more loses (ties: young pays)."""
 
     def __init__(self, per_sender: int, max_total: int, sender_class: Callable[[str], str],
                  young_share: float = 1.0):
@@ -126,66 +71,58 @@ class Staging:
         self.max_total = max_total
         self.young_max = max(1, math.ceil(young_share * max_total))
         self.sender_class = sender_class
-        self.lanes = {cls: _Lane() for cls in CLASSES}
-        self._lane_of: dict[str, str] = {}  # peer -> the lane holding its queue
+        arrivals = itertools.count()  # shared: a queue that changes lanes keeps its age
+        self.lanes: dict[str, FairBuffer[Staged]] = {
+            ESTABLISHED: FairBuffer(max_total, per_sender, arrivals=arrivals),
+            YOUNG: FairBuffer(self.young_max, per_sender, arrivals=arrivals)}
         self.dropped: Counter[str] = Counter()  # "<reason>/<sender class>"
 
     @property
     def total(self) -> int:
-        return sum(lane.total for lane in self.lanes.values())
+        return sum(len(lane) for lane in self.lanes.values())
 
     def staged(self) -> dict[str, int]:
-        return {cls: lane.total for cls, lane in self.lanes.items()}
+        return {cls: len(lane) for cls, lane in self.lanes.items()}
+
+    def queued(self, peer: str) -> int:
+        return sum(lane.queued(peer) for lane in self.lanes.values())
 
     def add(self, topic: str, items: list[Received], round_index: int = 0) -> None:
         for item in items:
             peer = item.from_peer
             cls = self._classify(peer)
-            lane = self.lanes[cls]
-            if lane.push(peer, Staged(topic, item, round_index)) > self.per_sender:
-                self._drop_oldest(cls, peer, "sender_quota")
+            for reason in self.lanes[cls].put(peer, Staged(topic, item, round_index)):
+                self.dropped[f"{_REASONS[reason]}/{cls}"] += 1
             young = self.lanes[YOUNG]
-            while young.total > self.young_max:  # (a queue that changed lanes can bring several)
-                self._drop_oldest(YOUNG, young.heaviest()[0], "staging_full")
+            while len(young) > self.young_max:  # (a queue that changed lanes can bring several)
+                self._evict(YOUNG)
             while self.total > self.max_total:
                 self._shed()
 
     def _classify(self, peer: str) -> str:
         """The peer's class now; its queue moves lanes when the class changed since it last sent."""
         cls = self.sender_class(peer)
-        was = self._lane_of.get(peer)
-        if was != cls:
-            if was is not None:
-                queue = self.lanes[was].detach(peer)
-                if queue:
-                    self.lanes[cls].attach(peer, queue)
-            self._lane_of[peer] = cls
+        for other, lane in self.lanes.items():
+            if other != cls and lane.queued(peer):
+                self.lanes[cls].attach(peer, lane.detach(peer))
         return cls
 
     def _shed(self) -> None:
         """Full: the heaviest sender loses, but established senders within their reserve never do."""
-        candidates = [cls for cls in (YOUNG, ESTABLISHED) if self.lanes[cls].total
-                      and (cls == YOUNG or self.lanes[cls].total > self.max_total - self.young_max)]
-        cls = max(candidates, key=lambda c: self.lanes[c].heaviest()[1])  # ties: young pays
-        self._drop_oldest(cls, self.lanes[cls].heaviest()[0], "staging_full")
+        candidates = [cls for cls in (YOUNG, ESTABLISHED) if len(self.lanes[cls])
+                      and (cls == YOUNG or len(self.lanes[cls]) > self.max_total - self.young_max)]
+        self._evict(max(candidates, key=lambda c: self.lanes[c].heaviest()[1]))  # ties: young pays
 
-    def _drop_oldest(self, cls: str, peer: str, reason: str) -> None:
-        self.lanes[cls].pop_oldest(peer)  # the freshest rollouts are worth the most
-        self._forget_if_gone(cls, peer)
-        self.dropped[f"{reason}/{cls}"] += 1
-
-    def _forget_if_gone(self, cls: str, peer: str) -> None:
-        if peer not in self.lanes[cls].queues:
-            self._lane_of.pop(peer, None)  # bounded by what is staged, not by every peer ever seen
+    def _evict(self, cls: str) -> None:
+        self.lanes[cls].evict()
+        self.dropped[f"staging_full/{cls}"] += 1
 
     def take(self, cls: str, oldest_round: int = 0) -> Staged | None:
         """The oldest message, not older than `oldest_round`, of the `cls` peer whose turn it is;
         older ones met on the way are dropped as expired."""
         lane = self.lanes[cls]
-        while lane.queues:
-            peer = lane.next_peer()
-            staged = lane.pop_oldest(peer)
-            self._forget_if_gone(cls, peer)
+        while len(lane):
+            (staged,) = lane.take(1)
             if staged.round_index >= oldest_round:
                 return staged
             self.dropped[f"expired/{cls}"] += 1
@@ -310,14 +247,14 @@ class IngestWorker:
             return None
         share = self.budget.young_share if self.young_capped() else 1.0
         young = self._round[YOUNG]
-        young_ok = (self.staging.lanes[YOUNG].total > 0
+        young_ok = (len(self.staging.lanes[YOUNG]) > 0
                     and all(young[k] < share * limit or (k == "seconds" and young[k] <= share * limit)
                             for k, limit in limits.items()))
-        waiting = self.staging.lanes[ESTABLISHED].total > 0
+        waiting = len(self.staging.lanes[ESTABLISHED]) > 0
         if young_ok and (not waiting or young["messages"] < share * (used["messages"] + 1)):
             return YOUNG
         if waiting:
             return ESTABLISHED
-        if self.staging.lanes[YOUNG].total:
+        if len(self.staging.lanes[YOUNG]):
             self.counters["young_budget_waits"] += 1
         return None

@@ -1,7 +1,12 @@
 """The bounded pool of verified peer groups, and the samplers that pick the J external groups.
 
-Bounds: age in rounds, total size (young keys' groups go first), and groups per sender (a flooding
-peer evicts only its own).
+Bounds: age in rounds, total size, and groups per sender (a flooding peer evicts only its own).
+Over the size bound, young keys' groups go first, and within young or established keys the rule of
+every bounded per-sender buffer (protocol/inbox.py): the sender holding the most groups loses its
+oldest. Oldest-first would be safe enough here (every pooled group passed the Ingress, staging's
+quotas and verification, and no sender holds more than max_per_sender), but it still lets a few
+busy established senders age out a quiet one's groups; heaviest-first costs one pass over the
+pool in a round where it is over its bound.
 Samplers (swarm.sampling_policy):
     uniform     uniform over the pool's groups, as in the SAPO paper
     per_sender  senders in random order, one group each, repeat: fair across senders (default)
@@ -24,6 +29,7 @@ from typing import Callable, Literal
 
 from node.admission import DUPLICATE, Admission
 from node.groups import ScoredGroup
+from protocol.inbox import heaviest_first
 
 SamplingPolicy = Literal["uniform", "per_sender", "weak_tasks"]
 MIN_WEIGHT = 0.05  # weak_tasks: a family we already master still gets an occasional look
@@ -76,10 +82,13 @@ class GroupPool:
             self._remove(self.entries[0])
         if self.admission is not None:
             self.admission.start_round(round_index)
-        if len(self.entries) > self.max_groups:  # young keys' oldest first: fresh keys cannot push out earned ones
-            ranked = sorted(self.entries, key=lambda e: not self._young(e))  # stable: oldest first within each
-            for entry in ranked[: len(self.entries) - self.max_groups]:
-                self._remove(entry)
+        excess = len(self.entries) - self.max_groups
+        for young in (True, False):  # young keys' first: fresh keys cannot push out earned ones
+            if excess > 0:
+                kept = [(e.group.origin, e) for e in self.entries if self._young(e) == young]
+                for entry in heaviest_first(kept, excess):
+                    self._remove(entry)
+                    excess -= 1
 
     def take_matching(self, prompt_keys: set[str]) -> list[ScoredGroup]:
         """Cross-actor: the newest pooled group for each of `prompt_keys`, removed from the pool.

@@ -11,7 +11,7 @@ Modules, each doing one thing:
     ingress           Ingress: every check above, in order; never raises
     outbox            Sequencer + Outbox: sealing and pacing our own messages
     transport         the Transport interface, Received, topic_name
-    inbox             FairInbox: a bounded inbox where the heaviest sender loses
+    inbox             FairBuffer: bounded per-sender buffers where the heaviest sender loses
     memory_transport  MemoryBus / MemoryTransport for tests and simulation
     testing           builders of valid and hostile messages (tests, testnet)
     p2pd/             P2pdTransport: GossipSub + DHT through the go-libp2p daemon (imported on demand)
@@ -20,7 +20,7 @@ Imports only the stdlib, cryptography, protobuf and `proto`: never torch, node o
 from .envelope import PROTOCOL_VERSION, open_envelope, seal, signed_bytes
 from .errors import Reason, Rejected
 from .identity import IdentityError, NodeIdentity, peer_id_from_public_key
-from .inbox import FairInbox
+from .inbox import FairBuffer
 from .ingress import Ingress, IngressSnapshot, Verified
 from .kinds import Kind, kind_of
 from .limits import Limits, validate_hint, validate_hint_request, validate_rollout_group
@@ -33,7 +33,7 @@ from .transport import Received, Transport, topic_name
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "FairInbox",
+    "FairBuffer",
     "IdentityError",
     "Ingress",
     "IngressSnapshot",

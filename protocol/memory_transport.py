@@ -2,19 +2,23 @@
 
 For tests and in-process simulation. Thread-safe. Faults can be injected on the bus: message loss,
 duplication, latency with jitter (which also reorders, as gossip does) and network partitions.
-Delivery is "every started transport subscribed to the topic, except the publisher". Each topic's
-inbox is a FairInbox (protocol/inbox.py): when full, the heaviest sender loses. `forward` models a
-gossip relay: receivers see the message's origin as `from_peer` and the relay as `neighbour`.
+Delivery is "every started transport subscribed to the topic, except the publisher". A message is
+on the wire until its latency has passed (not in any inbox: what senders published within one
+latency), then enters its topic's inbox, a FairBuffer (protocol/inbox.py): when full, the heaviest
+sender loses its oldest. `forward` models a gossip relay: receivers see the message's origin as
+`from_peer` and the relay as `neighbour`.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
 import threading
 import time
 from collections import Counter
 from typing import Callable, Iterable
 
-from .inbox import FairInbox
+from .inbox import FairBuffer
 from .transport import (
     COUNTER_DROPPED_INBOUND_FULL,
     COUNTER_DROPPED_OUTBOUND_CLOSED,
@@ -112,7 +116,9 @@ class MemoryTransport:
         self.peer_id = peer_id
         self.inbox_capacity = inbox_capacity
         self._lock = threading.Lock()
-        self._inboxes: dict[str, FairInbox[Received]] = {}
+        self._inboxes: dict[str, FairBuffer[Received]] = {}
+        self._on_the_wire: list[tuple[float, int, str, Received]] = []  # heap: (arrives at, order, topic, item)
+        self._order = itertools.count()
         self._started = False
         self._closed = False
         self._counters: Counter[str] = Counter()
@@ -127,7 +133,7 @@ class MemoryTransport:
     def subscribe(self, topic: str) -> None:
         with self._lock:
             if topic not in self._inboxes:
-                self._inboxes[topic] = FairInbox(self.inbox_capacity)
+                self._inboxes[topic] = FairBuffer(self.inbox_capacity)
 
     def publish(self, topic: str, data: bytes) -> None:
         self.forward(topic, data, self.peer_id)
@@ -144,22 +150,29 @@ class MemoryTransport:
         self.bus._deliver(self.peer_id, topic, bytes(data), origin)
 
     def _receive(self, topic: str, item: Received) -> None:
+        now = self.bus.clock()
         with self._lock:
-            inbox = self._inboxes.get(topic)
-            if inbox is None:
+            if topic not in self._inboxes:
                 self._counters[COUNTER_DROPPED_UNSUBSCRIBED] += 1
-            else:
-                full = len(inbox) >= self.inbox_capacity
-                inbox.put(item.from_peer, item, ready_at=item.received_at)
-                if full:
-                    self._counters[COUNTER_DROPPED_INBOUND_FULL] += 1
-                self._counters[COUNTER_RECEIVED] += 1
+                return
+            self._counters[COUNTER_RECEIVED] += 1
+            heapq.heappush(self._on_the_wire, (item.received_at, next(self._order), topic, item))
+            self._arrive(now)
+
+    def _arrive(self, now: float) -> None:
+        """Moves what has arrived by `now` off the wire into its inbox, in arrival order."""
+        wire = self._on_the_wire
+        while wire and wire[0][0] <= now:
+            _, _, topic, item = heapq.heappop(wire)
+            if self._inboxes[topic].put(item.from_peer, item):
+                self._counters[COUNTER_DROPPED_INBOUND_FULL] += 1  # one drop per put: no byte bound here
 
     def drain(self, topic: str, max_items: int | None = None) -> list[Received]:
         now = self.bus.clock()
         with self._lock:
+            self._arrive(now)
             inbox = self._inboxes.get(topic)
-            return [] if inbox is None else inbox.take(max_items, now)
+            return [] if inbox is None else inbox.take(max_items)
 
     def peers(self) -> list[str]:
         return self.bus._peers_of(self.peer_id) if self._started else []

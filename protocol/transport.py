@@ -12,12 +12,14 @@ returns whatever has arrived. Backends:
     that `drain` empties; `peers` are the DHT's routing-table peers.
 
 Contract for implementers: every method may be called from any thread; `subscribe` before
-`start` or after; messages a node publishes are never delivered back to it; a full inbox drops
-from its HEAVIEST sender (protocol/inbox.py: FairInbox), so nobody who out-sends the others can
-push their messages out; `publish` never raises for network reasons
-(after `close` it drops and counts); counters in `stats()` use the COUNTER_* names below where
-they apply. Optional: `note_useful_peers(peer_ids)`, through which the node names the peers
-whose verified groups it used (the p2pd transport's peer cache keeps those first).
+`start` or after; messages a node publishes are never delivered back to it; each topic's inbox is
+a FairBuffer (protocol/inbox.py): when full, its HEAVIEST sender loses its oldest message, so
+nobody who out-sends the others can push their messages out, and `drain(topic, n)` takes
+round-robin across senders; `publish` never raises for network reasons (after `close` it drops
+and counts); counters in `stats()` use the COUNTER_* names below where they apply. Optional:
+`note_useful_peers(peer_ids)`, through which the node names the peers whose verified groups it
+used (the p2pd transport's peer cache keeps those first); `dropped_by_sender()`, the messages each
+sender lost to a full inbox (every backend above has it).
 """
 from __future__ import annotations
 
@@ -57,8 +59,8 @@ class Transport(Protocol):
         """Queues `data` for every subscriber of `topic` but us. Never blocks."""
 
     def drain(self, topic: str, max_items: int | None = None) -> list[Received]:
-        """Removes and returns up to `max_items` (all if None) received messages, oldest first.
-        Never blocks."""
+        """Removes and returns up to `max_items` (all if None) received messages, picked
+        round-robin across senders and returned oldest first. Never blocks."""
 
     def peers(self) -> list[str]:
         """Peer ids currently connected."""

@@ -6,7 +6,8 @@ only through thread-safe, bounded queues:
 
 * ``publish(topic, data)`` appends to a bounded outbound deque and returns at once (a full
   queue or an oversized message is dropped and counted, never raised, never blocking).
-* ``drain(topic)`` pops whatever arrived on that topic (bounded per-topic inbox, drop-oldest).
+* ``drain(topic)`` pops whatever arrived on that topic (a bounded per-topic inbox, fair between
+  senders: when full, the heaviest sender loses its oldest; protocol/inbox.py).
 * Bootstrap peers are dialed with a timeout and re-dialed forever with exponential backoff and
   jitter whenever they are not connected; failures are logged and counted, never raised.
 
@@ -50,6 +51,7 @@ from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID, Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
+from .inbox import FairBuffer
 from .libp2p_patches import (
     PatchedPubsub,
     SelectiveIdontwantGossipSub,
@@ -93,7 +95,7 @@ STAT_KEYS = (
     "dropped_outbound_closed",  # publish() after close()
     "dropped_outbound_error",  # GossipSub's publish raised
     COUNTER_RECEIVED,  # put in an inbox
-    COUNTER_DROPPED_INBOUND_FULL,  # oldest inbox entry evicted by a newer one
+    COUNTER_DROPPED_INBOUND_FULL,  # inbox entry evicted by a newer one (the heaviest sender's oldest)
     "dropped_inbound_oversize",  # a peer sent more than max_msg_bytes
     COUNTER_DROPPED_UNSUBSCRIBED,  # arrived for a topic we do not collect
     "dial_attempts",  # bootstrap dials started
@@ -129,7 +131,8 @@ class Libp2pTransport:
     :param bootstrap: ``/ip4/.../tcp/.../p2p/<peer-id>`` multiaddrs to dial and keep dialing.
     :param topics: topics subscribed at start (``drain`` serves these).
     :param max_msg_bytes: largest payload accepted by ``publish`` and from peers.
-    :param inbox_size, inbox_max_bytes: per-topic inbox bounds (oldest evicted beyond them).
+    :param inbox_size, inbox_max_bytes: per-topic inbox bounds (beyond them the sender holding the
+        most messages, or bytes, loses its oldest).
     :param outbound_size, outbound_max_bytes: outbound queue bounds (``publish`` drops beyond).
     :param peer_queue_rpcs: py-libp2p's per-peer outbound RPC queue length (its default is 32).
     :param degree, degree_low, degree_high: GossipSub mesh degree D, D_lo, D_hi (go defaults:
@@ -199,7 +202,6 @@ class Libp2pTransport:
         self._inbox_max_bytes = int(inbox_max_bytes)
         self._outbound_max_bytes = int(outbound_max_bytes)
         self._outbound_bytes = 0
-        self._inbox_bytes: dict[str, int] = {t: 0 for t in self._topics}
         self._peer_queue_rpcs = int(peer_queue_rpcs)
         self._degree = (int(degree), int(degree_low), int(degree_high))
         self._heartbeat_interval = heartbeat_interval
@@ -216,9 +218,7 @@ class Libp2pTransport:
 
         self._lock = threading.Lock()
         self._outbound: collections.deque[tuple[str, bytes]] = collections.deque()
-        self._inbox: dict[str, collections.deque[Received]] = {
-            t: collections.deque() for t in self._topics
-        }
+        self._inbox: dict[str, FairBuffer[Received]] = {t: self._new_inbox() for t in self._topics}
         self._stats = dict.fromkeys(STAT_KEYS, 0)
 
         self._thread: threading.Thread | None = None
@@ -300,21 +300,26 @@ class Libp2pTransport:
         with self._lock:
             if topic in self._inbox:
                 return
-            self._inbox[topic] = collections.deque()
-            self._inbox_bytes[topic] = 0
+            self._inbox[topic] = self._new_inbox()
             self._topics.append(topic)
         self._call_soon(self._set_sub_wake)
 
+    def _new_inbox(self) -> FairBuffer[Received]:
+        return FairBuffer(self._inbox_size, max_bytes=self._inbox_max_bytes, size=lambda m: len(m.data))
+
     def drain(self, topic: str, max_items: int | None = None) -> list[Received]:
-        """Pop what arrived on ``topic`` (oldest first). Arrival order only; no global order."""
+        """Pop what arrived on ``topic``: round-robin across senders, returned oldest first."""
         with self._lock:
             box = self._inbox.get(topic)
-            if not box:
-                return []
-            n = len(box) if max_items is None else max(0, min(int(max_items), len(box)))
-            out = [box.popleft() for _ in range(n)]
-            self._inbox_bytes[topic] -= sum(len(m.data) for m in out)
-            return out
+            return [] if box is None else box.take(None if max_items is None else int(max_items))
+
+    def dropped_by_sender(self) -> dict[str, int]:
+        """Messages each sender lost to a full inbox (all topics)."""
+        with self._lock:
+            total: collections.Counter[str] = collections.Counter()
+            for box in self._inbox.values():
+                total.update(box.dropped)
+            return dict(total)
 
     def peers(self) -> list[str]:
         """Peer ids we currently hold a live connection to."""
@@ -440,12 +445,7 @@ class Libp2pTransport:
             if box is None:
                 self._stats[COUNTER_DROPPED_UNSUBSCRIBED] += 1
                 return
-            while box and (len(box) >= self._inbox_size
-                           or self._inbox_bytes[topic] + len(data) > self._inbox_max_bytes):
-                self._inbox_bytes[topic] -= len(box.popleft().data)
-                self._stats[COUNTER_DROPPED_INBOUND_FULL] += 1
-            box.append(item)
-            self._inbox_bytes[topic] += len(data)
+            self._stats[COUNTER_DROPPED_INBOUND_FULL] += len(box.put(sender, item))
             self._stats[COUNTER_RECEIVED] += 1
 
     async def _main(self) -> None:

@@ -15,7 +15,7 @@ each drop; the daemons run with GOLOG_LOG_LEVEL=pubsub=debug for that):
 * `subscriber_too_slow`: the receiver's daemon dropped a message because its 32-message buffer
   towards our control socket was full (our client did not read fast enough);
 * `peer_queue_full`: a sending or relaying daemon dropped an RPC to a peer (32 queued per peer);
-* `inbox_full`: our FairInbox dropped one (counted by the transport);
+* `inbox_full`: our inbox (a FairBuffer) dropped one, the heaviest sender's oldest (counted by the transport);
 * `dropped_flooding_origin`: the flood guard dropped one from a cut origin (protocol/p2pd/flood_guard.py).
 These count honest and flood messages alike; `--probe` splits the HONEST losses into "in the
 daemons" and "in our client" with a second subscription at the receiver.

@@ -119,6 +119,23 @@ def test_a_full_pool_drops_young_keys_groups_before_established_ones():
     assert {e.group.origin for e in p.entries} - {"honest"} == {f"sybil{i}" for i in range(15, 20)}
 
 
+def test_a_full_pool_drops_the_heaviest_established_senders_oldest_not_a_quiet_ones():
+    """Over the size bound, the rule of every per-sender buffer (protocol/inbox.py): a busy established
+    sender loses its own oldest groups; a quiet one that arrived first keeps its group."""
+    p = GroupPool(6, 50, 32, Admission(0.25, 1, 0, 10), Counter())
+    p.evict(0)
+    for origin in ("quiet", "busy"):
+        p.add(PoolEntry(distinct(0 if origin == "quiet" else 1, origin), 0))
+    p.sample(4, "per_sender", random.Random(0))  # both used once: established
+    p.evict(1)
+    quiet = distinct(2, "quiet")
+    busy = [distinct(10 + i, "busy") for i in range(8)]
+    for g in [quiet, *busy]:
+        p.add(PoolEntry(g, 1))
+    p.evict(1)
+    assert [e.group for e in p.entries] == [quiet, *busy[3:]]  # oldest-first would have dropped `quiet`
+
+
 def test_a_fraction_of_a_slot_carries_over_but_is_never_banked():
     p = pool(share=0.25, young_groups=100)
     used = 0

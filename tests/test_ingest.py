@@ -44,7 +44,7 @@ def test_staging_drops_from_the_heaviest_sender_and_serves_senders_in_turn():
     staging.add("t", [Received("flooder", b"f%d" % i, 0.0) for i in range(100)])
     staging.add("t", [Received("other", b"o%d" % i, 0.0) for i in range(2)])
     assert staging.total == 12 and staging.staged() == {ESTABLISHED: 0, YOUNG: 12}
-    assert len(staging.lanes[YOUNG].queues["honest"]) == 3 and len(staging.lanes[YOUNG].queues["other"]) == 2
+    assert staging.queued("honest") == 3 and staging.queued("other") == 2
     assert staging.dropped == {"sender_quota/young": 92, "staging_full/young": 1}  # the flood paid
     assert [staging.take_fair().item.from_peer for _ in range(5)] == ["honest", "flooder", "other", "honest",
                                                                          "flooder"]

@@ -150,7 +150,8 @@ class HostilePeer:
     """One adversarial peer of one `kind` (see the module docstring) on `transport`.
 
     identity: its main key (signs everything but sybil messages; in the process entry point it is
-    also the libp2p host key, so the transport peer id equals identities()[0]); fresh if None.
+    also the libp2p host key, so the transport peer id equals identities()[0]); if None, one derived
+    from `seed` and `kind`, as are its sybil keys (runs repeat).
     """
 
     def __init__(self, kind: str, transport: Transport, swarm: str, source: TaskSource, verifier: Verifier, *,
@@ -169,7 +170,8 @@ class HostilePeer:
         self.sybil_keys = sybil_keys
         self.limits = limits
         self.rng = random.Random(f"hostile/{kind}/{seed}")
-        self.identity = identity or NodeIdentity.generate()
+        self._key_rng = random.Random(f"hostile-keys/{kind}/{seed}")  # its own stream: keys never shift the rest
+        self.identity = identity or self._fresh_identity()
         # Raw outbox (no outbound validation) for what must break limits; a validating one for
         # messages that are meant to pass every check (a bug here should raise, not pass silently).
         # One key, one sequence: both share the sequencer.
@@ -356,6 +358,10 @@ class HostilePeer:
         self.counters["bytes"] += len(data)
         self.counters[what] += 1
 
+    def _fresh_identity(self) -> NodeIdentity:
+        """A new key from the peer's seed: a memory testnet's hostile peers repeat from run to run."""
+        return NodeIdentity.from_seed(self._key_rng.randbytes(32))
+
     # -- the kinds ---------------------------------------------------------------------------
     def _forged(self, round_index: int, budget: int) -> int:
         tasks = self._tasks(budget)
@@ -364,7 +370,7 @@ class HostilePeer:
                 claimed = self.rng.choice(list(self._keys))
                 self._claimed[peer_id_from_public_key(claimed)] = None
             else:  # nobody heard yet: claim some other key (the signature fails all the same)
-                claimed = NodeIdentity.generate().public_key_bytes
+                claimed = self._fresh_identity().public_key_bytes
                 self.counters["forged_unknown_claim"] += 1
             if i % 4 == 3:
                 text = self._hint_junk_text(task) or "0"
@@ -462,7 +468,7 @@ class HostilePeer:
         index = self._sybil_next % self.sybil_keys
         self._sybil_next += 1
         if index == len(self._sybils):
-            identity = NodeIdentity.generate()
+            identity = self._fresh_identity()
             self._sybils.append(Outbox(identity, limits=self.limits, clock=self.clock))
             self._own_keys.add(identity.public_key_bytes)
         outbox = self._sybils[index]

@@ -3,8 +3,12 @@ the real Ingress and exchange). Deterministic for a seed, no sockets, and fast e
 table's many runs. Kills drop a node without a final checkpoint (as SIGKILL would) and rebuild it
 from its run dir later.
 
+Reproducible: identities derive from the seed (testnet_identity), every clock is virtual, every
+random choice is seeded; two runs of one plan write the same metrics but for wall-time fields.
+
 Two clocks (plan.clock):
-  rounds   every node advances one round per tick (a slow node every 2nd tick) until --rounds.
+  rounds   every node advances one round per tick (a slow node every 2nd tick) until --rounds; the
+           bus, message timestamps, replay windows and peer scores run on ticks (TICK_S each).
   compute  every round costs virtual seconds on the node's device profile (node/testnet/clock.py);
            the node whose next exchange comes first in virtual time runs next, until the budget.
            A round runs at one virtual instant, its start + its generation time (estimated by the
@@ -17,6 +21,7 @@ Two clocks (plan.clock):
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
@@ -57,8 +62,8 @@ class MemoryTestnet:
             scale = rate_time_scale(devices["fast"], tokens, TICK_S)
             self.protocol_clock = lambda: VIRTUAL_EPOCH + self.now
             self.swarm_clock = lambda: self.now * scale
-        else:
-            self.protocol_clock = time.time
+        else:  # the bus, message stamps, replay windows and peer scores count ticks too, not wall seconds
+            self.protocol_clock = lambda: VIRTUAL_EPOCH + self.tick * TICK_S
             self.swarm_clock = lambda: self.tick * TICK_S
         impairment = parse_netem(plan.netem) if plan.netem else None
         latency = (impairment.delay_s, impairment.delay_s + impairment.jitter_s) if impairment else (0.0, 0.0)
@@ -78,7 +83,7 @@ class MemoryTestnet:
         node = Node(cfg, self.run_dir(index))
         resumed = node.resume()
         if self.mix[1] > 0:  # a silo (J = 0) trains alone: no bus, no peers' hints, no verifying for nothing
-            identity = NodeIdentity.load_or_generate(self.run_dir(index) / IDENTITY_FILE)
+            identity = testnet_identity(self.run_dir(index) / IDENTITY_FILE, f"{self.seed}/node{index}")
             join_memory_bus(node, self.bus, f"node{index}", identity, swarm_clock=self.swarm_clock,
                             clock=self.protocol_clock)
         self.nodes[index] = node
@@ -225,6 +230,17 @@ class MemoryTestnet:
                          "accepted": status["accepted"], "rejected": sum(status["rejected_by_reason"].values()),
                          "ext_used": last.get("external_used")})
         return rows
+
+
+def testnet_identity(path: Path, name: str) -> NodeIdentity:
+    """The identity saved at `path` (a restarted node keeps its own), else one derived from `name`
+    (seed and node), saved there: a run's peer ids, and with them the order in which peers' groups
+    are sampled, repeat from run to run (a fresh random key made the swarm's figures vary)."""
+    if path.exists():
+        return NodeIdentity.load(path)
+    identity = NodeIdentity.from_seed(hashlib.sha256(f"swarm-node testnet/{name}".encode()).digest())
+    identity.save(path)
+    return identity
 
 
 def _virtual_times(row: dict, start: float, profile) -> dict:

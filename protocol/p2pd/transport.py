@@ -3,7 +3,7 @@
 Threads (none of them ever the caller's): a supervisor starts the daemon, checks it every
 `health_interval_s` (process alive, IDENTIFY answered in time) and restarts it with exponential
 backoff when it exits or its control socket is stuck, re-subscribing every topic; one reader per
-subscription fills a bounded per-topic inbox (fair: the heaviest sender loses, protocol/inbox.py);
+subscription fills a bounded per-topic inbox (fair: the heaviest sender loses its oldest, protocol/inbox.py);
 one writer sends publishes; a guard thread disconnects origins cut for flooding
 (protocol/p2pd/flood_guard.py); a discovery thread keeps bootstrap and cached peers dialed and asks
 the DHT for more (protocol/p2pd/discovery.py), refreshes the peer/topic counts that `peers()` and
@@ -41,7 +41,7 @@ from ..transport import (
     COUNTER_RECEIVED,
     Received,
 )
-from ..inbox import FairInbox
+from ..inbox import FairBuffer
 from ..ratelimit import Pacer
 from .addrs import peer_id_text, split_peer_addr
 from .control import (
@@ -153,7 +153,7 @@ class P2pdTransport:
         self._stats = dict.fromkeys(STAT_KEYS, 0)
         self._flood_guard = FloodGuard(flood_cut_rate, flood_cut_burst, flood_cut_s)
         self._wake_guard = threading.Event()
-        self._inbox: dict[str, FairInbox[Received]] = {}
+        self._inbox: dict[str, FairBuffer[Received]] = {}
         self._outbound: collections.deque[tuple[str, bytes, float]] = collections.deque()
         self._state = STATE_STARTING
         self._daemon: DaemonProcess | None = None
@@ -166,7 +166,7 @@ class P2pdTransport:
         self._threads: list[threading.Thread] = []
         self._started = False
         for topic in topics:
-            self._inbox[topic] = FairInbox(inbox_size)
+            self._inbox[topic] = FairBuffer(inbox_size)
 
     # ------------------------------------------------------------------ Transport API (any thread)
 
@@ -191,7 +191,7 @@ class P2pdTransport:
         with self._lock:
             if topic in self._inbox:
                 return
-            self._inbox[topic] = FairInbox(self._inbox_size)
+            self._inbox[topic] = FairBuffer(self._inbox_size)
             generation = self._generation if self._state == STATE_RUNNING else None
         if generation is not None:
             self._spawn_thread(lambda: self._read_topic(topic, generation), "p2pd-reader")
@@ -219,6 +219,14 @@ class P2pdTransport:
             if not box:
                 return []
             return box.take(None if max_items is None else max(0, int(max_items)))
+
+    def dropped_by_sender(self) -> dict[str, int]:
+        """Messages each sender lost to a full inbox (all topics)."""
+        with self._lock:
+            total: collections.Counter[str] = collections.Counter()
+            for box in self._inbox.values():
+                total.update(box.dropped)
+            return dict(total)
 
     def peers(self) -> list[str]:
         with self._lock:
@@ -450,9 +458,7 @@ class P2pdTransport:
             if box is None:
                 self._stats[COUNTER_DROPPED_UNSUBSCRIBED] += 1
                 return
-            if len(box) >= self._inbox_size:
-                self._stats[COUNTER_DROPPED_INBOUND_FULL] += 1  # put() drops one of the heaviest sender's
-            box.put(sender, item)
+            self._stats[COUNTER_DROPPED_INBOUND_FULL] += len(box.put(sender, item))  # the heaviest sender's oldest
             self._stats[COUNTER_RECEIVED] += 1
 
     def _write_loop(self) -> None:
