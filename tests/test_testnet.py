@@ -165,3 +165,28 @@ def test_memory_testnet_rate_limits_count_ticks_not_wall_seconds(tmp_path):
         testnet.tick = tick
         assert limiter.allow("node1", 100), tick
     assert TICK_S * limiter.limits.messages_per_s > 1
+
+
+def test_memory_testnet_frees_its_nodes_when_a_run_ends_and_when_one_is_killed(tmp_path):
+    """Node <-> exchange is a reference cycle: without an explicit release every finished run of a
+    --compare sweep kept its models until the cyclic collector happened to run (a SmolLM2 sweep ran
+    out of memory). With the collector off, only the testnet's own release can free them."""
+    import gc
+
+    from node.loop import Node
+    from node.testnet.memory import MemoryTestnet
+
+    def live_nodes() -> int:
+        return sum(isinstance(obj, Node) for obj in gc.get_objects())
+
+    gc.collect()
+    before = live_nodes()
+    gc.disable()
+    try:
+        plan = Plan(nodes=3, rounds=6, transport="memory", out=tmp_path, kills=parse_kills("3:1:1"))
+        result = MemoryTestnet(plan, (4, 4), 0, tmp_path / "run").run()
+        assert live_nodes() == before
+    finally:
+        gc.enable()
+    assert any(e["event"] == "node1 killed at round 3" for e in result["events"])
+    assert all(read_metrics(Path(n["run_dir"]))[-1]["round"] == 5 for n in result["nodes"])

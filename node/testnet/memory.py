@@ -21,6 +21,7 @@ Two clocks (plan.clock):
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import time
 from pathlib import Path
@@ -97,11 +98,9 @@ class MemoryTestnet:
                             **({"vtime": self.now} if self.plan.clock == "compute" else {})})
 
     def _kill(self, index: int, down: int) -> None:
-        node = self.nodes.pop(index)
-        if node.exchange is not None:
-            node.exchange.transport.close()  # no final checkpoint: what a SIGKILL leaves behind
         self.down_until[index] = self.tick + down
-        self._event(f"node{index} killed at round {node.next_round}")
+        self._event(f"node{index} killed at round {self.nodes[index].next_round}")
+        release(self.nodes.pop(index))  # no final checkpoint: what a SIGKILL leaves behind
         if self.plan.clock == "compute":
             self.queue.drop(index)
 
@@ -139,22 +138,31 @@ class MemoryTestnet:
         torch.set_num_threads(1)
         started = time.perf_counter()
         self.queue = TurnQueue()
-        for index in range(self.plan.nodes):
-            self._start(index)
-        self._hostile_peers()
-        if self.plan.clock == "compute":
-            return self._result(started, self._run_compute())
-        while any(n.next_round < self.plan.rounds for n in self.nodes.values()) or self.down_until:
-            self._apply_schedule()
-            for peer in self.hostile:
-                peer.step(self.tick)
-            for index, node in sorted(self.nodes.items()):
-                if node.next_round < self.plan.rounds and self.tick % slowdown(self.plan, index) == 0:
-                    node.run_one(self.plan.rounds)
-            if self.dashboard is not None:
-                self.dashboard.update(self.snapshot())
-            self.tick += 1
-        return self._result(started, {})
+        try:
+            for index in range(self.plan.nodes):
+                self._start(index)
+            self._hostile_peers()
+            if self.plan.clock == "compute":
+                return self._result(started, self._run_compute())
+            while any(n.next_round < self.plan.rounds for n in self.nodes.values()) or self.down_until:
+                self._run_tick()
+            return self._result(started, {})
+        finally:
+            for index in list(self.nodes):
+                release(self.nodes.pop(index))
+
+
+    def _run_tick(self) -> None:
+        """Rounds clock: every node due this tick runs one round."""
+        self._apply_schedule()
+        for peer in self.hostile:
+            peer.step(self.tick)
+        for index, node in sorted(self.nodes.items()):
+            if node.next_round < self.plan.rounds and self.tick % slowdown(self.plan, index) == 0:
+                node.run_one(self.plan.rounds)
+        if self.dashboard is not None:
+            self.dashboard.update(self.snapshot())
+        self.tick += 1
 
     def _run_compute(self) -> dict:
         """Rounds in virtual-time order until the budget; returns the run's compute-clock fields."""
@@ -264,3 +272,16 @@ def _plain_status(status: dict) -> dict:
             "tiers_used": status["tiers_used"], "transport": status["transport"],
             "peers": [{"peer_id": p.peer_id, "score": p.score, "banned": p.banned, "accepted": p.accepted,
                        "rejected": p.rejected} for p in status["peers"]]}
+
+
+def release(node: Node) -> None:
+    """Frees a node that leaves this process's testnet (killed, or its run ended) at once. Node and
+    exchange refer to each other, and Python frees such a cycle only when its cyclic collector next
+    runs, which a few large tensors do not trigger: a `--compare` sweep of SmolLM2 nodes held every
+    finished run's models and optimizer states until the machine ran out of memory."""
+    if node.exchange is not None:
+        node.exchange.close()
+        node.exchange.transport.close()
+    node.close()
+    del node  # our frame's reference is the last one outside the cycle
+    gc.collect()
