@@ -62,7 +62,7 @@ def _config(args: argparse.Namespace, extra: list[str] = ()):
         overrides.append(f"run.rounds={args.rounds}")
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
-    # the environment sits between the config file and --set (README "Configuration")
+    # the environment sits between the config file and --set (README: "Configuration is typed ... later wins")
     cfg = load_config(resolve_preset(args), args.config, [*overrides, *extra], environ=os.environ)
     configure_logs(cfg.run.log_level, cfg.run.log_format)
     return cfg

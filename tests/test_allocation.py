@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.allocation import BetaPassRate, beta_cdf, dars_extra_rollouts
+from node.allocation import dars_extra_rollouts
+from node.pass_rates import BetaPassRate, beta_cdf
 
 
 @pytest.mark.parametrize(
