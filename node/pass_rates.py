@@ -4,42 +4,10 @@ hint annealing and the weak_tasks sampler; saved in checkpoints.
 """
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from node.tasks.base import Task
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction for the regularized incomplete beta (modified Lentz; Numerical Recipes)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return h
-
-
-def beta_cdf(x: float, a: float, b: float) -> float:
-    """I_x(a, b) = P(p <= x) for p ~ Beta(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1) / (a + b + 2):  # the continued fraction converges fast on this side
-        return math.exp(log_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
 
 
 @dataclass
@@ -61,10 +29,6 @@ class BetaPassRate:
     def mean(self) -> float:
         """Posterior mean alpha / (alpha + beta)."""
         return self.alpha / (self.alpha + self.beta)
-
-    def prob_above(self, threshold: float) -> float:
-        """P(pass rate > threshold) under the posterior."""
-        return 1.0 - beta_cdf(threshold, self.alpha, self.beta)
 
 
 class PassRates:

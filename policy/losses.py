@@ -220,7 +220,7 @@ class DrGrpo(Grpo):
 
 class Dapo(Objective):
     """DAPO: -min(r A, clip(r, 1-eps_low, 1+eps_high) A) (clip-higher), token-mean, dual clip as in
-    grpo. Dynamic sampling and the overlong penalty act on data: see policy.advantages."""
+    grpo. DAPO's dynamic sampling and overlong penalty act on data; the node applies neither."""
 
     name: ClassVar[str] = "dapo"
     eps_low: float = Field(0.2, ge=0, le=1)

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.advantages import dynamic_sampling_keep, group_advantages, overlong_penalty
+from policy.advantages import group_advantages
 from policy.losses import (
     MAX_LOG_RATIO,
     OBJECTIVES,
@@ -234,6 +234,33 @@ def test_mc_end_to_end_keep_mask_excludes_pivot():
     ref, _ = make_objective("dapo").loss(LossInputs(l_kept, l_kept.detach() + drift[keep], l_kept.detach(), torch.ones(4, 4), A[keep]))
     assert torch.allclose(loss, ref, atol=1e-6)
     assert torch.allclose(g[keep], grad_of(ref, l_kept), atol=1e-6)
+
+
+# DAPO's data-level rules, written out for check 4d: the node applies neither (policy/ALGORITHMS.md,
+# "Group advantages"), so they live here and not in policy/.
+def overlong_penalty(lengths: torch.Tensor | list[int], max_len: int, cache_len: int) -> torch.Tensor:
+    """DAPO soft overlong punishment, added to the reward:
+
+        0                                  if L <= max_len - cache_len
+        (max_len - cache_len - L) / cache  if max_len - cache_len < L <= max_len   (0 -> -1)
+        -1                                 if L > max_len
+    cache_len = 0 degenerates to a hard step (0 up to max_len, -1 beyond).
+    """
+    if cache_len < 0 or cache_len > max_len:
+        raise ValueError(f"need 0 <= cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")
+    L = torch.as_tensor(lengths, dtype=torch.float32)  # [N]
+    if cache_len == 0:
+        return torch.where(L > max_len, -1.0, 0.0)  # [N]
+    return ((max_len - cache_len - L) / cache_len).clamp(-1.0, 0.0)  # [N]
+
+
+def dynamic_sampling_keep(rewards: torch.Tensor, correct_threshold: float = 1.0) -> bool:
+    """DAPO dynamic sampling: keep a group only if 0 < #correct < G, i.e. it has reward variance
+    between right and wrong (all-right and all-wrong groups give A = 0 and waste a slot).
+    A completion counts as correct when its reward >= correct_threshold."""
+    R = torch.as_tensor(rewards)  # [G]
+    n_correct = int((R >= correct_threshold).sum())
+    return 0 < n_correct < R.numel()
 
 
 def test_dapo_data_filters():
