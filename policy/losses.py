@@ -169,7 +169,9 @@ def apply_row_keep(objective: Objective, x: LossInputs) -> tuple[LossInputs, flo
 
 
 class Grpo(Objective):
-    """GRPO: -min(r A, clip(r, 1-eps, 1+eps) A), r = exp(l - l_old); SMTM by default.
+    """GRPO: -min(r A, clip(r, 1-eps_low, 1+eps_high) A), r = exp(l - l_old); SMTM by default.
+    eps sets both sides of the clip; eps_low / eps_high, when set, override one side (DAPO's
+    clip-higher is eps_high > eps_low: dapo below).
 
     No KL knob (beta): a k3 penalty against l_old (this node keeps no frozen reference model) is
     exactly 0 in value and gradient with one optimizer step per round (l = l_old), so it silently
@@ -179,14 +181,22 @@ class Grpo(Objective):
 
     name: ClassVar[str] = "grpo"
     eps: float = Field(0.2, gt=0)
+    eps_low: float | None = Field(None, ge=0, le=1)  # lower clip 1 - eps_low; None: eps
+    eps_high: float | None = Field(None, ge=0)  # upper clip 1 + eps_high; None: eps
     dual_clip: float | None = Field(3.0, gt=1)
     aggregation: Literal["smtm", "tm", "cn"] = "smtm"
     l_norm: float | None = Field(None, gt=0)  # only for aggregation="cn"
 
+    def clip_range(self) -> tuple[float, float]:
+        """(1 - eps_low, 1 + eps_high), each side eps unless set."""
+        low = self.eps if self.eps_low is None else self.eps_low
+        high = self.eps if self.eps_high is None else self.eps_high
+        return 1 - low, 1 + high
+
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
         A = x.advantages[:, None]  # [B, 1]
-        lo, hi = 1 - self.eps, 1 + self.eps
+        lo, hi = self.clip_range()
         term = -clipped_surrogate(r, A, lo, hi, self.dual_clip)  # [B, T]
         clipped = ppo_clip_active(r.detach(), A, lo, hi, self.dual_clip)  # [B, T]
         stats = {"clip_frac": token_fraction(clipped, x.mask), **ratio_stats(r, x.mask)}
@@ -218,23 +228,14 @@ class DrGrpo(Grpo):
     aggregation: Literal["smtm", "tm", "cn"] = "cn"
 
 
-class Dapo(Objective):
-    """DAPO: -min(r A, clip(r, 1-eps_low, 1+eps_high) A) (clip-higher), token-mean, dual clip as in
-    grpo. DAPO's dynamic sampling and overlong penalty act on data; the node applies neither."""
+class Dapo(Grpo):
+    """DAPO: grpo's term with clip-higher (lower clip 1 - eps = 0.8, upper 1 + eps_high = 1.28) and
+    token-mean aggregation. DAPO's dynamic sampling and overlong penalty act on data; the node
+    applies neither."""
 
     name: ClassVar[str] = "dapo"
-    eps_low: float = Field(0.2, ge=0, le=1)
-    eps_high: float = Field(0.28, ge=0)
-    dual_clip: float | None = Field(3.0, gt=1)
-
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
-        r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
-        A = x.advantages[:, None]  # [B, 1]
-        lo, hi = 1 - self.eps_low, 1 + self.eps_high
-        term = -clipped_surrogate(r, A, lo, hi, self.dual_clip)  # [B, T]
-        clipped = ppo_clip_active(r.detach(), A, lo, hi, self.dual_clip)  # [B, T]
-        stats = {"clip_frac": token_fraction(clipped, x.mask), **ratio_stats(r, x.mask)}
-        return term, stats
+    eps_high: float | None = Field(0.28, ge=0)
+    aggregation: Literal["smtm", "tm", "cn"] = "tm"
 
 
 class Gspo(Objective):

@@ -319,6 +319,20 @@ def test_ppo_clip_higher_dapo_vs_grpo():
     assert stats_d["clip_frac"] == 0.0 and torch.allclose(grad_of(loss_d, l), torch.full((1, 2), -1.25 / 2))
 
 
+def test_dapo_is_grpo_with_clip_higher_and_token_mean():
+    """dapo is grpo with eps_high = 0.28 and TM: the same loss, gradient and statistics, ratios on both
+    sides of the clip; eps_low moves only the lower side."""
+    l = random_logp(21)
+    drift = 0.4 * torch.randn(MASK.shape, generator=torch.Generator().manual_seed(2))
+    x = LossInputs(l, l.detach() + drift, l.detach(), MASK, torch.tensor([1.0, -1.0, 0.5]))
+    loss_d, stats_d = make_objective("dapo").loss(x)
+    loss_g, stats_g = make_objective("grpo", eps_high=0.28, aggregation="tm").loss(x)
+    assert torch.equal(loss_d, loss_g) and stats_d == stats_g and 0 < stats_d["clip_frac"] < 1
+    assert torch.equal(grad_of(loss_d, l), grad_of(loss_g, l))
+    assert make_objective("dapo", eps_low=0.1).clip_range() == (1 - 0.1, 1 + 0.28)
+    assert make_objective("grpo").clip_range() == (1 - 0.2, 1 + 0.2)
+
+
 # ------------------------------------------------------------------------------------------
 # Check 7: effective sample size
 # ------------------------------------------------------------------------------------------
