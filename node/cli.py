@@ -62,7 +62,7 @@ def _config(args: argparse.Namespace, extra: list[str] = ()):
         overrides.append(f"run.rounds={args.rounds}")
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
-    # the environment sits between the config file and --set (README "Configuration")
+    # the environment sits between the config file and --set (README: "Configuration is typed ... later wins")
     cfg = load_config(resolve_preset(args), args.config, [*overrides, *extra], environ=os.environ)
     configure_logs(cfg.run.log_level, cfg.run.log_format)
     return cfg
@@ -352,28 +352,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_config_options(p: argparse.ArgumentParser, run_dir: str, presets: list[str]) -> None:
+    """The options of the commands that build a node's configuration (train, join, config)."""
+    p.add_argument("--preset", choices=presets, help="default: $SWARM_NODE_PRESET, else tiny")
+    p.add_argument("--config", help="TOML file with overrides of the preset")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key, e.g. optim.lr=3e-4")
+    p.add_argument("--rounds", type=int, help="total rounds (shorthand for --set run.rounds=N)")
+    p.add_argument("--seed", type=int, help="run seed (shorthand for --set run.seed=N)")
+    p.add_argument("--run-dir", default=run_dir, help="where metrics and checkpoints go")
+    p.add_argument("--quiet", action="store_true", help="no per-round output")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from node.presets import PRESETS  # names only: the config's schema loads after parsing
 
     parser = argparse.ArgumentParser(prog="swarm-node", description="Decentralized RL post-training node.")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def common(p: argparse.ArgumentParser, run_dir: str) -> None:
-        p.add_argument("--preset", choices=list(PRESETS), help="default: $SWARM_NODE_PRESET, else tiny")
-        p.add_argument("--config", help="TOML file with overrides of the preset")
-        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key, e.g. optim.lr=3e-4")
-        p.add_argument("--rounds", type=int, help="total rounds (shorthand for --set run.rounds=N)")
-        p.add_argument("--seed", type=int, help="run seed (shorthand for --set run.seed=N)")
-        p.add_argument("--run-dir", default=run_dir, help="where metrics and checkpoints go")
-        p.add_argument("--quiet", action="store_true", help="no per-round output")
+    presets = list(PRESETS)
 
     train = sub.add_parser("train", help="train one node locally (no network)")
-    common(train, "runs/latest")
+    add_config_options(train, "runs/latest", presets)
     train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
     train.set_defaults(func=cmd_train)
 
     join = sub.add_parser("join", help="join a swarm: train and share verified rollouts over libp2p")
-    common(join, "runs/node")
+    add_config_options(join, "runs/node", presets)
     join.add_argument("--peers", nargs="*", metavar="MULTIADDR", help="bootstrap peers (/ip4/.../tcp/.../p2p/<id>)")
     join.add_argument("--listen", action="append", metavar="MULTIADDR", help="listen address (default /ip4/0.0.0.0/tcp/0: a free port, printed at start)")
     join.add_argument("--swarm", help="swarm name (gossip topic namespace)")
@@ -394,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     config = sub.add_parser("config", help="print the resolved configuration (--explain: what each knob does)")
-    common(config, "runs/latest")
+    add_config_options(config, "runs/latest", presets)
     config.add_argument("--explain", action="store_true", help="describe every knob next to its value")
     config.add_argument("--env", action="store_true", help="print an environment file (systemd EnvironmentFile=, "
                         "docker --env-file): every key as SWARM_NODE_<SECTION>__<KEY>, commented out at the "
@@ -412,10 +415,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--k", type=int, help="samples per task for pass@k (default: the run's eval.k)")
     evaluate.set_defaults(func=cmd_eval)
 
+    add_testnet_parser(sub, presets)
+    return parser
+
+
+def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> None:
     testnet = sub.add_parser("testnet", help="run N nodes on this machine with faults and hostile peers; report")
     testnet.add_argument("--nodes", type=int, default=3)
     testnet.add_argument("--rounds", type=int, default=200, help="rounds every honest node trains")
-    testnet.add_argument("--preset", choices=list(PRESETS), default="tiny")
+    testnet.add_argument("--preset", choices=presets, default="tiny")
     testnet.add_argument("--mix", default="4/4", metavar="I/J", help="I local + J external groups per update")
     testnet.add_argument("--compare", metavar="I/J,...", help="run each mix (e.g. 8/0,6/2,4/4,2/6) and compare")
     testnet.add_argument("--seeds", type=int, default=1, help="repeat every configuration with K seeds")
@@ -449,7 +457,6 @@ def build_parser() -> argparse.ArgumentParser:
     testnet.add_argument("--resume", action="store_true", help="keep the runs a killed or shorter sweep of the "
                          "same plan finished in --out (e.g. after adding --seeds) and run only the rest")
     testnet.set_defaults(func=cmd_testnet)
-    return parser
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from node.allocation import PassRates
 from node.groups import HintUse, ScoredGroup
+from node.pass_rates import PassRates
 from node.tasks.base import Task, TaskRef
 
 LEVELS = ("l1", "l2", "l3", "prefix")

@@ -1,4 +1,4 @@
-"""The round loop of one node, plain synchronous code (README "How a round works").
+"""The round loop of one node, plain synchronous code (its steps: README "How shared rollouts are trained").
 
     tasks (+ hinted revisits) -> generate (plain, hinted, DARS extra) -> score -> share / collect
     -> compose (SAPO groups or cross-actor merge) -> update -> [held-out eval] -> metrics -> checkpoint
@@ -20,13 +20,13 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
-from node.allocation import PassRates
 from node.config import NodeConfig
 from node.eval import Evaluator
 from node.groups import ScoredGroup, compose
 from node.hint_writer import HintWriter
 from node.hints import LEVELS, HintBook
 from node.metrics import MetricsLog, RoundTable
+from node.pass_rates import PassRates
 from node.prompts import Retokenizer
 from node.rollouts import RolloutSampler
 from node.tensorboard import TensorBoardLog

@@ -13,7 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, ContextManager
 
-from node.allocation import AllocationConfig, PassRates, dars_extra_rollouts
+from node.allocation import AllocationConfig, dars_extra_rollouts
+from node.pass_rates import PassRates
 from node.groups import HintUse, ScoredGroup
 from node.prompts import render_prompt
 from node.tasks.base import Task, TaskSource

@@ -196,12 +196,6 @@ def _math_verify_bounded(pred: str | None, gold: str | None, timeout_s: float) -
     return run_with_deadline(lambda: _math_verify_unbounded(pred, gold), timeout_s)
 
 
-def math_verify_match(pred: str | None, gold: str | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
-    """1.0 if math-verify finds pred equivalent to gold ("0.5" == "1/2" == "\\frac{1}{2}");
-    0.0 otherwise, including on timeout (counted in timeout_count())."""
-    return _math_verify_bounded(pred, gold, timeout_s) or 0.0
-
-
 # --- the verifier ---------------------------------------------------------------------------------
 
 

@@ -1,6 +1,6 @@
-"""Group advantages and DAPO's data-level filters (notation: policy/ALGORITHMS.md).
+"""Group advantages (notation: policy/ALGORITHMS.md).
 
-All functions are pure: tensors in, tensors (or a bool) out, nothing is modified in place.
+All functions are pure: tensors in, tensors out, nothing is modified in place.
 """
 from __future__ import annotations
 
@@ -74,28 +74,3 @@ def group_size_weight(n: int, group_size: int, kind: AdvantageKind = "mean_std")
         return 1.0, 1.0
     scale = math.sqrt((group_size - 1) / group_size * n / (n - 1)) if kind == "mean_std" else 1.0
     return group_size / n, scale
-
-
-def overlong_penalty(lengths: Tensor | list[int], max_len: int, cache_len: int) -> Tensor:
-    """DAPO soft overlong punishment, added to the reward:
-
-        0                                  if L <= max_len - cache_len
-        (max_len - cache_len - L) / cache  if max_len - cache_len < L <= max_len   (0 -> -1)
-        -1                                 if L > max_len
-    cache_len = 0 degenerates to a hard step (0 up to max_len, -1 beyond).
-    """
-    if cache_len < 0 or cache_len > max_len:
-        raise ValueError(f"need 0 <= cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")
-    L = torch.as_tensor(lengths, dtype=torch.float32)  # [N]
-    if cache_len == 0:
-        return torch.where(L > max_len, -1.0, 0.0)  # [N]
-    return ((max_len - cache_len - L) / cache_len).clamp(-1.0, 0.0)  # [N]
-
-
-def dynamic_sampling_keep(rewards: Tensor, correct_threshold: float = 1.0) -> bool:
-    """DAPO dynamic sampling: keep a group only if 0 < #correct < G, i.e. it has reward variance
-    between right and wrong (all-right and all-wrong groups give A = 0 and waste a slot).
-    A completion counts as correct when its reward >= correct_threshold."""
-    R = torch.as_tensor(rewards)  # [G]
-    n_correct = int((R >= correct_threshold).sum())
-    return 0 < n_correct < R.numel()

@@ -266,7 +266,30 @@ class Learner:
         if not samples:
             return stats
         self.model.eval()  # dropout off: see the module doc
+        batch = self._batch(samples, advantages, row_weights)
 
+        trained = ~torch.tensor(dropped, dtype=torch.bool, device=batch.tier.device)  # [B]
+        for t in TIERS:
+            if (n_tier := int(((batch.tier == t) & trained).sum())) > 0:
+                stats[f"ext_t{t}_samples"] = float(n_tier)
+
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for _ in range(self.cfg.epochs):
+            order = torch.randperm(len(samples)).to(self.device)  # [B]
+            for idx in order.chunk(self.cfg.minibatches):
+                for key, value in self._step(batch, idx).items():
+                    if isinstance(value, (int, float)) and math.isfinite(value):
+                        sums[key] = sums.get(key, 0.0) + value
+                        counts[key] = counts.get(key, 0) + 1
+        stats.update({key: sums[key] / counts[key] for key in sums})  # mean over the steps that had the key
+        stats["optimizer_steps"] = float(self.cfg.epochs * self.cfg.minibatches)
+        stats["tokens_trained"] = float(batch.loss_mask.sum())
+        return stats
+
+    def _batch(self, samples: list[TrainSample], advantages: list[float], row_weights: list[float]) -> _Batch:
+        """The samples padded into one batch on the model's device, with l^old when the update needs
+        it and the tier-1 behavior log-probs derived from it."""
         input_ids, attention_mask, completion_mask = pad_batch(
             [s.prompt_ids for s in samples], [s.completion_ids for s in samples], self.pad_id)
         # input_ids/attention_mask: [B, P+C]; completion_mask: [B, C]
@@ -296,50 +319,50 @@ class Learner:
             self._resolve_behavior(samples, behavior, tier, old_logp.cpu())
         loss_mask, behavior, adv_t, tier, row_weight = (
             t.to(self.device) for t in (loss_mask, behavior, adv_t, tier, row_weight))
+        return _Batch(input_ids, attention_mask, n_completion, loss_mask, behavior, tier, adv_t, row_weight,
+                      old_logp)
 
-        trained = ~torch.tensor(dropped, dtype=torch.bool, device=tier.device)  # [B]
-        for t in TIERS:
-            if (n_tier := int(((tier == t) & trained).sum())) > 0:
-                stats[f"ext_t{t}_samples"] = float(n_tier)
+    def _step(self, batch: _Batch, idx: torch.Tensor) -> dict[str, float]:
+        """One optimizer step on the batch rows `idx` [b]; the step's statistics."""
+        ids, am, n_completion = batch.input_ids[idx], batch.attention_mask[idx], batch.n_completion  # [b, P+C]
+        chunks = self._backward_chunks(ids.shape)
+        if chunks == 1:
+            logp = self._logprobs(ids, am, n_completion)  # [b, C]
+        else:  # the loss sees every row at once; the model's backward runs chunk by chunk below
+            with torch.no_grad():
+                logp = self._logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
+        old = batch.old_logp[idx] if batch.old_logp is not None else logp.detach()  # [b, C]
+        beh, old, bounded_frac = resolve_claims(batch.behavior[idx], old, batch.tier[idx], batch.loss_mask[idx],
+                                                self.off_policy.proximal)  # [b, C], [b, C]
+        x = LossInputs(logp=logp, old_logp=old, behavior_logp=beh, mask=batch.loss_mask[idx],
+                       advantages=batch.advantages[idx], completion_budget=self.completion_budget,
+                       row_weight=batch.row_weight[idx])
+        loss, step_stats = self._loss(x, batch.tier[idx])
+        if bounded_frac is not None:
+            step_stats["ext_claims_bounded_frac"] = bounded_frac
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if chunks > 1:
+            self._backward_through_model(ids, am, n_completion, logp.grad, chunks)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+        self.optimizer.step()
+        self.policy_version += 1
+        return {**step_stats, "loss": float(loss.detach()), "grad_norm": float(grad_norm)}
 
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        b_size = len(samples)
-        for _ in range(self.cfg.epochs):
-            order = torch.randperm(b_size).to(self.device)  # [B]
-            for idx in order.chunk(self.cfg.minibatches):
-                ids, am = input_ids[idx], attention_mask[idx]  # [b, P+C]
-                chunks = self._backward_chunks(ids.shape)
-                if chunks == 1:
-                    logp = self._logprobs(ids, am, n_completion)  # [b, C]
-                else:  # the loss sees every row at once; the model's backward runs chunk by chunk below
-                    with torch.no_grad():
-                        logp = self._logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
-                old = old_logp[idx] if old_logp is not None else logp.detach()  # [b, C]
-                beh, old, bounded_frac = resolve_claims(behavior[idx], old, tier[idx], loss_mask[idx],
-                                                        self.off_policy.proximal)  # [b, C], [b, C]
-                x = LossInputs(logp=logp, old_logp=old, behavior_logp=beh, mask=loss_mask[idx],
-                               advantages=adv_t[idx], completion_budget=self.completion_budget,
-                               row_weight=row_weight[idx])
-                loss, step_stats = self._loss(x, tier[idx])
-                if bounded_frac is not None:
-                    step_stats["ext_claims_bounded_frac"] = bounded_frac
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if chunks > 1:
-                    self._backward_through_model(ids, am, n_completion, logp.grad, chunks)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
-                self.optimizer.step()
-                self.policy_version += 1
-                step_stats = {**step_stats, "loss": float(loss.detach()), "grad_norm": float(grad_norm)}
-                for key, value in step_stats.items():
-                    if isinstance(value, (int, float)) and math.isfinite(value):
-                        sums[key] = sums.get(key, 0.0) + value
-                        counts[key] = counts.get(key, 0) + 1
-        stats.update({key: sums[key] / counts[key] for key in sums})  # mean over the steps that had the key
-        stats["optimizer_steps"] = float(n_steps)
-        stats["tokens_trained"] = float(loss_mask.sum())
-        return stats
+
+@dataclasses.dataclass
+class _Batch:
+    """One update's padded batch on the model's device: B rows of P prompt + C completion tokens."""
+
+    input_ids: torch.Tensor  # [B, P+C]
+    attention_mask: torch.Tensor  # [B, P+C]
+    n_completion: int  # C
+    loss_mask: torch.Tensor  # [B, C] 1 on trainable completion tokens
+    behavior: torch.Tensor  # [B, C] behavior log-probs, NaN = unknown (l^old is used)
+    tier: torch.Tensor  # [B] LOCAL or a peer's behavior tier
+    advantages: torch.Tensor  # [B]
+    row_weight: torch.Tensor  # [B]
+    old_logp: torch.Tensor | None  # [B, C] l^old; None with one optimizer step (then l^old = sg[l])
 
 
 def resolve_claims(behavior: torch.Tensor, old: torch.Tensor, tier: torch.Tensor, mask: torch.Tensor,

@@ -36,9 +36,17 @@ class ObjectiveKnobs(BaseModel):
 class GrpoKnobs(ObjectiveKnobs):
     name: ClassVar[str] = "grpo"
     eps: float = Field(0.2, gt=0)
+    eps_low: float | None = Field(None, ge=0, le=1)  # lower clip 1 - eps_low; None: eps
+    eps_high: float | None = Field(None, ge=0)  # upper clip 1 + eps_high; None: eps
     dual_clip: float | None = Field(3.0, gt=1)
     aggregation: Literal["smtm", "tm", "cn"] = "smtm"
     l_norm: float | None = Field(None, gt=0)  # only for aggregation="cn"
+
+    def clip_range(self) -> tuple[float, float]:
+        """(1 - eps_low, 1 + eps_high), each side eps unless set."""
+        low = self.eps if self.eps_low is None else self.eps_low
+        high = self.eps if self.eps_high is None else self.eps_high
+        return 1 - low, 1 + high
 
 
 class DrGrpoKnobs(GrpoKnobs):
@@ -47,11 +55,10 @@ class DrGrpoKnobs(GrpoKnobs):
     aggregation: Literal["smtm", "tm", "cn"] = "cn"
 
 
-class DapoKnobs(ObjectiveKnobs):
+class DapoKnobs(GrpoKnobs):
     name: ClassVar[str] = "dapo"
-    eps_low: float = Field(0.2, ge=0, le=1)
-    eps_high: float = Field(0.28, ge=0)
-    dual_clip: float | None = Field(3.0, gt=1)
+    eps_high: float | None = Field(0.28, ge=0)
+    aggregation: Literal["smtm", "tm", "cn"] = "tm"
 
 
 class GspoKnobs(ObjectiveKnobs):

@@ -170,7 +170,9 @@ def apply_row_keep(objective: Objective, x: LossInputs) -> tuple[LossInputs, flo
 
 
 class Grpo(GrpoKnobs, Objective):
-    """GRPO: -min(r A, clip(r, 1-eps, 1+eps) A), r = exp(l - l_old); SMTM by default.
+    """GRPO: -min(r A, clip(r, 1-eps_low, 1+eps_high) A), r = exp(l - l_old); SMTM by default.
+    eps sets both sides of the clip; eps_low / eps_high, when set, override one side (DAPO's
+    clip-higher is eps_high > eps_low: dapo below).
 
     No KL knob (beta): a k3 penalty against l_old (this node keeps no frozen reference model) is
     exactly 0 in value and gradient with one optimizer step per round (l = l_old), so it silently
@@ -181,7 +183,7 @@ class Grpo(GrpoKnobs, Objective):
     def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
         A = x.advantages[:, None]  # [B, 1]
-        lo, hi = 1 - self.eps, 1 + self.eps
+        lo, hi = self.clip_range()
         term = -clipped_surrogate(r, A, lo, hi, self.dual_clip)  # [B, T]
         clipped = ppo_clip_active(r.detach(), A, lo, hi, self.dual_clip)  # [B, T]
         stats = {"clip_frac": token_fraction(clipped, x.mask), **ratio_stats(r, x.mask)}
@@ -209,18 +211,10 @@ class DrGrpo(DrGrpoKnobs, Grpo):
     L_norm = max new tokens (LossInputs.completion_budget, unless l_norm is set)."""
 
 
-class Dapo(DapoKnobs, Objective):
-    """DAPO: -min(r A, clip(r, 1-eps_low, 1+eps_high) A) (clip-higher), token-mean, dual clip as in
-    grpo. Dynamic sampling and the overlong penalty act on data: see policy.advantages."""
-
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
-        r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
-        A = x.advantages[:, None]  # [B, 1]
-        lo, hi = 1 - self.eps_low, 1 + self.eps_high
-        term = -clipped_surrogate(r, A, lo, hi, self.dual_clip)  # [B, T]
-        clipped = ppo_clip_active(r.detach(), A, lo, hi, self.dual_clip)  # [B, T]
-        stats = {"clip_frac": token_fraction(clipped, x.mask), **ratio_stats(r, x.mask)}
-        return term, stats
+class Dapo(DapoKnobs, Grpo):
+    """DAPO: grpo's term with clip-higher (lower clip 1 - eps = 0.8, upper 1 + eps_high = 1.28) and
+    token-mean aggregation. DAPO's dynamic sampling and overlong penalty act on data; the node
+    applies neither."""
 
 
 class Gspo(GspoKnobs, Objective):

@@ -41,7 +41,8 @@ for path in (ROOT, SCRIPTS):
 from bench_gossip_node import (  # noqa: E402
     FLOOD_COMPLETIONS, GROUP_COMPLETIONS, TOKENS_PER_COMPLETION, TRANSPORTS, available_transports, build_group,
 )
-from bench_gossip_swarm import _fmt, run_one  # noqa: E402
+from bench_gossip_phases import run_one  # noqa: E402
+from bench_gossip_swarm import _fmt  # noqa: E402
 
 # (label, path into a run's result, higher is better) of every figure compared across transports
 FIGURES = [

@@ -1,8 +1,19 @@
-"""Waiting on and ending the processes a test started (by Popen handle only)."""
+"""Starting, waiting on and ending the processes a test started (ended by Popen handle only)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import time
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def repo_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a child process that imports this checkout: `base` (default os.environ)
+    with PYTHONPATH set to the repository root, then `extra` on top."""
+    return {**(os.environ if base is None else base), "PYTHONPATH": str(ROOT), **extra}
 
 
 def stop(procs: list[subprocess.Popen], timeout: float = 20.0) -> None:

@@ -1,5 +1,4 @@
 """`swarm-node keygen`: a 0600 identity whose peer id is printed, never silently overwritten."""
-import os
 import stat
 import subprocess
 import sys
@@ -7,12 +6,14 @@ from pathlib import Path
 
 from protocol import NodeIdentity
 
+from processes import repo_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def keygen(*args):
     return subprocess.run([sys.executable, "-m", "node.cli", "keygen", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          text=True, timeout=60, env=repo_env())
 
 
 def test_keygen_writes_a_private_key_and_prints_its_peer_id(tmp_path):

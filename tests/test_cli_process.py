@@ -13,12 +13,14 @@ from node.config import load_config
 from node.tasks.hash_seed import datasets_needing_fixed_hash_seed
 from protocol import NodeIdentity
 
+from processes import repo_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args, cwd, env=()):
     return subprocess.run([sys.executable, "-m", "node.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT), **dict(env)})
+                          timeout=60, env=repo_env(**dict(env)))
 
 
 def test_keygen_without_out_writes_under_the_user_config_dir_never_the_working_dir(tmp_path):
@@ -46,7 +48,7 @@ def test_the_cli_keeps_hash_randomization_on_for_tasks_that_do_not_need_it(tmp_p
              "main(); print('hash_randomization', sys.flags.hash_randomization)")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
     out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "k.key")], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60, env={**env, "PYTHONPATH": str(ROOT)})
+                         text=True, timeout=60, env=repo_env(env))
     assert out.returncode == 0, out.stderr
     assert "hash_randomization 1" in out.stdout
 

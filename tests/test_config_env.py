@@ -1,5 +1,4 @@
 """Headless configuration: every config key from SWARM_NODE_<SECTION>__<KEY> environment variables."""
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from node.config import ConfigError, env_overrides, load_config
+
+from processes import repo_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,8 +61,8 @@ def test_bad_value_from_the_environment_is_named():
 
 
 def test_cli_reads_the_environment_and_set_still_wins():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0",
-           "SWARM_NODE_SWARM__EXTERNAL_PER_ROUND": "2", "SWARM_NODE_SAMPLING__TEMPERATURE": "0.7"}
+    env = repo_env(PYTHONHASHSEED="0", SWARM_NODE_SWARM__EXTERNAL_PER_ROUND="2",
+                   SWARM_NODE_SAMPLING__TEMPERATURE="0.7")
     out = subprocess.run([sys.executable, "-m", "node.cli", "config", "--set", "sampling.temperature=0.5"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -3,7 +3,6 @@ copies every package, its final stage runs as a non-root user with the run dir o
 p2p port it listens on exposed, its SWARM_NODE_* settings are config keys, and its health check
 command answers for a live node (and fails once the node is gone)."""
 import json
-import os
 import re
 import shlex
 import signal
@@ -17,7 +16,7 @@ import pytest
 
 from env_files import ROOT
 from node.config import env_overrides
-from processes import stop, wait_for
+from processes import repo_env, stop, wait_for
 
 DOCKERFILE = ROOT / "scripts" / "deploy" / "Dockerfile"
 DOCKERIGNORE = ROOT / "scripts" / "deploy" / "Dockerfile.dockerignore"
@@ -149,7 +148,7 @@ def test_health_check_answers_for_a_live_node_and_fails_without_one(tmp_path):
     check = [str(tmp_path) if arg == volume else arg for arg in exec_form(words["HEALTHCHECK"])]
     check[0] = str(Path(sys.executable).with_name("swarm-node"))
     timeout = int(re.search(r"--timeout=(\d+)s", words["HEALTHCHECK"]).group(1))
-    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environ = repo_env()
     cmd = [sys.executable, "-m", "node.cli", "join", "--preset", "tiny", "--rounds", "100000", "--quiet",
            "--listen", "/ip4/127.0.0.1/tcp/0", "--set", "swarm.min_round_s=0.2", "--set", "run.threads=1",
            "--swarm", "healthtest", "--run-dir", str(tmp_path)]

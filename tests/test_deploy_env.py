@@ -10,12 +10,14 @@ from env_files import EXAMPLE, ROOT, clean_environ, read_env_file
 from node.config import ConfigError, env_overrides, explain, load_config
 from node.env_file import env_name, env_value, render_env_file
 
+from processes import repo_env
+
 EXAMPLE_PRESET = "smollm2"
 
 
 def cli(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "node.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}, timeout=120)
+                          env=repo_env(environ, PYTHONHASHSEED="0"), timeout=120)
 
 
 def test_committed_example_is_what_the_command_prints():

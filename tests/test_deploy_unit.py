@@ -12,7 +12,7 @@ import pytest
 
 from policy.checkpoint import latest_checkpoint_path
 from env_files import EXAMPLE, ROOT, clean_environ, read_env_file
-from processes import stop, wait_for
+from processes import repo_env, stop, wait_for
 
 UNIT = ROOT / "scripts" / "deploy" / "swarm-node@.service"
 INSTALLED_BINARY = "/opt/swarm-node/.venv/bin/swarm-node"  # where README tells operators to install
@@ -74,8 +74,8 @@ def test_the_units_command_with_the_example_environment_runs_and_stops_on_its_ki
     run_dir.mkdir(parents=True)  # StateDirectory= creates it
     command = expand(unit["ExecStart"], state, cache, instance).split()
     command[0] = str(Path(sys.executable).with_name("swarm-node"))
-    environ = {**clean_environ(), **read_env_file(EXAMPLE.read_text()), "PYTHONPATH": str(ROOT),
-               **dict(item.split("=", 1) for item in expand(unit["Environment"], state, cache, instance).split())}
+    environ = repo_env({**clean_environ(), **read_env_file(EXAMPLE.read_text())},
+                       **dict(item.split("=", 1) for item in expand(unit["Environment"], state, cache, instance).split()))
     # the example picks SmolLM2; a tiny node on loopback exercises the same command line in seconds
     environ.update({"SWARM_NODE_PRESET": "tiny", "SWARM_NODE_SWARM__LISTEN": '["/ip4/127.0.0.1/tcp/0"]',
                     "SWARM_NODE_RUN__ROUNDS": "100000", "SWARM_NODE_RUN__THREADS": "1",

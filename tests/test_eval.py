@@ -1,7 +1,6 @@
 """Held-out evaluation (node/eval.py): refs never trained on, metrics on the evaluated rounds only,
 exact resume untouched, a trained policy scores higher, and `swarm-node eval`."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from node.report import write_report
 from node.tasks import make_source
 from node.tasks.base import TaskRef, heldout_seed
 
+from processes import repo_env
 from tiny_node import run_node, tiny_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def test_cli_eval_prints_the_table_and_writes_json(tmp_path, capsys):
 
 def test_cli_eval_without_checkpoint_exits_2_without_traceback(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = repo_env()
     proc = subprocess.run([sys.executable, "-m", "node.cli", "eval", str(tmp_path)], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 2, proc.stderr

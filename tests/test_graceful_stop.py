@@ -13,7 +13,7 @@ from node.loop import Node
 from node.metrics import RoundTable, read_metrics
 from node.shutdown import StopOnSignals
 from policy.checkpoint import latest_checkpoint_path
-from processes import stop, wait_for
+from processes import repo_env, stop, wait_for
 from tiny_node import tiny_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ JOIN = ["join", "--preset", "tiny", "--rounds", "100000", "--quiet", "--listen",
 def start_join(run_dir: Path, log: Path) -> subprocess.Popen:
     with log.open("ab") as out:
         return subprocess.Popen([sys.executable, "-m", "node.cli", *JOIN, "--run-dir", str(run_dir)], cwd=ROOT,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=out)
+                                env=repo_env(), stdout=out, stderr=out)
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from node.allocation import PassRates
+from node.pass_rates import PassRates
 from node.config import load_config
 from node.groups import HintUse, ScoredGroup, to_train_group
 from node.hint_writer import solution_prefix

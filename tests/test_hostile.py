@@ -8,7 +8,6 @@ and keeps using the honest peer's groups."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -33,6 +32,8 @@ from node.testnet.hostile import (
     marker,
 )
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
+
+from processes import repo_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SWARM = "hx"
@@ -189,7 +190,7 @@ def test_process_entry_point_against_a_libp2p_node(tmp_path):
         cmd = [sys.executable, "-m", "node.testnet.hostile_process", "--kind", "liar", "--peers", *transport.listen_addrs(),
                "--swarm", SWARM, "--preset", "tiny", "--set", "run.threads=1", "--rounds", "2", "--period-s", "1",
                "--per-step", "4", "--out", str(out), "--connect-timeout-s", "15"]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=repo_env(), stdout=log, stderr=log)
         deadline = time.monotonic() + 28
         round_index = 0
         while time.monotonic() < deadline:

@@ -2,7 +2,6 @@
 configured only through SWARM_NODE_* variables: the printed "others can join with" addresses are
 real (a second node joins with one of them) and the two nodes do not collide on a port."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from node.metrics import read_metrics
-from processes import stop, wait_for
+from processes import repo_env, stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -25,7 +24,7 @@ JOIN_LINE = re.compile(r"swarm-node join --peers (\S+)")
 def start(run_dir: Path, log: Path, **env: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "node.cli", "join", "--preset", "tiny", "--quiet", "--run-dir", str(run_dir)]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **HEADLESS, **env})
+                            env=repo_env(**{**HEADLESS, **env}))
 
 
 

@@ -21,11 +21,12 @@ from protocol import Ingress, MemoryBus, MemoryTransport, NodeIdentity, topic_na
 from protocol.logthrottle import LogThrottle, short_id
 from protocol.testing import seal_message
 
-from processes import stop, wait_for
+from fake_clock import FakeClock
+from processes import repo_env, stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "node.cli"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = repo_env()
 
 
 def json_lines(text: str) -> list[dict]:
@@ -106,8 +107,8 @@ def test_join_in_json_mode_prints_only_json_and_writes_tensorboard(tmp_path):
 
 def test_a_malformed_message_is_logged_with_its_reason_and_floods_are_held_back(caplog):
     ingress = Ingress()
-    clock = [0.0]
-    ingress.log_throttle = LogThrottle(clock=lambda: clock[0])
+    clock = FakeClock()
+    ingress.log_throttle = LogThrottle(clock=clock)
     flooder, other = "12D3KooWFlooderFlooderFlooderFlooderFlooderAAAA", "12D3KooWOtherOtherOtherOtherOtherOtherBBBB"
     with caplog.at_level(logging.DEBUG, logger="protocol"):
         for _ in range(3):  # three malformed messages: score -9, not banned yet
@@ -136,7 +137,7 @@ def test_a_malformed_message_is_logged_with_its_reason_and_floods_are_held_back(
             ingress.accept(flooder, b"\xff\x00not a protobuf")  # banned now: debug, and held back
         (banned,) = [r for r in caplog.records if getattr(r, "event", "") == "message_rejected"]
         assert banned.reason == "banned" and banned.levelno == logging.DEBUG
-        clock[0] = 61.0  # a minute later the next record carries the count held back
+        clock.now = 61.0  # a minute later the next record carries the count held back
         caplog.clear()
         ingress.accept(flooder, b"\xff\x00not a protobuf")
     (later,) = [r for r in caplog.records if getattr(r, "event", "") == "message_rejected"]
@@ -145,10 +146,10 @@ def test_a_malformed_message_is_logged_with_its_reason_and_floods_are_held_back(
 
 
 def test_throttle_caps_all_keys_together():
-    clock = [0.0]
-    throttle = LogThrottle(window_s=60, total=3, clock=lambda: clock[0])
+    clock = FakeClock()
+    throttle = LogThrottle(window_s=60, total=3, clock=clock)
     assert [throttle.allow(i) for i in range(10)] == [0, 0, 0] + [None] * 7  # 1,000 fresh keys: 3 lines
-    clock[0] = 60.0
+    clock.now = 60.0
     assert throttle.allow(5) == 1 and throttle.allow(0) == 0
 
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.advantages import dynamic_sampling_keep, group_advantages, overlong_penalty
+from policy.advantages import group_advantages
 from policy.loss_knobs import OBJECTIVE_KNOBS, check_objective
 from policy.losses import (
     MAX_LOG_RATIO,
@@ -237,6 +237,33 @@ def test_mc_end_to_end_keep_mask_excludes_pivot():
     assert torch.allclose(g[keep], grad_of(ref, l_kept), atol=1e-6)
 
 
+# DAPO's data-level rules, written out for check 4d: the node applies neither (policy/ALGORITHMS.md,
+# "Group advantages"), so they live here and not in policy/.
+def overlong_penalty(lengths: torch.Tensor | list[int], max_len: int, cache_len: int) -> torch.Tensor:
+    """DAPO soft overlong punishment, added to the reward:
+
+        0                                  if L <= max_len - cache_len
+        (max_len - cache_len - L) / cache  if max_len - cache_len < L <= max_len   (0 -> -1)
+        -1                                 if L > max_len
+    cache_len = 0 degenerates to a hard step (0 up to max_len, -1 beyond).
+    """
+    if cache_len < 0 or cache_len > max_len:
+        raise ValueError(f"need 0 <= cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")
+    L = torch.as_tensor(lengths, dtype=torch.float32)  # [N]
+    if cache_len == 0:
+        return torch.where(L > max_len, -1.0, 0.0)  # [N]
+    return ((max_len - cache_len - L) / cache_len).clamp(-1.0, 0.0)  # [N]
+
+
+def dynamic_sampling_keep(rewards: torch.Tensor, correct_threshold: float = 1.0) -> bool:
+    """DAPO dynamic sampling: keep a group only if 0 < #correct < G, i.e. it has reward variance
+    between right and wrong (all-right and all-wrong groups give A = 0 and waste a slot).
+    A completion counts as correct when its reward >= correct_threshold."""
+    R = torch.as_tensor(rewards)  # [G]
+    n_correct = int((R >= correct_threshold).sum())
+    return 0 < n_correct < R.numel()
+
+
 def test_dapo_data_filters():
     assert overlong_penalty([10, 12, 14, 16, 20], max_len=16, cache_len=4).tolist() == [0.0, 0.0, -0.5, -1.0, -1.0]
     assert dynamic_sampling_keep(torch.tensor([1.0, 0.0, 0.0]))
@@ -291,6 +318,20 @@ def test_ppo_clip_higher_dapo_vs_grpo():
     loss_d, stats_d = make_objective("dapo").loss(x)
     assert stats_g["clip_frac"] == 1.0 and torch.equal(grad_of(loss_g, l), torch.zeros(1, 2))
     assert stats_d["clip_frac"] == 0.0 and torch.allclose(grad_of(loss_d, l), torch.full((1, 2), -1.25 / 2))
+
+
+def test_dapo_is_grpo_with_clip_higher_and_token_mean():
+    """dapo is grpo with eps_high = 0.28 and TM: the same loss, gradient and statistics, ratios on both
+    sides of the clip; eps_low moves only the lower side."""
+    l = random_logp(21)
+    drift = 0.4 * torch.randn(MASK.shape, generator=torch.Generator().manual_seed(2))
+    x = LossInputs(l, l.detach() + drift, l.detach(), MASK, torch.tensor([1.0, -1.0, 0.5]))
+    loss_d, stats_d = make_objective("dapo").loss(x)
+    loss_g, stats_g = make_objective("grpo", eps_high=0.28, aggregation="tm").loss(x)
+    assert torch.equal(loss_d, loss_g) and stats_d == stats_g and 0 < stats_d["clip_frac"] < 1
+    assert torch.equal(grad_of(loss_d, l), grad_of(loss_g, l))
+    assert make_objective("dapo", eps_low=0.1).clip_range() == (1 - 0.1, 1 + 0.28)
+    assert make_objective("grpo").clip_range() == (1 - 0.2, 1 + 0.2)
 
 
 # ------------------------------------------------------------------------------------------

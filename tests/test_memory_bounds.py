@@ -4,12 +4,13 @@ MAX_RSS_MB (tests/memory_probe.py in a subprocess: peak RSS is per process)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from processes import repo_env
 
 ROOT = Path(__file__).resolve().parents[1]
 # Measured with this repo's pinned torch: a quiet tiny node peaks at 451 MB, the attacked one at 485 MB.
@@ -20,7 +21,7 @@ ROUNDS = 12
 
 @pytest.mark.slow
 def test_completions_at_every_size_limit_keep_memory_bounded(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = repo_env()
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "memory_probe.py"), "--attack", "--rounds",
                              str(ROUNDS), "--run-dir", str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)

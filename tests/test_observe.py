@@ -19,6 +19,8 @@ from node.observe.address import parse_listen
 from node.observe.history import RoundHistory
 from node.observe.server import ObserveServer
 
+from processes import repo_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -58,7 +60,7 @@ def test_listen_values_parse_or_fail_naming_the_key():
 def test_join_with_a_bad_listen_value_exits_with_the_error_before_loading_a_model(tmp_path):
     result = subprocess.run([sys.executable, "-m", "node.cli", "join", "--run-dir", str(tmp_path / "n"),
                              "--set", "swarm.metrics_listen=0.0.0.0"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            timeout=120, env=repo_env())
     assert result.returncode == 2
     assert "swarm.metrics_listen" in result.stderr and "is not HOST:PORT" in result.stderr, result.stderr
     assert not (tmp_path / "n").exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import socket
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.metrics import read_metrics
-from processes import stop, wait_for
+from processes import repo_env, stop, wait_for
 from protocol import NodeIdentity
 from test_observe import get, non_loopback_ip, value
 from test_swarm_join import ROOT, start
@@ -95,7 +94,7 @@ def test_testnet_serves_one_page_with_every_node_while_it_runs(tmp_path):
     cmd = [sys.executable, "-m", "node.cli", "testnet", "--transport", "memory", "--nodes", "3", "--rounds", "80",
            "--quiet", "--set", "eval.every=10", "--out", str(tmp_path / "out")]
     with log.open("wb") as fh:
-        procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=fh, env={**os.environ, "PYTHONPATH": str(ROOT)})]
+        procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=fh, env=repo_env())]
     try:
         def page_url() -> str | None:
             found = re.search(r"live testnet page on (http://127\.0\.0\.1:\d+/)", log.read_text())
@@ -126,7 +125,7 @@ def test_train_serves_metrics_too_without_swarm_series(tmp_path):
     cmd = [sys.executable, "-m", "node.cli", "train", "--preset", "tiny", "--rounds", "100000", "--quiet",
            "--set", "run.threads=1", "--run-dir", str(tmp_path / "run")]
     with log.open("wb") as fh:
-        procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=fh, env={**os.environ, "PYTHONPATH": str(ROOT)})]
+        procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=fh, env=repo_env())]
     try:
         def address() -> str | None:
             found = re.search(r"live page on http://(127\.0\.0\.1:\d+)/", log.read_text())

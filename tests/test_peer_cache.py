@@ -11,18 +11,9 @@ from protocol.p2pd.discovery import Dialer
 from protocol.p2pd.peer_cache import PeerCache, PeerCacheLimits, address_group
 from protocol import NodeIdentity
 
+from fake_clock import FakeClock
+
 HOUR = 3600.0
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def addr(i: int, net: str = "10.0") -> str:
@@ -30,7 +21,7 @@ def addr(i: int, net: str = "10.0") -> str:
 
 
 def make(tmp_path, **limits) -> tuple[PeerCache, FakeClock]:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     return PeerCache(tmp_path / "peers.json", PeerCacheLimits(**limits), clock=clock), clock
 
 
@@ -170,11 +161,11 @@ def test_the_dialer_dials_in_rank_order_and_gives_up_on_dead_cached_peers(tmp_pa
     dialer = Dialer(own, {bootstrap: [f"{addr(20)}/p2p/{bootstrap}"]}, cache, control_timeout_s=2.0,
                     backoff_initial_s=0.0, backoff_max_s=0.0, max_cached_failures=3)
     counts: dict[str, int] = {}
-    now = [0.0]
-    monkeypatch.setattr(discovery.time, "monotonic", lambda: now[0])
+    monotonic = FakeClock()
+    monkeypatch.setattr(discovery.time, "monotonic", monotonic)
     for _ in range(10):  # ten passes with no backoff left: every dead peer would be dialed ten times
         dialer.dial_missing(control, connected=set(), count=lambda k: counts.__setitem__(k, counts.get(k, 0) + 1))
-        now[0] += 1.0
+        monotonic.advance(1.0)
     first_pass = [peer_id_bytes(p) for p in (bootstrap, honest, dead[2], dead[0], dead[1])]
     assert control.dialed[:5] == first_pass  # bootstrap, then cached by rank: useful, answered, most recent
     failed_cached = sum(control.dialed.count(peer_id_bytes(p)) for p in dead)
@@ -185,7 +176,7 @@ def test_the_dialer_dials_in_rank_order_and_gives_up_on_dead_cached_peers(tmp_pa
 
 
 def test_a_bad_entry_in_the_file_is_skipped_and_times_from_the_future_are_clamped(tmp_path):
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     (tmp_path / "peers.json").write_text(json.dumps({"peers": {
         "future": {"addrs": [addr(1)], "seen": clock.now + 10 * HOUR, "useful": 1e300},
         "torn": {"addrs": "/ip4/10.0.0.9/tcp/1", "seen": clock.now},

@@ -19,23 +19,17 @@ from protocol.ratelimit import RateLimits
 from protocol.scoring import WRONG_REWARD, ScoreConfig
 from protocol.testing import forge, make_hint, make_rollout_group, raw_envelope, seal_message, tamper_body, with_fields
 
+from fake_clock import FakeClock
+
 ALICE = NodeIdentity.generate()
 MALLORY = NodeIdentity.generate()
 GROUP = make_rollout_group(4, 16)
 NOW = 1_800_000_000.0
 
 
-class FakeClock:
-    def __init__(self, now: float = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(NOW)
 
 
 @pytest.fixture
@@ -231,7 +225,7 @@ def test_equivocation_same_sequence_other_body_is_refused(ingress, clock):
 def test_replaying_a_victims_messages_never_hurts_the_victim():
     """Anyone can re-send signed bytes, and GossipSub re-publishes a captured message under its
     original origin once its seen-cache forgot it: a replay is nobody's proven fault."""
-    clock = FakeClock()
+    clock = FakeClock(NOW)
     ingress = Ingress(Limits(), clock=clock)
     raw = seal_message(ALICE, GROUP, 10, int(NOW * 1000))
     assert ingress.accept(ALICE.peer_id(), raw) is not None
@@ -246,7 +240,7 @@ def test_replaying_a_victims_messages_never_hurts_the_victim():
 
 
 def test_delivery_faults_charge_a_validating_neighbour_only():
-    clock = FakeClock()
+    clock = FakeClock(NOW)
     ingress = Ingress(Limits(), clock=clock, blame_neighbours=True)
     raw = seal_message(ALICE, GROUP, 10, int(NOW * 1000))
     assert ingress.accept(ALICE.peer_id(), raw, neighbour=ALICE.peer_id()) is not None
@@ -260,7 +254,7 @@ def test_delivery_faults_charge_a_validating_neighbour_only():
 
 
 def test_rate_limit_is_judged_at_arrival_and_overflow_is_not_misbehaviour():
-    clock = FakeClock()
+    clock = FakeClock(NOW)
     ingress = Ingress(Limits(), clock=clock, rate_limits=RateLimits(messages_per_s=10, message_burst=10))
     outbox = Outbox(ALICE, clock=clock, pace=None)
     # 100 messages that arrived at 10/s over 10 s, drained at once: none over the limit
@@ -280,7 +274,7 @@ def test_rate_limit_is_judged_at_arrival_and_overflow_is_not_misbehaviour():
 
 
 def test_a_relay_carrying_many_origins_is_limited_per_connection_too():
-    clock = FakeClock()
+    clock = FakeClock(NOW)
     ingress = Ingress(Limits(), clock=clock, rate_limits=RateLimits(messages_per_s=10, message_burst=10),
                       neighbour_rate_limits=RateLimits(messages_per_s=20, message_burst=20))
     for i in range(60):  # 60 fresh origins, one message each, all through one relay
@@ -291,7 +285,7 @@ def test_a_relay_carrying_many_origins_is_limited_per_connection_too():
 
 
 def test_a_kind_on_the_wrong_topic_is_refused():
-    clock = FakeClock()
+    clock = FakeClock(NOW)
     ingress = Ingress(Limits(), clock=clock)
     hint = seal(ALICE, Kind.HINT, make_hint("look closer").SerializeToString(), 5, int(NOW * 1000))
     assert ingress.accept("mallory", hint, expected_kinds={Kind.ROLLOUT_GROUP}) is None

@@ -11,16 +11,10 @@ from protocol.ratelimit import RateLimits
 from protocol.testing import make_rollout_group
 from protocol.transport import topic_name
 
+from fake_clock import FakeClock
+
 NOW = 1_800_000_000.0
 TOPIC = topic_name("t", "rollouts")
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def pair(clock):
@@ -40,7 +34,7 @@ def test_default_pace_sits_safely_below_the_default_rate_limit():
 def test_tiny_preset_rate_is_paced_and_the_peer_accepts_everything_sent():
     """16 groups a round at 20 rounds/s (the tiny preset) for 30 s: the receiver's Ingress, with
     the default limits and arrival times, refuses nothing, and the excess is dropped at the sender."""
-    clock = FakeClock()
+    clock = FakeClock(NOW)
     sender, receiver = pair(clock)
     outbox = Outbox(NodeIdentity.generate(), clock=clock)
     ingress = Ingress(clock=clock)
@@ -60,7 +54,7 @@ def test_tiny_preset_rate_is_paced_and_the_peer_accepts_everything_sent():
 
 
 def test_waiting_messages_leave_on_flush_newest_kept_and_sealed_when_sent():
-    clock = FakeClock()
+    clock = FakeClock(NOW)
     sender, receiver = pair(clock)
     outbox = Outbox(NodeIdentity.generate(), clock=clock, pace=Pace(messages_per_s=1, burst=1, max_queued=2))
     groups = [make_rollout_group(1, 2, index=i) for i in range(4)]
@@ -79,7 +73,7 @@ def test_waiting_messages_leave_on_flush_newest_kept_and_sealed_when_sent():
 
 
 def test_unpaced_outbox_sends_everything_and_invalid_messages_still_raise():
-    clock = FakeClock()
+    clock = FakeClock(NOW)
     sender, receiver = pair(clock)
     outbox = Outbox(NodeIdentity.generate(), clock=clock, pace=None)
     for i in range(500):

@@ -19,6 +19,8 @@ from protocol.p2pd import MAX_MESSAGE_BYTES, DaemonStartError, P2pdTransport
 from protocol.p2pd.daemon import daemon_binary
 from protocol.p2pd.peer_cache import PeerCache, PeerCacheLimits
 
+from processes import repo_env
+
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "swarm-node/test/rollouts/v1"
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
@@ -194,7 +196,7 @@ def test_the_daemon_dies_with_its_node_even_on_sigkill(tmp_path):
         time.sleep(60)
     """)
     node = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env=repo_env())
     try:
         daemon_pid = int(node.stdout.readline())
         assert pid_alive(daemon_pid)

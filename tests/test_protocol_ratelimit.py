@@ -3,13 +3,7 @@ from __future__ import annotations
 
 from protocol.ratelimit import RateLimiter, RateLimits, Verdict
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from fake_clock import FakeClock
 
 
 def test_message_bucket_allows_a_burst_then_the_rate():

@@ -10,16 +10,10 @@ import pytest
 from protocol.errors import Reason, Rejected
 from protocol.replay import ReplayGuard, SequenceWindow
 
+from fake_clock import FakeClock
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import bench_sender_lockout  # noqa: E402
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def reason(window_or_guard, *args) -> Reason | None:
@@ -61,7 +55,7 @@ def test_window_survives_huge_jumps_without_huge_memory():
 
 
 def test_guard_separates_senders_and_forgets_only_after_the_ttl():
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     guard = ReplayGuard(window=64, max_known=2, max_unknown=2, ttl_s=60, clock=clock)
     a, b = b"a" * 32, b"b" * 32
     guard.check_and_record(a, 7, 1)
@@ -74,7 +68,7 @@ def test_guard_separates_senders_and_forgets_only_after_the_ttl():
 
 
 def test_full_unknown_table_evicts_the_least_recent_unknown_window_never_a_known_one():
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     guard = ReplayGuard(window=64, max_known=3, max_unknown=2, ttl_s=60, clock=clock)
     honest = b"h" * 32
     guard.check_and_record(honest, 100, 1000)
@@ -98,7 +92,7 @@ def test_full_unknown_table_evicts_the_least_recent_unknown_window_never_a_known
 def test_a_window_forgotten_early_opens_no_replay_even_after_its_sender_returns():
     """An evicted sender's accepted messages are refused as stale, also once it has a new window
     (whose sequence range would otherwise take the old, unseen-by-it sequences)."""
-    guard = ReplayGuard(window=64, max_known=1, max_unknown=1, ttl_s=720, clock=FakeClock())
+    guard = ReplayGuard(window=64, max_known=1, max_unknown=1, ttl_s=720, clock=FakeClock(1000.0))
     victim, other = b"v" * 32, b"o" * 32
     guard.check_and_record(victim, 10, 5_000)
     guard.check_and_record(victim, 11, 5_001)
@@ -125,7 +119,7 @@ def test_newcomers_get_in_while_14100_keys_hold_both_sender_tables():
 def test_72000_messages_from_12000_fresh_keys_cannot_make_an_accepted_message_acceptable_again():
     """Issue 9, item 5: the count-bounded tables were flushed this way in 63 s. Every attacker
     message is valid and, as the Ingress does on acceptance, its sender admitted."""
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     guard = ReplayGuard(clock=clock)  # the Ingress' defaults
     honest = b"\x01" * 32
     accepted_sequence = 5 << 22
@@ -155,7 +149,7 @@ def retained_bytes(guard: ReplayGuard) -> int:
 
 
 def test_memory_stays_bounded_under_100k_senders():
-    guard = ReplayGuard(window=1024, max_known=500, max_unknown=500, clock=FakeClock())
+    guard = ReplayGuard(window=1024, max_known=500, max_unknown=500, clock=FakeClock(1000.0))
 
     def flood(first: int, last: int) -> None:
         for i in range(first, last):  # huge, scattered sequences: the widest bitmaps possible

@@ -6,13 +6,7 @@ import pytest
 from protocol.errors import Reason
 from protocol.scoring import ACCEPTED, WRONG_REWARD, PeerScores, ScoreConfig
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from fake_clock import FakeClock
 
 
 def test_events_move_the_score_and_positive_credit_is_capped():

@@ -15,15 +15,9 @@ from protocol.outbox import Outbox
 from protocol.testing import make_rollout_group
 from protocol.transport import Transport, topic_name
 
+from fake_clock import FakeClock
+
 TOPIC = topic_name("test", "rollouts")
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def network(bus: MemoryBus, names=("a", "b", "c")) -> dict[str, MemoryTransport]:
@@ -118,7 +112,7 @@ def test_publish_before_start_delivers_after_close_drops_and_counts():
 
 
 def test_injected_loss_duplication_and_latency():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     bus = MemoryBus(loss=0.3, duplicate=0.2, latency_s=(0.5, 1.5), seed=3, clock=clock)
     peers = network(bus, ("a", "b"))
     for i in range(1000):

@@ -8,7 +8,6 @@ tests start are ended, by their Popen handles."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from node.control import control_address, fetch_status
 from node.metrics import read_metrics
-from processes import stop, wait_for
+from processes import repo_env, stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -36,7 +35,7 @@ def start(run_dir: Path, *args: str) -> subprocess.Popen:
     log = open(run_dir.parent / f"{run_dir.name}.log", "ab")
     cmd = [sys.executable, "-m", "node.cli", *JOIN, "--run-dir", str(run_dir), "--identity", str(run_dir / "node.key"),
            *args]
-    return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
+    return subprocess.Popen(cmd, cwd=ROOT, env=repo_env(), stdout=log, stderr=log)
 
 
 def start_attacker(tmp_path: Path, kind: str, peers: list[str], swarm: str, seconds: float, period_s: float,
@@ -46,7 +45,7 @@ def start_attacker(tmp_path: Path, kind: str, peers: list[str], swarm: str, seco
            "--preset", "tiny", "--set", "run.threads=1", "--rounds", str(int(seconds / period_s)),
            "--period-s", str(period_s), "--per-step", str(per_step), "--out", str(tmp_path / f"attacker-{kind}.json"),
            "--connect-timeout-s", "20"]
-    return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
+    return subprocess.Popen(cmd, cwd=ROOT, env=repo_env(), stdout=log, stderr=log)
 
 
 

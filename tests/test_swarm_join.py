@@ -1,7 +1,6 @@
 """Real `swarm-node join` processes on 127.0.0.1 (tiny preset, the default p2pd transport): exchange,
 SIGKILL, rejoin, losing the bootstrap node, rejoining from the peer cache."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from node.metrics import read_metrics
-from processes import stop, wait_for
+from processes import repo_env, stop, wait_for
 from protocol import NodeIdentity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +25,7 @@ def start(run_dir: Path, peers=(), args=ARGS):
     if peers:
         cmd += ["--peers", *peers]
     log = open(run_dir.parent / f"{run_dir.name}.log", "ab")
-    return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
+    return subprocess.Popen(cmd, cwd=ROOT, env=repo_env(), stdout=log, stderr=log)
 
 
 
@@ -84,7 +83,7 @@ def test_three_nodes_share_survive_a_kill_and_rejoin(tmp_path):
         # the control service reports the same picture
         status = subprocess.run([sys.executable, "-m", "node.cli", "status", "--run-dir", str(a)], cwd=ROOT,
                                 capture_output=True, text=True, timeout=60,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env=repo_env())
         assert status.returncode == 0, status.stderr
         assert ids[b] in status.stdout and ids[c] in status.stdout and "recent rounds" in status.stdout
         assert "transport p2pd: daemon running" in status.stdout, status.stdout
@@ -108,7 +107,7 @@ def test_a_node_whose_peer_is_unreachable_trains_alone_and_keeps_dialing(tmp_pat
         def dial_failures() -> int:
             status = subprocess.run([sys.executable, "-m", "node.cli", "status", "--run-dir", str(a)], cwd=ROOT,
                                     capture_output=True, text=True, timeout=60,
-                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                    env=repo_env())
             assert status.returncode == 0, status.stderr
             assert "peers connected 0" in status.stdout
             return int(status.stdout.split("dial_failures=")[1].split(",")[0].split()[0])
@@ -151,7 +150,7 @@ def test_tiny_and_smollm2_share_across_tokenizers(tmp_path):
         assert all(r.get("ext_t1_samples", 0) + r.get("ext_trust_demoted", 0) > 0 for r in rows)
         status = subprocess.run([sys.executable, "-m", "node.cli", "status", "--run-dir", str(smol)], cwd=ROOT,
                                 capture_output=True, text=True, timeout=60,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env=repo_env())
         assert status.returncode == 0 and "tier 1=" in status.stdout, status.stdout + status.stderr
     finally:
         stop(procs)

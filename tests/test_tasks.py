@@ -4,7 +4,6 @@ from __future__ import annotations
 import collections
 import datetime
 import json
-import os
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ from node.tasks.base import (
     heldout_seed,
 )
 from node.tasks.synthetic import ALPHABET, GENERATORS, SyntheticSource
+
+from processes import repo_env
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ALL_SYNTHETIC = {"copy": 1.0, "succ": 1.0, "max": 1.0, "add": 1.0, "count": 1.0, "rev": 1.0, "inc": 1.0, "rot": 1.0}
@@ -317,7 +318,7 @@ def test_tasks_are_identical_across_processes_with_different_hash_seeds():
         subprocess.Popen(
             [sys.executable, "-c", _DUMP_TASKS],
             cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(REPO_ROOT)},
+            env=repo_env(PYTHONHASHSEED=hash_seed),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -16,6 +16,8 @@ from node.testnet.report_clock import normalised_auc, time_to_target, value_at
 from node.testnet.runner import run_testnet
 from protocol import MemoryBus, MemoryTransport
 
+from fake_clock import FakeClock
+
 
 def test_round_cost_charges_generation_training_and_overhead():
     device = DeviceProfile("d", gen_tokens_per_s=100.0, train_tokens_per_s=50.0, round_overhead_s=0.5)
@@ -55,16 +57,16 @@ def test_auc_and_time_to_target_by_hand():
 
 
 def test_messages_stay_invisible_until_their_virtual_latency():
-    now = [100.0]
-    bus = MemoryBus(latency_s=(0.5, 0.5), clock=lambda: now[0])
+    clock = FakeClock(100.0)
+    bus = MemoryBus(latency_s=(0.5, 0.5), clock=clock)
     a, b = MemoryTransport(bus, "a"), MemoryTransport(bus, "b")
     for t in (a, b):
         t.start()
         t.subscribe("x")
     a.publish("x", b"hi")
-    now[0] = 100.4
+    clock.now = 100.4
     assert b.drain("x") == []
-    now[0] = 100.5
+    clock.now = 100.5
     assert [m.data for m in b.drain("x")] == [b"hi"]
 
 

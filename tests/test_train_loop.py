@@ -1,5 +1,4 @@
 """End to end on the tiny preset: the real round loop, real checkpoints, real subprocesses."""
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from node.report import write_report
 from policy.generation import StaleWeightsError
 
 from tiny_node import run_node, tiny_cfg
+from processes import repo_env
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "node.cli"]
@@ -103,7 +103,7 @@ def _wait_for_round(run_dir: Path, round_index: int, proc, timeout=120.0):
 def test_sigkill_mid_run_then_resume_continues_exactly(tmp_path):
     args = ["train", "--preset", "tiny", "--rounds", "40", "--quiet", "--set", "run.checkpoint_every=5",
             "--set", "run.threads=1"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = repo_env()
     reference = tmp_path / "reference"
     subprocess.run(CLI + args + ["--run-dir", str(reference)], check=True, env=env, cwd=ROOT, timeout=300)
 
@@ -126,7 +126,7 @@ def test_sigkill_mid_run_then_resume_continues_exactly(tmp_path):
 
 
 def test_cli_refuses_to_overwrite_a_run_and_names_bad_config(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = repo_env()
     bad = subprocess.run(CLI + ["train", "--set", "optim.learning_rate=1", "--run-dir", str(tmp_path)],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "valid keys" in bad.stderr

@@ -17,8 +17,15 @@ from node.verifiers import (
     exact_match,
     extract_answer,
     format_reward,
-    math_verify_match,
 )
+
+
+def math_verify_match(pred: str | None, gold: str | None,
+                      timeout_s: float = verifiers.DEFAULT_TIMEOUT_S) -> float:
+    """The Verifier's capped math scorer on its own: 1.0 if math-verify finds pred equivalent to
+    gold ("0.5" == "1/2" == "\\frac{1}{2}"); 0.0 otherwise, including on timeout (counted in
+    timeout_count())."""
+    return verifiers._math_verify_bounded(pred, gold, timeout_s) or 0.0
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from policy.generation import StaleWeightsError
 from policy.models import ModelConfig, load_policy
 from policy.types import SamplingParams
 from policy.vllm_backend import VLLM_VENV, VLLMGenerator
-from processes import wait_for
+from processes import repo_env, wait_for
 from test_generation import SMOLLM2_QUESTIONS, chat_prompts, recompute, smollm2_cache
 
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
@@ -192,7 +192,7 @@ def test_a_killed_node_takes_its_vllm_processes_with_it(tmp_path_factory):
     """SIGKILL the node: the server (PR_SET_PDEATHSIG) ends its whole process group, engine
     processes included, and removes the weight files; nothing is left running."""
     node = subprocess.Popen([sys.executable, "-c", NODE_WITH_VLLM, smollm2_cache(tmp_path_factory), str(VLLM_PYTHON)],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=repo_env(), stdout=subprocess.PIPE, text=True)
     try:
         server_pid, folder, weights_folder = node.stdout.readline().split()  # blocks until the engine is up
         server_pid = int(server_pid)

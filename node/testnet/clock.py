@@ -42,7 +42,7 @@ class DeviceProfile:
 MEASURED: dict[str, DeviceProfile] = {
     "tiny": DeviceProfile("fast", gen_tokens_per_s=23750.0, train_tokens_per_s=5770.0, round_overhead_s=0.0055),
     "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=7.101e+04, train_tokens_per_s=1.121e+04, round_overhead_s=0.0079),
-    # measured with --set sampling.max_new_tokens=48 (README "SmolLM2: four nodes at equal compute")
+    # measured with `scripts/measure_profile.py --preset smollm2 --set sampling.max_new_tokens=48`
     "smollm2": DeviceProfile("fast", gen_tokens_per_s=201.5, train_tokens_per_s=37.79, round_overhead_s=3.2),
 }
 SLOW_FACTOR = 0.5   # the heterogeneous testnet's slow nodes (plan.slowdown() == 2) run at half speed

@@ -40,7 +40,7 @@ from pathlib import Path  # noqa: E402
 
 from node.testnet.hostile import KINDS, TOPIC_KINDS, VALID_KINDS, HostilePeer  # noqa: E402
 from policy.files import atomic_write_text  # noqa: E402
-from protocol import Limits, NodeIdentity, topic_name  # noqa: E402
+from protocol import Limits, NodeIdentity, Transport, topic_name  # noqa: E402
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -81,6 +81,37 @@ def _write_json(path: str | None, data: dict) -> None:
     atomic_write_text(target, text + "\n")
 
 
+def _refuse(out: str | None, summary: dict, stage: str, err: Exception) -> int:
+    """Exit status 2 for a bad config or address, with the summary written and the error named."""
+    summary["error"] = f"{stage}: {err}"
+    _write_json(out, summary)
+    print(f"hostile: {err}", file=sys.stderr)
+    return 2
+
+
+def _run_steps(args: argparse.Namespace, transport: Transport, peer: HostilePeer, summary: dict,
+               stop: threading.Event) -> None:
+    """Wait (bounded) for a first connection, step every --period-s until --rounds or a signal, then
+    give what was queued (bounded) a moment to reach the wire."""
+    deadline = time.monotonic() + args.connect_timeout_s
+    while not stop.is_set() and not transport.peers() and time.monotonic() < deadline:
+        stop.wait(0.1)
+    summary["connected_at_start"] = bool(transport.peers())
+    for round_index in range(args.rounds):
+        if stop.wait(args.period_s):
+            break
+        peer.step(round_index)
+        summary["steps"] = round_index + 1
+    # Let the outbound pump hand what we queued to GossipSub (bounded).
+    flush_deadline = time.monotonic() + 3.0
+    while time.monotonic() < flush_deadline and not stop.is_set():
+        stats = transport.stats()
+        if stats.get("published", 0) + stats.get("dropped_outbound", 0) >= peer.counters["messages"]:
+            break
+        time.sleep(0.05)
+    stop.wait(min(0.5, args.period_s))  # and GossipSub a moment to write it
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m node.testnet.hostile_process ...`: one hostile peer as its own process over libp2p.
 
@@ -104,10 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.preset, args.config, [*args.set, f"swarm.name={args.swarm}"])
         source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed)
     except (ConfigError, ValueError) as err:
-        summary["error"] = f"config: {err}"
-        _write_json(args.out, summary)
-        print(f"hostile: {err}", file=sys.stderr)
-        return 2
+        return _refuse(args.out, summary, "config", err)
     limits = Limits()
     identity = NodeIdentity.generate()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**62)
@@ -118,10 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                                     topics=[topic_name(cfg.swarm.name, k) for k in TOPIC_KINDS],
                                     max_msg_bytes=max_msg, start_timeout=20.0, close_timeout=10.0)
     except ValueError as err:  # a bad multiaddr
-        summary["error"] = f"transport: {err}"
-        _write_json(args.out, summary)
-        print(f"hostile: {err}", file=sys.stderr)
-        return 2
+        return _refuse(args.out, summary, "transport", err)
     peer = None
     code = 0
     try:
@@ -130,23 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["listen_addrs"] = transport.listen_addrs()
         peer = HostilePeer(args.kind, transport, cfg.swarm.name, source, cfg.verifier, seed=seed,
                            per_step=args.per_step, sybil_keys=args.sybil_keys, limits=limits, identity=identity)
-        deadline = time.monotonic() + args.connect_timeout_s
-        while not stop.is_set() and not transport.peers() and time.monotonic() < deadline:
-            stop.wait(0.1)
-        summary["connected_at_start"] = bool(transport.peers())
-        for round_index in range(args.rounds):
-            if stop.wait(args.period_s):
-                break
-            peer.step(round_index)
-            summary["steps"] = round_index + 1
-        # Let the outbound pump hand what we queued to GossipSub (bounded).
-        flush_deadline = time.monotonic() + 3.0
-        while time.monotonic() < flush_deadline and not stop.is_set():
-            stats = transport.stats()
-            if stats.get("published", 0) + stats.get("dropped_outbound", 0) >= peer.counters["messages"]:
-                break
-            time.sleep(0.05)
-        stop.wait(min(0.5, args.period_s))  # and GossipSub a moment to write it
+        _run_steps(args, transport, peer, summary, stop)
     except TransportStartError as err:
         summary["error"] = f"transport: {err}"
         print(f"hostile: {err}", file=sys.stderr)
