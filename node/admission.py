@@ -41,8 +41,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from node.groups import ScoredGroup
+from node.reasons import DUPLICATE  # the refusal admission decides (node/pool.py counts it)
 
-DUPLICATE = "duplicate_content"
 MAX_KEYS = 4096  # key records kept; beyond it the record worth least is forgotten (see _make_room)
 STATE_VERSION = 1
 

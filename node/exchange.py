@@ -1,6 +1,8 @@
 """SAPO exchange: publish this node's groups and hints, verify peers', mix verified groups in.
 
-What crosses the network is never trusted (proto/PROTOCOL.md):
+What crosses the network is never trusted (proto/PROTOCOL.md); what the Ingress lets through is
+verified by node/verify.py, and its refusals are counted, logged and (where they are evidence
+against the signer) reported to the Ingress here, in `_refuse`:
   transport bytes -> protocol.Ingress (signature, limits, replay, rate, bans)
   rollout groups  -> rebuild question and answer from the TaskRef (never the sender's copy)
                   -> recompute every reward with our own verifier; a claimed reward that
@@ -34,47 +36,21 @@ from typing import Callable, Literal
 
 from node.config import SwarmConfig
 from node.groups import ScoredGroup
-from node.hints import LEVELS, leaks_answer
 from node.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staged
 from node.pool import GroupPool, PoolEntry
 from node.prompts import Retokenizer
+from node.reasons import DISAGREES, OUTBOUND_INVALID, OWN, VERIFY_ERROR
 from node.refusals import Refusals
-from node.tasks.base import Task, TaskRef, TaskSource
-from node.tiers import assign_tier
+from node.tasks.base import Task, TaskSource
 from node.scorer_sandbox import ScorerSandbox
 from node.verifiers import Verifier
-from policy.types import TIERS, Rollout
+from node.verify import Refusal, VerifyContext, verify_group, verify_hint, verify_hint_request
+from node.wire import LEVEL_CODES, LEVEL_NAMES, to_wire, wire_task_ref
+from policy.types import TIERS
 from proto import swarm_pb2
 from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, Verified, topic_name
-from protocol.scoring import HINT_LEAK, UNKNOWN_TASK, WRONG_REWARD
 
 log = logging.getLogger(__name__)
-
-REWARD_TOLERANCE = 1e-3  # claimed rewards travel as float32; honest peers agree far closer than this
-
-# Node-level rejection reasons (after protocol.Ingress accepted the bytes).
-UNKNOWN = "unknown_task"          # TaskRef we cannot rebuild (and sender answers not accepted)
-MISMATCH = "wrong_reward"         # claimed reward disagrees with our recomputation (same verifier)
-DISAGREES = "reward_disagrees"    # another verifier's claim differs from ours: not a rejection (we
-                                  # train on our own rewards), counted under `observed`
-TIMEOUT = "score_timeout"         # our scorer ran out of time on a completion: cannot verify, no blame
-REFUSED = "score_refused"         # an answer shaped like a compute bomb (node/answer_filter.py), no blame
-UNTOKENIZABLE = "untokenizable"   # text our tokenizer cannot encode (e.g. outside the tiny vocab)
-TOO_LONG = "too_long"             # longer in our tokens than we would ever train on
-GROUP_TOO_LONG = "group_too_long"  # more tokens in all than a group of ours could have
-OWN = "own_message"               # our own message echoed back (gossip relays can do this)
-HINTED = "hinted_group"           # completions conditioned on a hint we cannot see: not shared
-LEAK = "hint_leaks_answer"        # a hint containing the task's answer
-HINT_REQUEST_UNKNOWN = "hint_request_unknown_task"  # a request for a task we cannot build (no blame)
-OUTBOUND_INVALID = "outbound_invalid"  # one of OUR messages broke a limit peers enforce (not a peer's message)
-VERIFY_ERROR = "verify_error"     # verifying peer data raised in our code: the message is dropped
-MAX_CHARS_PER_TOKEN = 256         # no tokenizer's token spans more: longer text is refused untokenized
-
-LEVEL_NAMES = {swarm_pb2.Hint.L1: "l1", swarm_pb2.Hint.L2: "l2", swarm_pb2.Hint.L3: "l3",
-               swarm_pb2.Hint.PREFIX: "prefix"}
-LEVEL_CODES = {name: code for code, name in LEVEL_NAMES.items()}
-assert set(LEVEL_CODES) == set(LEVELS)
-
 
 @dataclass(frozen=True)
 class ReceivedHint:
@@ -82,30 +58,6 @@ class ReceivedHint:
     level: str
     text: str
     sender: str
-
-
-def wire_task_ref(ref: TaskRef) -> swarm_pb2.TaskRef:
-    return swarm_pb2.TaskRef(source=ref.source, dataset=ref.dataset, config_digest=ref.config_digest,
-                             seed=ref.seed, index=ref.index)
-
-
-def local_task_ref(ref: swarm_pb2.TaskRef) -> TaskRef:
-    return TaskRef(source=ref.source, dataset=ref.dataset, config_digest=ref.config_digest, seed=ref.seed,
-                   index=ref.index)
-
-
-def to_wire(group: ScoredGroup, round_index: int, model: swarm_pb2.ModelCard,
-            sampling: swarm_pb2.SamplingParams, verifier_digest: str = "") -> swarm_pb2.RolloutGroup:
-    msg = swarm_pb2.RolloutGroup(
-        task_ref=wire_task_ref(group.task.ref), model=model, sampling=sampling,
-        policy_version=group.policy_version, round=round_index,
-        question=group.task.question, answer=group.task.answer or "", verifier_digest=verifier_digest)
-    for rollout, reward in zip(group.rollouts, group.rewards):
-        offsets = [x for span in rollout.offsets for x in span]
-        msg.completions.add(text=rollout.text, token_ids=rollout.completion_ids,
-                            behavior_logprobs=[min(lp, 0.0) for lp in rollout.logprobs or []],
-                            char_offsets=offsets, claimed_reward=reward, truncated=rollout.truncated)
-    return msg
 
 
 class SwarmExchange:
@@ -263,7 +215,7 @@ class SwarmExchange:
 
     def _take_rollout(self, verified: Verified, arrived_round: int) -> None:
         if verified.sender == self.peer_id:
-            self.refusals.add(OWN, verified.sender)
+            self._refuse(verified.sender, Refusal(OWN))
             return
         group = self.verify_group(verified.sender, verified.body)
         if group is None:
@@ -335,92 +287,35 @@ class SwarmExchange:
 
     _rejected_at_last_collect = 0
 
-    def _rebuild(self, sender: str, msg_ref: swarm_pb2.TaskRef, blame: bool) -> Task | None:
-        try:
-            return self.source.rebuild(local_task_ref(msg_ref))
-        except ValueError as err:  # UnknownTaskError / UnknownDatasetError: we cannot check it
-            if blame:
-                self.refusals.add(UNKNOWN, sender, str(err))
-                self.ingress.report(sender, UNKNOWN_TASK)
-            return None
+    def _context(self) -> VerifyContext:
+        return VerifyContext(self.source, self.verifier, self.retokenizer, self.max_completion_tokens,
+                             self.max_group_tokens, self.sandbox, self.cfg.accept_sender_answers)
+
+    def _refuse(self, sender: str, refusal: Refusal) -> None:
+        """Count and log a refusal; the only place evidence against a signer goes to the Ingress."""
+        if refusal.disagreements:
+            self._count(self.observed, DISAGREES, refusal.disagreements)
+        self.refusals.add(refusal.reason, sender, refusal.detail)
+        if refusal.blame:
+            self.ingress.report(sender, refusal.reason)
 
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
-        """Rebuild the task, re-score every completion, re-tokenize and pick each completion's
-        behavior tier; None (counted) if refused."""
-        if msg.hint_text:
-            self.refusals.add(HINTED, sender)
+        """The group verified (node/verify.py), or None, counted, if refused."""
+        verdict = verify_group(sender, msg, self._context())
+        if isinstance(verdict, Refusal):
+            self._refuse(sender, verdict)
             return None
-        verifier = self.verifier
-        use_sender_answer = bool(self.cfg.accept_sender_answers and msg.question and msg.answer)
-        task = self._rebuild(sender, msg.task_ref, blame=not use_sender_answer)
-        if task is None:
-            if not use_sender_answer:
-                return None
-            # opt-in, as rl-swarm does: score against the sender's own answer
-            task = Task(ref=local_task_ref(msg.task_ref), question=msg.question, answer=msg.answer, metadata={})
-            verifier = verifier.model_copy(update={"scorer": "math"})
-        try:
-            prompt_ids = self.retokenizer.prompt(task.question)
-        except Exception as err:  # only a sender-supplied question can be outside our vocabulary
-            self.refusals.add(UNTOKENIZABLE, sender, f"question: {err}")
-            return None
-        # Length first: it is free, and it bounds every later step (scoring, tokenizing, memory).
-        if any(len(c.text) > self.max_completion_tokens * MAX_CHARS_PER_TOKEN for c in msg.completions):
-            self.refusals.add(TOO_LONG, sender)
-            return None
-        same_verifier = msg.verifier_digest == verifier.digest
-        rewards, correct, rollouts, reasons = [], [], [], []
-        group_tokens = 0
-        for completion in msg.completions:
-            reward, info = verifier.score(task, self.source, completion.text, self.sandbox)
-            if info["refused"]:
-                self.refusals.add(REFUSED, sender)
-                return None
-            if info["timed_out"]:
-                self.refusals.add(TIMEOUT, sender)
-                return None
-            if abs(reward - completion.claimed_reward) > REWARD_TOLERANCE:
-                if same_verifier:  # it must have computed exactly our reward: a lie
-                    self.refusals.add(MISMATCH, sender, f"claimed {completion.claimed_reward:g}, we score {reward:g}")
-                    self.ingress.report(sender, WRONG_REWARD)
-                    return None
-                self._count(self.observed, DISAGREES)
-            try:
-                text_ids, offsets = self.retokenizer.encode_text(completion.text)
-            except Exception as err:  # a tokenizer's error on foreign text is not the sender's fault
-                self.refusals.add(UNTOKENIZABLE, sender, f"completion: {err}")
-                return None
-            if len(text_ids) > self.max_completion_tokens:
-                self.refusals.add(TOO_LONG, sender)  # would blow up our padded batch; not a protocol fault
-                return None
-            group_tokens += len(text_ids)
-            if group_tokens > self.max_group_tokens:
-                self.refusals.add(GROUP_TOO_LONG, sender)
-                return None
-            behavior = assign_tier(completion, msg.model.tokenizer_fingerprint, text_ids, offsets, self.retokenizer)
-            rewards.append(reward)
-            correct.append(bool(info["correct"]))
-            reasons.append(behavior.reason)
-            rollouts.append(Rollout(prompt_ids=prompt_ids, completion_ids=behavior.completion_ids,
-                                    logprobs=behavior.logprobs, text=completion.text, offsets=[],
-                                    truncated=completion.truncated, tier=behavior.tier, alignment=behavior.alignment))
-        return ScoredGroup(task=task, rollouts=rollouts, rewards=rewards, correct=correct, origin=sender,
-                           policy_version=msg.policy_version,
-                           meta={"sender_round": msg.round, "tokenizer": msg.model.tokenizer_fingerprint,
-                                 "tier_reasons": reasons})
+        if verdict.meta["reward_disagreements"]:
+            self._count(self.observed, DISAGREES, verdict.meta["reward_disagreements"])
+        return verdict
 
     def _take_hint(self, verified: Verified) -> None:
         if verified.sender == self.peer_id:
             return
         hint = verified.body
-        task = self._rebuild(verified.sender, hint.task_ref, blame=True)
-        if task is None:
-            return
-        if leaks_answer(hint.text, task.reference_answer):
-            self.refusals.add(LEAK, verified.sender)
-            self.ingress.report(verified.sender, HINT_LEAK)
-            return
-        if not self._encodable(hint.text, verified.sender):  # it would be fed to our model: check it fits now
+        task = verify_hint(hint, self._context())
+        if isinstance(task, Refusal):
+            self._refuse(verified.sender, task)
             return
         with self._lock:
             self._hints.append(ReceivedHint(task, LEVEL_NAMES[hint.level], hint.text, verified.sender))
@@ -428,29 +323,13 @@ class SwarmExchange:
     def _take_hint_request(self, verified: Verified) -> None:
         if verified.sender == self.peer_id:
             return
-        task = self._rebuild(verified.sender, verified.body.task_ref, blame=False)
-        if task is None:  # a peer with a task family we lack: not its fault
-            self.refusals.add(HINT_REQUEST_UNKNOWN, verified.sender)
+        task = verify_hint_request(verified.body, self._context())
+        if isinstance(task, Refusal):
+            self._refuse(verified.sender, task)
             return
         with self._lock:
             if all(t.prompt_key != task.prompt_key for t, _ in self._requests):
                 self._requests.append((task, verified.sender))
-
-    def _encodable(self, text: str, sender: str) -> bool:
-        """Peer text our tokenizer can encode within our length cap; refusals are counted, never
-        blamed (another model's alphabet is not a fault)."""
-        if len(text) > self.max_completion_tokens * MAX_CHARS_PER_TOKEN:
-            self.refusals.add(TOO_LONG, sender)
-            return False
-        try:
-            ids, _ = self.retokenizer.encode_text(text)
-        except Exception as err:  # e.g. a character outside the tiny vocabulary
-            self.refusals.add(UNTOKENIZABLE, sender, f"hint: {err}")
-            return False
-        if len(ids) > self.max_completion_tokens:
-            self.refusals.add(TOO_LONG, sender)
-            return False
-        return True
 
     def take_hints(self) -> list[ReceivedHint]:
         """Verified hints received since the last call (the caller decides which it wants)."""

@@ -27,8 +27,9 @@ from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
-from node.admission import DUPLICATE, Admission
+from node.admission import Admission
 from node.groups import ScoredGroup
+from node.reasons import DUPLICATE
 from protocol.inbox import heaviest_first
 
 SamplingPolicy = Literal["uniform", "per_sender", "weak_tasks"]

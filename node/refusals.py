@@ -12,15 +12,16 @@ import logging
 import threading
 from collections import Counter
 
+from node.reasons import HINTED, LEAK, MISMATCH, OUTBOUND_INVALID, OWN
 from protocol.logthrottle import LogThrottle, short_id
 
 log = logging.getLogger(__name__)
 
-# Reasons as exchange.py names them. Proof against the signer warns; what an honest peer with
-# another model or task set can cause is info; our own echo and hinted groups are debug.
-LOUD = frozenset({"wrong_reward", "hint_leaks_answer"})
-QUIET = frozenset({"own_message", "hinted_group"})
-NOT_A_PEER_MESSAGE = frozenset({"outbound_invalid"})  # one of ours broke a limit: counted, not a rejection
+# Proof against the signer warns; what an honest peer with another model or task set can cause is
+# info; our own echo and hinted groups are debug.
+LOUD = frozenset({MISMATCH, LEAK})
+QUIET = frozenset({OWN, HINTED})
+NOT_A_PEER_MESSAGE = frozenset({OUTBOUND_INVALID})  # one of ours broke a limit: counted, not a rejection
 
 
 def refusal_level(reason: str) -> int:

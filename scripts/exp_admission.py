@@ -66,7 +66,7 @@ def _tiny_node(run_dir: Path, name: str, bus, extra=(), clock: SwarmClock | None
 def valid_group(node, task, rng: random.Random, round_index: int):
     """A well-formed group for `task` whose claimed rewards are the receiver's own: 1-3 of 4
     completions right, the others random wrong digits (text only, as a foreign model would send)."""
-    from node.exchange import to_wire
+    from node.wire import to_wire
     from node.groups import ScoredGroup
     from policy.types import Rollout
     from proto import swarm_pb2

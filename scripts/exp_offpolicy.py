@@ -116,7 +116,7 @@ class ReplayingPeer:
                                                       max_new_tokens=cfg.sampling.max_new_tokens)
 
     def publish(self, round_index: int) -> None:
-        from node.exchange import to_wire
+        from node.wire import to_wire
         from node.groups import ScoredGroup
         from node.prompts import render_prompt
 

@@ -66,7 +66,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from typing import Callable
 
-from node.exchange import local_task_ref, to_wire, wire_task_ref
+from node.wire import local_task_ref, to_wire, wire_task_ref
 from node.groups import ScoredGroup
 from node.hints import leaks_answer
 from node.tasks.base import Task, TaskSource
