@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 import struct
 import sys
+
+from policy.parent_death import die_with_parent
 
 HEADER = struct.Struct("!I")
 READY = "ready"
@@ -44,16 +45,6 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(0)
-
-
 def correctness(scorer: str, task, answer: str, source) -> float:
     from node.verifiers import _math_verify_unbounded, exact_match
 
@@ -66,7 +57,7 @@ def correctness(scorer: str, task, answer: str, source) -> float:
 
 def main() -> None:
     parent_pid = int(sys.argv[1])
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)  # the node's pid, recorded before it started us
     reply_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints must not corrupt the reply stream
     spec = read_frame(0)  # (source kind, datasets, seed) or None

@@ -15,7 +15,7 @@ its own process, as prime-rl keeps trainer and inference apart:
 """
 from __future__ import annotations
 
-import ctypes
+import functools
 import importlib.util
 import os
 import secrets
@@ -34,6 +34,7 @@ from safetensors.torch import save_file
 
 from policy.generation import StaleWeightsError, build_rollout, eos_token_ids, validate_request
 from policy.models import LoadedPolicy
+from policy.parent_death import die_with_parent
 from policy.types import Rollout, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,13 +55,6 @@ def find_vllm_python() -> str | None:
     if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
         return sys.executable  # upstream vllm installed beside the node (the `vllm` extra)
     return None
-
-
-def _die_with_parent() -> None:
-    """In the server before exec: SIGTERM it when the node's process dies (Linux); its handler
-    takes the engine processes down with it (policy/vllm_server.py)."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _shutdown(process: subprocess.Popen, connection: Connection | None, folders: list[str]) -> None:
@@ -122,11 +116,13 @@ class VLLMGenerator:
                    "--dtype", str(self.model.dtype).removeprefix("torch."), "--owned-dir", self.weights_folder]
         if max_model_len:
             command += ["--max-model-len", str(max_model_len)]
+        # SIGTERM the server when the node dies: its handler takes the engine processes down too
+        die_with_node = functools.partial(die_with_parent, os.getpid(), signal.SIGTERM)
         try:
             with open(self.log_path, "wb") as log:
                 self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                 stdin=subprocess.DEVNULL, cwd=self.folder,
-                                                start_new_session=True, preexec_fn=_die_with_parent)
+                                                start_new_session=True, preexec_fn=die_with_node)
         except OSError as error:
             for folder in (self.folder, self.weights_folder):
                 shutil.rmtree(folder, ignore_errors=True)

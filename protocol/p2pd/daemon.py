@@ -13,25 +13,24 @@
 from __future__ import annotations
 
 import atexit
-import ctypes
+import functools
 import importlib.util
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 import weakref
 from pathlib import Path
 
+from ..parent_death import die_with_parent
 from .addrs import addr_text, peer_id_text
 from .control import ControlConnection, ControlError, identify_request
 
 log = logging.getLogger(__name__)
 
 HIVEMIND_PIN = "hivemind==1.1.12"
-_PR_SET_PDEATHSIG = 1
 _ED25519_PRIVATE_KEY_HEADER = bytes([0x08, 0x01, 0x12, 0x40])  # PrivateKey{Type: Ed25519, Data: 64 bytes}
 _LIVE: "weakref.WeakSet[DaemonProcess]" = weakref.WeakSet()
 
@@ -60,13 +59,6 @@ def private_key_file_bytes(seed: bytes) -> bytes:
 
     identity = NodeIdentity.from_seed(seed)
     return _ED25519_PRIVATE_KEY_HEADER + bytes(seed) + identity.public_key_bytes
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 class DaemonProcess:
@@ -106,7 +98,7 @@ class DaemonProcess:
             handle.write(private_key_file_bytes(self.seed))
         with open(self.stderr_path, "wb") as stderr:
             self.proc = subprocess.Popen(self.command(binary, key_file), stdin=subprocess.DEVNULL,
-                                         stdout=stderr, stderr=stderr, preexec_fn=_die_with_parent,
+                                         stdout=stderr, stderr=stderr, preexec_fn=functools.partial(die_with_parent, os.getpid()),
                                          start_new_session=True)  # a terminal's Ctrl-C reaches the node only
         _LIVE.add(self)
         deadline = time.monotonic() + timeout_s
