@@ -328,3 +328,27 @@ def test_a_stalled_peer_does_not_hold_back_the_others(make) -> None:
     finally:
         release.set()
         frozen.join(5.0)
+
+
+def test_the_factory_builds_each_kind_from_its_typed_options(tmp_path) -> None:
+    """make_transport: Libp2pOptions -> py-libp2p, P2pdOptions -> the daemon's transport (neither
+    started here); lists become immutable tuples; bad options fail with a clear error."""
+    from protocol import P2pdOptions, make_transport
+    from protocol.transports.p2pd import P2pdTransport
+    from protocol.transports.p2pd.peer_cache import PeerCacheLimits
+
+    seed = os.urandom(32)
+    options = Libp2pOptions(topics=[TOPIC, TOPIC], dial_timeout=3.0)
+    assert options.topics == (TOPIC, TOPIC) and options.listen == ("/ip4/127.0.0.1/tcp/0",)
+    t = make_transport(seed, options)
+    assert isinstance(t, Libp2pTransport) and t.peer_id == peer_id_from_seed(seed) and t.options is options
+    t.close()
+    limits = PeerCacheLimits(max_peers=7)
+    p = make_transport(seed, P2pdOptions(topics=[TOPIC], peer_cache=tmp_path / "peers.json", peer_cache_limits=limits,
+                                         flood_cut_rate=0.0))
+    assert isinstance(p, P2pdTransport) and p.peer_id == peer_id_from_seed(seed)
+    assert p.peer_cache is not None and p.peer_cache.limits == limits
+    with pytest.raises(ValueError, match="max_msg_bytes must be positive"):
+        Libp2pOptions(max_msg_bytes=0)
+    with pytest.raises(TypeError, match="pass Libp2pOptions or P2pdOptions"):
+        make_transport(seed, {"listen": []})  # type: ignore[arg-type]
