@@ -160,7 +160,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-DAEMON_STATES = {0: "starting", 1: "running", 2: "restarting", 3: "closed"}  # protocol/p2pd/transport.py codes
+DAEMON_STATES = {0: "starting", 1: "running", 2: "restarting", 3: "closed"}  # protocol/transports/p2pd/transport.py codes
 
 
 def transport_summary(name: str, counters: dict[str, int]) -> str:
@@ -249,7 +249,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_testnet(args: argparse.Namespace) -> int:
-    """N nodes on this machine (processes over libp2p, or one process over the in-memory bus), faults
+    """N nodes on this machine (processes over p2pd or py-libp2p, or one process over the in-memory bus), faults
     and hostile peers on a schedule, a live dashboard, then the report (node/testnet/)."""
     import time
 
@@ -431,16 +431,17 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
     testnet.add_argument("--kill", metavar="ROUND:NODES[:DOWN]", help="e.g. 150:1,2,3:40 (';' separates events)")
     testnet.add_argument("--partition", metavar="START-END", help="split the swarm in two halves, e.g. 100-200")
     testnet.add_argument("--netem", metavar="SPEC", help='network delay/loss, e.g. "delay 50ms loss 1%%"')
-    testnet.add_argument("--transport", choices=["p2pd", "libp2p", "memory"], default="libp2p",
-                         help="p2pd or libp2p: one `join` process per node on 127.0.0.1 over that transport (hostile "
-                              "peers always speak py-libp2p); memory: all nodes in this process")
+    testnet.add_argument("--transport", choices=["p2pd", "libp2p", "memory"], default="p2pd",
+                         help="p2pd (the default, as for `join`) or libp2p: one `join` process per node on 127.0.0.1 "
+                              "over that transport (hostile peers always speak py-libp2p); memory: all nodes in this "
+                              "process")
     testnet.add_argument("--homogeneous", action="store_true", help="identical nodes (default: heterogeneous "
                          "seeds, learning rates, task emphasis and speed)")
     testnet.add_argument("--model-sizes", metavar="WxL,...", help="tiny: nodes of these widths x layers in turn, "
                          "e.g. 64x2,96x3 (default: every node the preset's size)")
     testnet.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key on every node")
-    testnet.add_argument("--min-round-s", type=float, default=0.25, help="libp2p: pace each node's rounds")
-    testnet.add_argument("--timeout", type=float, default=1800.0, help="libp2p: stop a run after this many seconds")
+    testnet.add_argument("--min-round-s", type=float, default=0.25, help="p2pd/libp2p: pace each node's rounds")
+    testnet.add_argument("--timeout", type=float, default=1800.0, help="p2pd/libp2p: stop a run after this many seconds")
     testnet.add_argument("--clock", choices=["compute", "rounds"],
                          help="memory: compute = rounds cost virtual time on each node's device profile and nodes "
                               "run in virtual-time order until --budget (default with --compare); rounds = one "

@@ -190,7 +190,7 @@ class SwarmConfig(Section):
                                    "the node's peer ids, scores, addresses and curves (never its key) and load it "
                                    "with requests: set one only behind a firewall or a reverse proxy")
     fault_file: str | None = Field(None, description="testnets: a JSON file of network faults (delay, loss, blocked "
-                                   "peers; protocol/impairment.py) applied to everything this node receives")
+                                   "peers; protocol/transports/impairment.py) applied to everything this node receives")
 
     @field_validator("metrics_listen", mode="before")
     @classmethod

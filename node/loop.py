@@ -33,8 +33,9 @@ from node.tensorboard import TensorBoardLog
 from node.tasks import make_source
 from node.tasks.base import Task
 from node.warm_start import warm_model_config
+from policy.backends import make_generator
 from policy.checkpoint import latest_checkpoint, load_weights, restore_rng, save_checkpoint
-from policy.generation import eos_token_ids, make_generator
+from policy.generation import eos_token_ids
 from policy.learner import Learner, apply_lora, autocast_context
 from policy.losses import make_objective
 from policy.models import load_policy

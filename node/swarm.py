@@ -23,7 +23,7 @@ from node.prompts import Retokenizer
 from node.scorer_sandbox import ScorerSandbox
 from node.shutdown import StopOnSignals
 from proto import swarm_pb2
-from protocol import NodeIdentity, topic_name
+from protocol import Libp2pOptions, NodeIdentity, P2pdOptions, make_transport, topic_name
 
 IDENTITY_FILE = "identity.key"
 
@@ -96,25 +96,20 @@ PEER_CACHE_FILE = "peers.json"
 
 def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topics: list[str]):
     """The networked transport that swarm.transport names (imported lazily: each pulls its own stack)."""
-    kind = cfg.swarm.transport
+    kind, s = cfg.swarm.transport, cfg.swarm
     if kind == "p2pd":
-        from protocol.p2pd import P2pdTransport
-        from protocol.p2pd.peer_cache import PeerCacheLimits
+        from protocol.transports.p2pd.peer_cache import PeerCacheLimits
 
-        s = cfg.swarm
         limits = PeerCacheLimits(max_peers=s.peer_cache_max_peers, max_per_group=s.peer_cache_max_per_group,
                                  max_unproven=s.peer_cache_max_unproven,
                                  max_dial_failures=s.peer_cache_max_dial_failures,
                                  ipv4_prefix=s.peer_cache_ipv4_prefix, ipv6_prefix=s.peer_cache_ipv6_prefix)
-        return P2pdTransport(identity.private_seed(), listen=s.listen, bootstrap=s.peers, topics=topics,
-                             peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache else None,
-                             peer_cache_limits=limits, flood_cut_rate=s.flood_cut_rate,
-                             flood_cut_burst=s.flood_cut_burst, flood_cut_s=s.flood_cut_s)
+        return make_transport(identity.private_seed(), P2pdOptions(
+            listen=s.listen, bootstrap=s.peers, topics=topics,
+            peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache else None, peer_cache_limits=limits,
+            flood_cut_rate=s.flood_cut_rate, flood_cut_burst=s.flood_cut_burst, flood_cut_s=s.flood_cut_s))
     if kind == "libp2p":
-        from protocol.transport_libp2p import Libp2pTransport
-
-        return Libp2pTransport(identity.private_seed(), listen=cfg.swarm.listen, bootstrap=cfg.swarm.peers,
-                               topics=topics)
+        return make_transport(identity.private_seed(), Libp2pOptions(listen=s.listen, bootstrap=s.peers, topics=topics))
     raise ValueError(f"swarm.transport={kind!r} cannot join a network (the memory transport is for tests and "
                      "in-process simulations): set swarm.transport=p2pd or libp2p")
 
@@ -129,7 +124,7 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
 
     transport = build_transport(cfg, identity, run_dir, [topic_name(cfg.swarm.name, "rollouts")])
     if cfg.swarm.fault_file:  # a testnet injects delay, loss and partitions through this file
-        from protocol.impairment import ImpairedTransport
+        from protocol.transports.impairment import ImpairedTransport
 
         transport = ImpairedTransport(transport, Path(cfg.swarm.fault_file), seed=cfg.run.seed)
     transport.start()  # returns once listening; never waits for peers

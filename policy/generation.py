@@ -1,5 +1,6 @@
-"""Rollout generation backends: HF `generate` (in-process, CPU or GPU) and vLLM (its own process,
-policy/vllm_backend.py; the CPU build or CUDA).
+"""Rollout generation: the Generator interface, the HF `generate` backend (in-process, CPU or GPU)
+and the helpers every backend shares (vLLM, in its own process: policy/vllm_backend.py; the choice
+between them: policy/backends.py).
 
 Every backend returns, per completion, the token ids, the behavior log-probs b_t at the sampling
 temperature (policy/ALGORITHMS.md: computed on logits / T, so the on-policy ratio is exactly 1), the
@@ -11,7 +12,7 @@ and `completion_logprobs(..., temperature=0)` uses the same convention.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from tokenizers.decoders import DecodeStream
@@ -38,38 +39,6 @@ class Generator(Protocol):
         """Called after every optimizer step: the next `generate` must use the new weights, and its
         rollouts carry `policy_version`."""
         ...
-
-
-def make_generator(
-    backend: Literal["auto", "hf", "vllm"], policy: LoadedPolicy, max_batch: int = 64, **vllm_options
-) -> tuple[Generator, str]:
-    """The generator and a line saying which backend it is and why (the node prints it)."""
-    from policy.vllm_backend import VLLMGenerator
-
-    if backend not in ("auto", "hf", "vllm"):
-        raise ValueError(f"unknown generation backend {backend!r}: expected 'auto', 'hf' or 'vllm'")
-    why = "as configured"
-    if backend == "auto":
-        backend, why = auto_backend(policy)
-    if backend == "hf":
-        return HFGenerator(policy.model, policy.tokenizer, max_batch=max_batch), f"hf ({why})"
-    generator = VLLMGenerator(policy, **vllm_options)
-    return generator, (f"vllm {generator.vllm_version} in its own process, started in "
-                       f"{generator.start_seconds:.0f} s ({why})")
-
-
-def auto_backend(policy: LoadedPolicy) -> tuple[str, str]:
-    """The fastest backend available for this policy, by what scripts/bench_policy.py measured: vLLM
-    on a GPU; on a CPU our HF path, which generated as fast as the CPU build of vLLM (float32; its
-    bf16 is emulated and far slower without AVX512-BF16) and needs no 30 s engine start or ~3 GB."""
-    from policy.vllm_backend import INSTALL_HINT, find_vllm_python
-
-    if policy.model.device.type != "cuda":
-        return "hf", ("auto: on CPU the HF path is as fast as vLLM's CPU build (scripts/bench_policy.py); "
-                      "sampling.backend=vllm runs vLLM anyway")
-    if find_vllm_python() is None:
-        return "hf", f"auto: no vLLM environment found; to use vLLM, {INSTALL_HINT}"
-    return "vllm", "auto: a GPU and a vLLM environment"
 
 
 class HFGenerator:

@@ -12,15 +12,12 @@ Modules, each doing one thing:
     ingress           Ingress: every check above, in order; never raises
     logthrottle       rate-limited logging of per-message events (peers cannot flood our logs)
     outbox            Sequencer + Outbox: sealing and pacing our own messages
-    transport         the Transport interface, Received, topic_name
     inbox             FairBuffer: bounded per-sender buffers where the heaviest sender loses
-    memory_transport  MemoryBus / MemoryTransport for tests and simulation
-    impairment        delay, jitter, loss and partitions on top of any Transport (testnets)
     testing           builders of valid and hostile messages (tests, testnet)
     bench             micro-benchmark: verified messages/s through the Ingress (python -m protocol.bench)
-    p2pd/             P2pdTransport: GossipSub + DHT through the go-libp2p daemon (imported on demand)
-    transport_libp2p  Libp2pTransport: py-libp2p GossipSub on a background trio thread (imported on demand)
-    libp2p_patches    workarounds for py-libp2p 0.8.1 behaviours, used by transport_libp2p
+    transports/       the Transport interface and every kind of transport (its own docstring lists
+                      them): memory, impairment, libp2p/ (py-libp2p on a trio thread) and p2pd/ (the
+                      go-libp2p daemon), built from typed options by make_transport
 Imports only the stdlib, cryptography, protobuf and `proto`: never torch, node or policy (the
 on-demand transports add multiaddr, and py-libp2p + trio; p2pd/ runs hivemind's daemon binary).
 """
@@ -31,12 +28,20 @@ from .inbox import FairBuffer
 from .ingress import Ingress, IngressSnapshot, Verified
 from .kinds import Kind, kind_of
 from .limits import Limits, validate_hint, validate_hint_request, validate_rollout_group
-from .memory_transport import MemoryBus, MemoryTransport
 from .outbox import Outbox, Pace, Sequencer
 from .ratelimit import RateLimiter, RateLimits
 from .replay import ReplayGuard
 from .scoring import PeerScoreInfo, PeerScores, ScoreConfig
-from .transport import Received, Transport, topic_name
+from .transports import (
+    Libp2pOptions,
+    MemoryBus,
+    MemoryTransport,
+    P2pdOptions,
+    Received,
+    Transport,
+    make_transport,
+    topic_name,
+)
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -45,11 +50,13 @@ __all__ = [
     "Ingress",
     "IngressSnapshot",
     "Kind",
+    "Libp2pOptions",
     "Limits",
     "MemoryBus",
     "MemoryTransport",
     "NodeIdentity",
     "Outbox",
+    "P2pdOptions",
     "Pace",
     "PeerScoreInfo",
     "PeerScores",
@@ -64,6 +71,7 @@ __all__ = [
     "Transport",
     "Verified",
     "kind_of",
+    "make_transport",
     "open_envelope",
     "peer_id_from_public_key",
     "seal",

@@ -16,7 +16,7 @@ each drop; the daemons run with GOLOG_LOG_LEVEL=pubsub=debug for that):
   towards our control socket was full (our client did not read fast enough);
 * `peer_queue_full`: a sending or relaying daemon dropped an RPC to a peer (32 queued per peer);
 * `inbox_full`: our inbox (a FairBuffer) dropped one, the heaviest sender's oldest (counted by the transport);
-* `dropped_flooding_origin`: the flood guard dropped one from a cut origin (protocol/p2pd/flood_guard.py).
+* `dropped_flooding_origin`: the flood guard dropped one from a cut origin (protocol/transports/p2pd/flood_guard.py).
 These count honest and flood messages alike; `--probe` splits the HONEST losses into "in the
 daemons" and "in our client" with a second subscription at the receiver.
 
@@ -80,7 +80,7 @@ def daemon_drops(transport: Any) -> dict[str, int]:
 
 
 def cut_knobs(args: argparse.Namespace) -> dict[str, float]:
-    """The flood guard's knobs (protocol/p2pd/flood_guard.py) every node of the run gets."""
+    """The flood guard's knobs (protocol/transports/p2pd/flood_guard.py) every node of the run gets."""
     knobs = {"flood_cut_rate": args.cut_rate, "flood_cut_burst": args.cut_burst}
     return {k: v for k, v in knobs.items() if v is not None}
 
@@ -92,7 +92,7 @@ class ProbeSubscription:
     inbox); one neither got was lost inside the daemons before delivery."""
 
     def __init__(self, socket_path: Path) -> None:
-        from protocol.p2pd.control import ControlConnection, subscribe_request
+        from protocol.transports.p2pd.control import ControlConnection, subscribe_request
 
         self.honest: set[int] = set()
         self.conn = ControlConnection(socket_path, 5.0)
@@ -102,7 +102,7 @@ class ProbeSubscription:
         self.thread.start()
 
     def _read(self) -> None:
-        from protocol.p2pd.control import ControlError
+        from protocol.transports.p2pd.control import ControlError
         from proto._generated import p2pd_control_pb2 as pb
 
         try:
@@ -125,7 +125,7 @@ def seed_for(name: str) -> bytes:
 # ------------------------------------------------------------------------ a child: one publisher
 
 def child_main(args: argparse.Namespace) -> int:
-    from protocol.p2pd import P2pdTransport
+    from protocol.transports.p2pd import P2pdTransport
 
     def say(**event: Any) -> None:
         print(json.dumps(event), flush=True)
@@ -208,7 +208,7 @@ class Child:
 
 
 def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]:
-    from protocol.p2pd import P2pdTransport
+    from protocol.transports.p2pd import P2pdTransport
 
     os.environ.update(_LOG_ENV)
     receiver = P2pdTransport(seed_for(f"receiver-{label}"), listen=[LOOPBACK], bootstrap=[], topics=[TOPIC],

@@ -3,7 +3,7 @@
 
     python scripts/bench_gossip_node.py CONFIG.json
 
-It builds the transport named in CONFIG (``libp2p``: protocol/transport_libp2p.py; ``p2pd``: the
+It builds the transport named in CONFIG (``libp2p``: protocol/transports/libp2p/; ``p2pd``: the
 go-libp2p daemon transport), verifies every message with a real Ingress, and talks to the
 coordinator over stdin/stdout JSON lines (libraries' logs go to stderr, a per-node log file).
 It exits at a hard deadline, when stdin closes (coordinator gone) or on ``quit``.
@@ -67,7 +67,7 @@ def topics() -> tuple[str, str]:
 
 def p2pd_transport_class() -> Any:
     """The go-libp2p daemon transport, or None when this checkout does not have it."""
-    for module in ("protocol.p2pd", "protocol.transport_p2pd"):
+    for module in ("protocol.transports.p2pd", "protocol.transport_p2pd"):
         try:
             return getattr(__import__(module, fromlist=["P2pdTransport"]), "P2pdTransport")
         except (ImportError, AttributeError):
@@ -82,14 +82,15 @@ def available_transports() -> list[str]:
 def make_transport(name: str, seed: bytes, listen: str, bootstrap: list[str], topic_names: list[str]) -> Any:
     """The transport factory: every transport the benchmark compares, with the same addresses."""
     if name == "libp2p":
-        from protocol.transport_libp2p import Libp2pTransport
+        from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
-        return Libp2pTransport(seed, listen=[listen], bootstrap=bootstrap, topics=topic_names, dial_timeout=5.0,
-                               backoff_initial=0.25, backoff_max=2.0, start_timeout=30.0, close_timeout=5.0)
+        return Libp2pTransport(seed, Libp2pOptions(listen=[listen], bootstrap=bootstrap, topics=topic_names,
+                                                   dial_timeout=5.0, backoff_initial=0.25, backoff_max=2.0,
+                                                   start_timeout=30.0, close_timeout=5.0))
     if name == "p2pd":
         cls = p2pd_transport_class()
         if cls is None:
-            raise RuntimeError("transport p2pd is not in this checkout (protocol.p2pd.P2pdTransport)")
+            raise RuntimeError("transport p2pd is not in this checkout (protocol.transports.p2pd.P2pdTransport)")
         # flood_cut_rate=0: the flood phase measures ingest throughput, which the p2pd flood guard
         # (it cuts an origin over 80 msgs/s) would stop after its burst
         return cls(seed, listen=[listen], bootstrap=bootstrap, topics=topic_names, start_timeout_s=30.0,

@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-generation", action="store_true", help="skip benchmark (1)")
     p.add_argument("--skip-rss", action="store_true", help="skip benchmark (3)")
     p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto",
-                   help="our backend in (2): auto = the one the node picks (policy.generation.auto_backend)")
+                   help="our backend in (2): auto = the one the node picks (policy.backends.auto_backend)")
     p.add_argument("--gen-batches", default=None, help="rows per generate call in (1), comma separated "
                    "(default 8,<prompts x G>); each is a whole number of groups")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from node.loop import Node
     from node.prompts import render_prompt
-    from policy.generation import auto_backend
+    from policy.backends import auto_backend
     from policy.vllm_backend import find_vllm_python
 
     # The tiny model's head dim (16) is one vLLM's CPU attention does not support.

@@ -25,10 +25,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from protocol import NodeIdentity  # noqa: E402
-from protocol.p2pd import P2pdTransport  # noqa: E402
-from protocol.p2pd.addrs import peer_id_bytes, split_peer_addr  # noqa: E402
-from protocol.p2pd.control import ControlConnection, connect_request  # noqa: E402
-from protocol.p2pd.daemon import DaemonProcess  # noqa: E402
+from protocol.transports.p2pd import P2pdTransport  # noqa: E402
+from protocol.transports.p2pd.addrs import peer_id_bytes, split_peer_addr  # noqa: E402
+from protocol.transports.p2pd.control import ControlConnection, connect_request  # noqa: E402
+from protocol.transports.p2pd.daemon import DaemonProcess  # noqa: E402
 
 TOPIC = "swarm-node/peer-cache-exp/rollouts/v1"
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
@@ -122,7 +122,7 @@ def run(work: Path, attackers: int = 12, after_s: float = 20.0, cache_kwargs: di
         # the restarted node gets a fresh key only so that its dials can be told from anyone else's
         seed_v2 = NodeIdentity.generate().private_seed()
         dial_log = DialLog(NodeIdentity.from_seed(seed_v2).peer_id())
-        discovery_log = logging.getLogger("protocol.p2pd.discovery")
+        discovery_log = logging.getLogger("protocol.transports.p2pd.discovery")
         old_level = discovery_log.level
         discovery_log.setLevel(logging.DEBUG)
         discovery_log.addHandler(dial_log)

@@ -39,3 +39,59 @@ def test_the_reader_sees_every_form_of_import():
     assert imported_packages("import torch, protocol.kinds as kinds") == {"torch", "protocol"}
     assert imported_packages("def f():\n    if True:\n        from policy.losses import make_objective") == {"policy"}
     assert imported_packages("from .files import atomic_write_bytes\nfrom ..identity import x") == set()
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Dotted names that the module at `path` imports (relative ones resolved), wherever the import
+    stands; `from a import b` yields both `a` and `a.b` (b may be a submodule)."""
+    name, package = module_name(path), path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = name.split(".") if package else name.split(".")[:-1]
+                module = ".".join(base[: len(base) - node.level + 1] + ([module] if module else []))
+            found |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge a -> b that lies on a cycle (b reaches a back)."""
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    return [f"{a} -> {b}" for a in sorted(graph) for b in sorted(graph[a]) if a in reachable(b)]
+
+
+def test_no_import_circles_inside_policy_or_protocol():
+    """Lazy imports inside functions count: a circle hidden in a function is still a circle. A
+    module importing its own package (whose __init__ runs first anyway) is not an edge."""
+    for layer in FORBIDDEN:
+        paths = {module_name(p): p for p in (REPO / layer).rglob("*.py")}
+        graph = {name: {m for m in imported_modules(path) if m in paths and m != name
+                        and not name.startswith(m + ".")}
+                 for name, path in paths.items()}
+        assert not import_cycles(graph), f"import circle in {layer}/: " + "; ".join(import_cycles(graph))
+
+
+def test_the_circle_finder_sees_a_lazy_circle():
+    """The negative control: policy.generation <-> policy.vllm_backend, as it once was."""
+    graph = {"policy.generation": {"policy.vllm_backend"}, "policy.vllm_backend": {"policy.generation"},
+             "policy.backends": {"policy.generation", "policy.vllm_backend"}}
+    assert import_cycles(graph) == ["policy.generation -> policy.vllm_backend",
+                                    "policy.vllm_backend -> policy.generation"]
+    graph["policy.generation"] = set()
+    assert import_cycles(graph) == []

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policy.generation import HFGenerator, decode_with_offsets, make_generator
+from policy.backends import make_generator
+from policy.generation import HFGenerator, decode_with_offsets
 from policy.logprobs import completion_logprobs, pad_batch, selected_logprobs
 from policy.models import ModelConfig, load_policy
 from policy.types import SamplingParams
@@ -252,7 +253,7 @@ def test_make_generator_backends(tiny, monkeypatch):
 def test_auto_backend_on_a_gpu_takes_vllm_when_its_environment_exists(monkeypatch):
     from types import SimpleNamespace
 
-    from policy.generation import auto_backend
+    from policy.backends import auto_backend
 
     on_gpu = SimpleNamespace(model=SimpleNamespace(device=torch.device("cuda")))  # never touched beyond .device
     assert auto_backend(on_gpu)[0] == "hf"  # SWARM_NODE_VLLM_PYTHON="" (tests/conftest.py): no vLLM

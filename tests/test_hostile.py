@@ -175,12 +175,12 @@ def test_process_entry_point_against_a_libp2p_node(tmp_path):
     """`python -m node.testnet.hostile_process --kind liar ... --rounds 2` against an in-process tiny node
     on a real libp2p transport (127.0.0.1): it connects, lies, is caught, and exits with a summary."""
     from node.swarm import build_exchange
-    from protocol.transport_libp2p import Libp2pTransport
+    from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}"])
     identity = NodeIdentity.generate()
-    transport = Libp2pTransport(identity.private_seed(), listen=["/ip4/127.0.0.1/tcp/0"],
-                                topics=[topic_name(SWARM, k) for k in ("rollouts", "hints", "hint-requests")])
+    transport = Libp2pTransport(identity.private_seed(), Libp2pOptions(
+        listen=["/ip4/127.0.0.1/tcp/0"], topics=[topic_name(SWARM, k) for k in ("rollouts", "hints", "hint-requests")]))
     transport.start()
     out, log = tmp_path / "hostile.json", open(tmp_path / "hostile.log", "wb")
     proc = node = None

@@ -1,4 +1,4 @@
-"""Application-level network faults (protocol/impairment.py) over the in-process bus."""
+"""Application-level network faults (protocol/transports/impairment.py) over the in-process bus."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from protocol import MemoryBus, MemoryTransport
-from protocol.impairment import ImpairedTransport, Impairment, parse_netem, write_impairment
+from protocol.transports.impairment import ImpairedTransport, Impairment, parse_netem, write_impairment
 
 TOPIC = "swarm-node/t/rollouts/v1"
 

@@ -1,11 +1,11 @@
-"""protocol/libp2p_patches.py: the version check and the patches that need no network."""
+"""protocol/transports/libp2p/patches.py: the version check and the patches that need no network."""
 import pytest
 
 pytest.importorskip("libp2p")
 
 import trio  # noqa: E402
 
-from protocol import libp2p_patches as patches  # noqa: E402
+from protocol.transports.libp2p import patches  # noqa: E402
 
 
 def test_version_check_names_the_patched_and_the_installed_version():

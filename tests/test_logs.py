@@ -200,8 +200,8 @@ def test_json_lines_stay_strict_json_and_configure_is_idempotent(capsys):
 
 @pytest.mark.slow
 def test_a_p2pd_daemon_restart_is_logged_with_its_fields(caplog):
-    from protocol.p2pd import DaemonStartError, P2pdTransport
-    from protocol.p2pd.daemon import daemon_binary
+    from protocol.transports.p2pd import DaemonStartError, P2pdTransport
+    from protocol.transports.p2pd.daemon import daemon_binary
 
     try:
         daemon_binary()

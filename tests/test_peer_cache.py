@@ -1,14 +1,14 @@
-"""The p2pd peer cache (protocol/p2pd/peer_cache.py) on a fake clock: ranking by usefulness,
+"""The p2pd peer cache (protocol/transports/p2pd/peer_cache.py) on a fake clock: ranking by usefulness,
 eviction of dead and silent entries, the per-address-group and never-useful bounds, and the
 Dialer's rank order and bounded redials (issue 16: departed attacker hosts filled peers.json)."""
 from __future__ import annotations
 
 import json
 
-from protocol.p2pd.addrs import peer_id_bytes
-from protocol.p2pd.control import ControlError
-from protocol.p2pd.discovery import Dialer
-from protocol.p2pd.peer_cache import PeerCache, PeerCacheLimits, address_group
+from protocol.transports.p2pd.addrs import peer_id_bytes
+from protocol.transports.p2pd.control import ControlError
+from protocol.transports.p2pd.discovery import Dialer
+from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits, address_group
 from protocol import NodeIdentity
 
 from fake_clock import FakeClock
@@ -145,7 +145,7 @@ class FakeControl:
 
 
 def test_the_dialer_dials_in_rank_order_and_gives_up_on_dead_cached_peers(tmp_path, monkeypatch):
-    import protocol.p2pd.discovery as discovery
+    import protocol.transports.p2pd.discovery as discovery
 
     ids = [NodeIdentity.generate().peer_id() for _ in range(6)]
     honest, dead, bootstrap, own = ids[0], ids[1:4], ids[4], ids[5]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.p2pd.daemon import DaemonStartError, daemon_binary
-from protocol.p2pd.peer_cache import PeerCacheLimits
+from protocol.transports.p2pd.daemon import DaemonStartError, daemon_binary
+from protocol.transports.p2pd.peer_cache import PeerCacheLimits
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -19,8 +19,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (  # noqa: E402
 from libp2p.crypto.ed25519 import Ed25519PrivateKey  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
 
-from protocol.transport import Transport  # noqa: E402
-from protocol.transport_libp2p import (  # noqa: E402
+from protocol.transports.base import Transport  # noqa: E402
+from protocol.transports.libp2p import (  # noqa: E402
+    Libp2pOptions,
     Libp2pTransport,
     TransportStartError,
     peer_id_from_seed,
@@ -62,7 +63,7 @@ def make() -> Iterator[Callable[..., Libp2pTransport]]:
     def _make(seed: bytes | None = None, start: bool = True, **kw: object) -> Libp2pTransport:
         kw.setdefault("topics", [TOPIC])
         kw.setdefault("start_timeout", 10.0)
-        t = Libp2pTransport(seed or os.urandom(32), **kw)  # type: ignore[arg-type]
+        t = Libp2pTransport(seed or os.urandom(32), Libp2pOptions(**kw))  # type: ignore[arg-type]
         made.append(t)
         if start:
             t.start()
@@ -98,7 +99,7 @@ def test_peer_id_is_the_signer_identity(make) -> None:
     assert addrs and all(a.endswith(f"/p2p/{expected}") for a in addrs)
     assert all("/tcp/0/" not in a for a in addrs), addrs  # real port, not the wildcard 0
     with pytest.raises(ValueError):
-        Libp2pTransport(b"short", topics=[TOPIC])
+        Libp2pTransport(b"short", Libp2pOptions(topics=[TOPIC]))
 
 
 def test_two_hosts_connect_and_deliver(make) -> None:
@@ -250,7 +251,7 @@ def test_start_fails_loudly_when_the_port_is_taken(make) -> None:
             t.start()
         assert time.monotonic() - t0 < 10.0
     with pytest.raises(ValueError, match="p2p"):
-        Libp2pTransport(os.urandom(32), bootstrap=["/ip4/127.0.0.1/tcp/4001"], topics=[TOPIC])
+        Libp2pTransport(os.urandom(32), Libp2pOptions(bootstrap=["/ip4/127.0.0.1/tcp/4001"], topics=[TOPIC]))
 
 
 def test_subscribe_after_start_and_inbox_drops_oldest(make) -> None:
@@ -282,10 +283,10 @@ def test_garbage_from_a_peer_does_not_kill_the_node(make) -> None:
     _connected(a, evil)
 
     async def send_garbage() -> None:
-        stream = await evil._host.new_stream(ID.from_base58(a.peer_id), [PROTOCOL_ID_V12])
+        stream = await evil._trio.host.new_stream(ID.from_base58(a.peer_id), [PROTOCOL_ID_V12])
         await stream.write(b"\x05\xff\xff\xff\xff\xff")  # length 5, then not a protobuf
 
-    trio.from_thread.run(send_garbage, trio_token=evil._trio_token)
+    trio.from_thread.run(send_garbage, trio_token=evil._trio.trio_token)
     _wait(lambda: a.stats()["bad_streams"] >= 1, 5.0, "A rejecting the garbage stream")
     assert a.running
     good = make(bootstrap=a.listen_addrs())
@@ -311,7 +312,7 @@ def test_a_stalled_peer_does_not_hold_back_the_others(make) -> None:
     release = threading.Event()
     frozen = threading.Thread(  # C's event loop stops reading its socket
         target=lambda: trio.from_thread.run_sync(lambda: release.wait(15.0),
-                                                 trio_token=c._trio_token),
+                                                 trio_token=c._trio.trio_token),
         daemon=True,
     )
     frozen.start()
@@ -327,3 +328,27 @@ def test_a_stalled_peer_does_not_hold_back_the_others(make) -> None:
     finally:
         release.set()
         frozen.join(5.0)
+
+
+def test_the_factory_builds_each_kind_from_its_typed_options(tmp_path) -> None:
+    """make_transport: Libp2pOptions -> py-libp2p, P2pdOptions -> the daemon's transport (neither
+    started here); lists become immutable tuples; bad options fail with a clear error."""
+    from protocol import P2pdOptions, make_transport
+    from protocol.transports.p2pd import P2pdTransport
+    from protocol.transports.p2pd.peer_cache import PeerCacheLimits
+
+    seed = os.urandom(32)
+    options = Libp2pOptions(topics=[TOPIC, TOPIC], dial_timeout=3.0)
+    assert options.topics == (TOPIC, TOPIC) and options.listen == ("/ip4/127.0.0.1/tcp/0",)
+    t = make_transport(seed, options)
+    assert isinstance(t, Libp2pTransport) and t.peer_id == peer_id_from_seed(seed) and t.options is options
+    t.close()
+    limits = PeerCacheLimits(max_peers=7)
+    p = make_transport(seed, P2pdOptions(topics=[TOPIC], peer_cache=tmp_path / "peers.json", peer_cache_limits=limits,
+                                         flood_cut_rate=0.0))
+    assert isinstance(p, P2pdTransport) and p.peer_id == peer_id_from_seed(seed)
+    assert p.peer_cache is not None and p.peer_cache.limits == limits
+    with pytest.raises(ValueError, match="max_msg_bytes must be positive"):
+        Libp2pOptions(max_msg_bytes=0)
+    with pytest.raises(TypeError, match="pass Libp2pOptions or P2pdOptions"):
+        make_transport(seed, {"listen": []})  # type: ignore[arg-type]

@@ -5,11 +5,11 @@ import pytest
 
 from protocol.identity import NodeIdentity
 from protocol.ingress import Ingress
-from protocol.memory_transport import MemoryBus, MemoryTransport
+from protocol.transports.memory import MemoryBus, MemoryTransport
 from protocol.outbox import PACE, Outbox, Pace
 from protocol.ratelimit import RateLimits
 from protocol.testing import make_rollout_group
-from protocol.transport import topic_name
+from protocol.transports.base import topic_name
 
 from fake_clock import FakeClock
 

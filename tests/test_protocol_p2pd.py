@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from protocol import Limits, NodeIdentity
-from protocol.p2pd import MAX_MESSAGE_BYTES, DaemonStartError, P2pdTransport
-from protocol.p2pd.daemon import daemon_binary
-from protocol.p2pd.peer_cache import PeerCache, PeerCacheLimits
+from protocol.transports.p2pd import MAX_MESSAGE_BYTES, DaemonStartError, P2pdTransport
+from protocol.transports.p2pd.daemon import daemon_binary
+from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits
 
 from processes import repo_env
 
@@ -112,7 +112,7 @@ def test_a_burst_arrives_and_a_message_at_the_size_limit_too(swarm):
         got += [int(r.data) for r in a.drain(TOPIC)]
         time.sleep(0.05)
     # the daemon's 32-message subscription buffer can drop a few when this busy machine starves
-    # its pipe to us (protocol/p2pd/transport.py); on an idle machine all 200 arrive
+    # its pipe to us (protocol/transports/p2pd/transport.py); on an idle machine all 200 arrive
     assert len(got) == len(set(got)) and set(got) <= set(range(200)) and len(got) >= 190, len(got)
     big = os.urandom(MAX_MESSAGE_BYTES)  # the largest we accept is below what the daemon delivers
     b.publish(TOPIC, big)
@@ -189,7 +189,7 @@ def test_the_daemon_dies_with_its_node_even_on_sigkill(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         from protocol import Limits, NodeIdentity
-        from protocol.p2pd import P2pdTransport
+        from protocol.transports.p2pd import P2pdTransport
         t = P2pdTransport(NodeIdentity.generate().private_seed(), listen={LOOPBACK!r}, bootstrap=[])
         t.start()
         print(t.stats()["daemon_pid"], flush=True)

@@ -1,5 +1,5 @@
 """Honest messages under a flood through the p2pd transport: the flood guard's rules
-(protocol/p2pd/flood_guard.py) and, on real daemons on 127.0.0.1, honest delivery while one
+(protocol/transports/p2pd/flood_guard.py) and, on real daemons on 127.0.0.1, honest delivery while one
 origin floods (scripts/bench_flood.py's smoke run)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol.p2pd import DaemonStartError
-from protocol.p2pd.daemon import daemon_binary
-from protocol.p2pd.flood_guard import FloodGuard
+from protocol.transports.p2pd import DaemonStartError
+from protocol.transports.p2pd.daemon import daemon_binary
+from protocol.transports.p2pd.flood_guard import FloodGuard
 
 ROOT = Path(__file__).resolve().parents[1]
 

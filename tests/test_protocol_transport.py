@@ -10,10 +10,10 @@ import pytest
 from protocol.identity import NodeIdentity
 from protocol.ingress import Ingress
 from protocol.kinds import KIND_SPECS, Kind
-from protocol.memory_transport import MemoryBus, MemoryTransport
+from protocol.transports.memory import MemoryBus, MemoryTransport
 from protocol.outbox import Outbox
 from protocol.testing import make_rollout_group
-from protocol.transport import Transport, topic_name
+from protocol.transports.base import Transport, topic_name
 
 from fake_clock import FakeClock
 

@@ -37,6 +37,15 @@ def test_plan_parsing_and_errors():
     assert halves(8) == ([0, 1, 2, 3], [4, 5, 6, 7]) and start_waves(8) == [[0], [1, 2], [3, 4, 5, 6], [7]]
 
 
+def test_testnet_defaults_to_the_transport_join_uses():
+    """One default transport: a testnet without --transport runs its nodes as `join` would."""
+    from node import cli
+    from node.config import SwarmConfig
+
+    assert SwarmConfig().transport == "p2pd"
+    assert cli.build_parser().parse_args(["testnet"]).transport == SwarmConfig().transport == Plan().transport
+
+
 def test_nodes_are_heterogeneous_unless_asked_otherwise():
     plan = Plan(nodes=4)
     sets = [node_overrides(plan, i, 0, (4, 4)) for i in range(4)]

@@ -1,4 +1,4 @@
-"""The Transport contract's fairness clause on every backend (protocol/transport.py): a sender that
+"""The Transport contract's fairness clause on every backend (protocol/transports/base.py): a sender that
 floods a full inbox never evicts another sender's message; it loses its own oldest. Real hosts for
 the networked transports: py-libp2p and the go-libp2p daemon on 127.0.0.1."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 
 from protocol.identity import NodeIdentity
-from protocol.memory_transport import MemoryBus, MemoryTransport
+from protocol.transports.memory import MemoryBus, MemoryTransport
 
 TOPIC = "swarm-node/fairness/rollouts/v1"
 INBOX = 16  # the receiver's per-topic inbox
@@ -42,10 +42,10 @@ def memory_hosts(made: list) -> tuple:
 def libp2p_hosts(made: list) -> tuple:
     if importlib.util.find_spec("libp2p") is None:
         pytest.skip("py-libp2p is not installed")
-    from protocol.transport_libp2p import Libp2pTransport
+    from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
     def make(**kwargs) -> Libp2pTransport:
-        host = Libp2pTransport(os.urandom(32), topics=[TOPIC], start_timeout=10.0, **kwargs)
+        host = Libp2pTransport(os.urandom(32), Libp2pOptions(topics=[TOPIC], start_timeout=10.0, **kwargs))
         made.append(host)
         host.start()
         return host
@@ -55,8 +55,8 @@ def libp2p_hosts(made: list) -> tuple:
 
 
 def p2pd_hosts(made: list) -> tuple:
-    from protocol.p2pd import DaemonStartError, P2pdTransport
-    from protocol.p2pd.daemon import daemon_binary
+    from protocol.transports.p2pd import DaemonStartError, P2pdTransport
+    from protocol.transports.p2pd.daemon import daemon_binary
 
     try:
         daemon_binary()
@@ -104,7 +104,7 @@ def received(receiver) -> int:
 
 def settled(receiver, expected: int, quiet_s: float = 1.0, timeout: float = 15.0) -> int:
     """How many messages the receiver got once all `expected` arrived or none came for `quiet_s`
-    (the daemon may lose a few of a burst on a busy machine: protocol/p2pd/transport.py)."""
+    (the daemon may lose a few of a burst on a busy machine: protocol/transports/p2pd/transport.py)."""
     deadline, last, since = time.monotonic() + timeout, -1, time.monotonic()
     while time.monotonic() < deadline:
         now = received(receiver)

@@ -28,7 +28,7 @@ ROW_GAUGES = {
     "groups_trained": ("groups_trained", "groups the last update trained on (own and peers')"),
     "external_used": ("external_groups_used", "peers' groups the last update trained on"),
 }
-# transport counters that are levels, not counts (protocol/p2pd/transport.py stats())
+# transport counters that are levels, not counts (protocol/transports/p2pd/transport.py stats())
 TRANSPORT_GAUGES = {"daemon_state": "p2pd daemon: 0 starting, 1 running, 2 restarting, 3 closed",
                     "dht_peers": "peers the last DHT lookup of our own id named",
                     "outbound_queued": "messages waiting to be published"}

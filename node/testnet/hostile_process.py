@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from node.config import ConfigError, load_config
     from node.tasks import make_source
-    from protocol.transport_libp2p import Libp2pTransport, TransportStartError
+    from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport, TransportStartError
 
     summary: dict = {"kind": args.kind, "valid": args.kind in VALID_KINDS, "swarm": args.swarm, "steps": 0,
                      "identities": [], "claimed_identities": [], "counters": {}, "learned": {}}
@@ -142,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     # The oversized kind must get its bytes onto the wire: our own transport would drop them.
     max_msg = 2 * limits.max_message_bytes if args.kind == "oversized" else limits.max_message_bytes
     try:
-        transport = Libp2pTransport(identity.private_seed(), listen=[args.listen], bootstrap=args.peers,
-                                    topics=[topic_name(cfg.swarm.name, k) for k in TOPIC_KINDS],
-                                    max_msg_bytes=max_msg, start_timeout=20.0, close_timeout=10.0)
+        transport = Libp2pTransport(identity.private_seed(), Libp2pOptions(
+            listen=[args.listen], bootstrap=args.peers or [], topics=[topic_name(cfg.swarm.name, k) for k in TOPIC_KINDS],
+            max_msg_bytes=max_msg, start_timeout=20.0, close_timeout=10.0))
     except ValueError as err:  # a bad multiaddr
         return _refuse(args.out, summary, "transport", err)
     peer = None

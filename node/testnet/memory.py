@@ -35,7 +35,7 @@ from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profil
 from node.testnet.hostile import HostilePeer
 from node.testnet.plan import Plan, halves, node_overrides, restart_event, slowdown
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
-from protocol.impairment import parse_netem
+from protocol.transports.impairment import parse_netem
 
 # Rate limits and each node's publication pace run on swarm time here, one tick (a round) = 2 s:
 # ticks run at whatever speed the machine allows (fast once only the slow nodes are left), so on the

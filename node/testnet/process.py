@@ -2,7 +2,7 @@
 its own identity, run dir, log and free ports; hostile peers are `python -m node.testnet.hostile_process`.
 
 Faults: SIGKILL and restart from the run dir (checkpoint + same identity), partitions and delay /
-loss through each node's fault file (protocol/impairment.py: this machine's kernel has no netem).
+loss through each node's fault file (protocol/transports/impairment.py: this machine's kernel has no netem).
 Only processes this harness started are ever signalled, by their Popen handles. Every wait has a
 timeout; a run that does not finish within the plan's timeout is stopped and reported as such.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from node.control import fetch_status
 from node.testnet.plan import Plan, halves, node_overrides, node_rounds, restart_event, slowdown
 from policy.checkpoint import latest_round
-from protocol.impairment import Impairment, parse_netem, write_impairment
+from protocol.transports.impairment import Impairment, parse_netem, write_impairment
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0

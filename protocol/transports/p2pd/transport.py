@@ -5,8 +5,8 @@ Threads (none of them ever the caller's): a supervisor starts the daemon, checks
 backoff when it exits or its control socket is stuck, re-subscribing every topic; one reader per
 subscription fills a bounded per-topic inbox (fair: the heaviest sender loses its oldest, protocol/inbox.py);
 one writer sends publishes; a guard thread disconnects origins cut for flooding
-(protocol/p2pd/flood_guard.py); a discovery thread keeps bootstrap and cached peers dialed and asks
-the DHT for more (protocol/p2pd/discovery.py), refreshes the peer/topic counts that `peers()` and
+(protocol/transports/p2pd/flood_guard.py); a discovery thread keeps bootstrap and cached peers dialed and asks
+the DHT for more (protocol/transports/p2pd/discovery.py), refreshes the peer/topic counts that `peers()` and
 `stats()` return, and writes the peer cache.
 
 Semantics worth knowing:
@@ -31,8 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..identity import NodeIdentity
-from ..transport import (
+from ...identity import NodeIdentity
+from ..base import (
     COUNTER_DROPPED_INBOUND_FULL,
     COUNTER_DROPPED_OUTBOUND_CLOSED,
     COUNTER_DROPPED_OUTBOUND_FULL,
@@ -41,8 +41,8 @@ from ..transport import (
     COUNTER_RECEIVED,
     Received,
 )
-from ..inbox import FairBuffer
-from ..ratelimit import Pacer
+from ...inbox import FairBuffer
+from ...ratelimit import Pacer
 from .addrs import peer_id_text, split_peer_addr
 from .control import (
     ControlConnection,
@@ -98,7 +98,7 @@ class P2pdTransport:
     :param listen: libp2p listen multiaddrs (`/ip4/127.0.0.1/tcp/0` picks a free port).
     :param bootstrap: peers to dial (`.../p2p/<peer-id>`), re-dialed with backoff while down.
     :param topics: topics subscribed at start.
-    :param peer_cache: JSON file of the peers worth redialing (protocol/p2pd/peer_cache.py): dialed
+    :param peer_cache: JSON file of the peers worth redialing (protocol/transports/p2pd/peer_cache.py): dialed
         at start in rank order, kept up to date; `note_useful_peers` feeds its ranking.
     :param peer_cache_limits: its bounds (entries per address group, never-useful entries, dials).
     :param start_timeout_s: how long `start` waits for the daemon before raising DaemonStartError.

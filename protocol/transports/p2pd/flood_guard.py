@@ -32,7 +32,7 @@ import logging
 from collections import OrderedDict
 from pathlib import Path
 
-from ..ratelimit import TokenBucket
+from ...ratelimit import TokenBucket
 from .addrs import peer_id_bytes
 from .control import ControlConnection, ControlError, disconnect_request
 

@@ -5,7 +5,7 @@ import functools
 
 import multiaddr
 
-from ..identity import base58btc
+from ...identity import base58btc
 
 _BASE58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 

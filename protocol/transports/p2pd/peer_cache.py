@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..files import atomic_write_bytes
+from ...files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Workarounds for py-libp2p 0.8.1 behaviours, one patch per upstream behaviour.
 
-``protocol/transport_libp2p.py`` (the transport and its thread bridge) builds its host from these;
+``protocol/transports/libp2p/`` (the transport and its thread bridge) builds its host from these;
 nothing else in the project touches py-libp2p internals. Each patch names the behaviour it works
 around, how it was found (measured on this project's machines or read from the installed source)
 and the upstream issue where one was found. They reach into private attributes of py-libp2p, so
@@ -42,7 +42,7 @@ def libp2p_version_problem(installed: str | None) -> str | None:
     if installed == PATCHED_LIBP2P_VERSION:
         return None
     found = "no libp2p distribution metadata" if installed is None else f"libp2p {installed}"
-    return (f"protocol/libp2p_patches.py was written for libp2p {PATCHED_LIBP2P_VERSION} (pinned in "
+    return (f"protocol/transports/libp2p/patches.py was written for libp2p {PATCHED_LIBP2P_VERSION} (pinned in "
             f"pyproject.toml) but {found} is installed: its patches reach into py-libp2p internals and may "
             f"silently stop working. Reinstall libp2p=={PATCHED_LIBP2P_VERSION}, or re-check every patch in "
             "this module against the new version and run tests/test_protocol_libp2p.py before trusting the "
@@ -215,7 +215,7 @@ class _SizedQueues(dict):  # type: ignore[type-arg]
             queue._queue.max_size = self.max_rpcs
         except AttributeError:  # pragma: no cover - a different py-libp2p layout
             log.warning("libp2p RpcQueue layout changed; outbound queue limits not raised "
-                        "(see protocol/libp2p_patches.py)")
+                        "(see protocol/transports/libp2p/patches.py)")
         super().__setitem__(key, queue)
 
 

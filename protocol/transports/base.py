@@ -4,9 +4,9 @@ A transport moves opaque bytes. It authenticates nothing above its own channel a
 nothing: everything it hands out goes through the Ingress. It must never block the training
 loop: `publish` enqueues (dropping with a counter when its outbound queue is full) and `drain`
 returns whatever has arrived. Backends:
-  * protocol/memory_transport.py: in-process bus for tests and simulation.
-  * protocol/transport_libp2p.py: py-libp2p GossipSub, on its own trio thread.
-  * protocol/p2pd/: GossipSub + DHT through the go-libp2p daemon (hivemind's p2pd), a child process.
+  * protocol/transports/memory.py: in-process bus for tests and simulation.
+  * protocol/transports/libp2p/: py-libp2p GossipSub, on its own trio thread.
+  * protocol/transports/p2pd/: GossipSub + DHT through the go-libp2p daemon (hivemind's p2pd), a child process.
   * a hivemind backend fits the same shape: `publish` stores the message in the DHT under a
     (topic, time bucket) key with our peer id as subkey, a background poller fills the queues
     that `drain` empties; `peers` are the DHT's routing-table peers.

@@ -55,7 +55,7 @@ def daemon_binary() -> Path:
 def private_key_file_bytes(seed: bytes) -> bytes:
     """libp2p's protobuf PrivateKey encoding of an Ed25519 key (the format `p2pd -id` reads):
     Type = 1 (Ed25519), Data = 32-byte seed + 32-byte public key."""
-    from ..identity import NodeIdentity
+    from ...identity import NodeIdentity
 
     identity = NodeIdentity.from_seed(seed)
     return _ED25519_PRIVATE_KEY_HEADER + bytes(seed) + identity.public_key_bytes

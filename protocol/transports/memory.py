@@ -18,8 +18,8 @@ import time
 from collections import Counter
 from typing import Callable, Iterable
 
-from .inbox import FairBuffer
-from .transport import (
+from ..inbox import FairBuffer
+from .base import (
     COUNTER_DROPPED_INBOUND_FULL,
     COUNTER_DROPPED_OUTBOUND_CLOSED,
     COUNTER_DROPPED_UNSUBSCRIBED,
@@ -109,7 +109,7 @@ class MemoryBus:
 
 
 class MemoryTransport:
-    """One peer on a MemoryBus (implements protocol.transport.Transport)."""
+    """One peer on a MemoryBus (implements protocol.transports.base.Transport)."""
 
     def __init__(self, bus: MemoryBus, peer_id: str, *, inbox_capacity: int = 10_000) -> None:
         self.bus = bus

@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import atomic_write_bytes
-from .transport import Received, Transport
+from ..files import atomic_write_bytes
+from .base import Received, Transport
 
 log = logging.getLogger(__name__)
 
