@@ -13,6 +13,8 @@ Modules, each doing one thing:
     logthrottle       rate-limited logging of per-message events (peers cannot flood our logs)
     outbox            Sequencer + Outbox: sealing and pacing our own messages
     inbox             FairBuffer: bounded per-sender buffers where the heaviest sender loses
+    files             atomic file writes (temp file, fsync, rename, directory fsync)
+    parent_death      die_with_parent: a child process (the p2pd daemon) dies with the node
     testing           builders of valid and hostile messages (tests, testnet)
     bench             micro-benchmark: verified messages/s through the Ingress (python -m protocol.bench)
     transports/       the Transport interface and every kind of transport (its own docstring lists

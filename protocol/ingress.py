@@ -46,7 +46,7 @@ from .logthrottle import LogThrottle, short_id
 from .ratelimit import RateLimiter, RateLimits, Verdict
 from .replay import ReplayGuard
 from .scoring import ACCEPTED, PeerScoreInfo, PeerScores, ScoreConfig
-from .transport import Received
+from .transports.base import Received
 
 log = logging.getLogger(__name__)
 

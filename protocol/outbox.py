@@ -38,7 +38,7 @@ from .identity import NodeIdentity
 from .kinds import KIND_SPECS, kind_of
 from .limits import Limits, validate_body
 from .ratelimit import TokenBucket
-from .transport import Transport, topic_name
+from .transports.base import Transport, topic_name
 
 SEQUENCE_COUNTER_BITS = 22
 

@@ -186,7 +186,7 @@ def test_memory_testnet_frees_its_nodes_when_a_run_ends_and_when_one_is_killed(t
     from node.testnet.memory import MemoryTestnet
 
     def live_nodes() -> int:
-        return sum(isinstance(obj, Node) for obj in gc.get_objects())
+        return sum(type(obj) is Node for obj in gc.get_objects())
 
     gc.collect()
     before = live_nodes()

@@ -24,7 +24,7 @@ import time
 import weakref
 from pathlib import Path
 
-from ..parent_death import die_with_parent
+from ...parent_death import die_with_parent
 from .addrs import addr_text, peer_id_text
 from .control import ControlConnection, ControlError, identify_request
 
