@@ -168,6 +168,10 @@ def test_four_nodes_survive_their_bootstrap_node_and_rejoin_from_the_peer_cache(
         wait_for(lambda: all((n / "node.json").exists() for n in (b, c, d)), "B, C and D to listen", procs,
                  timeout=150)  # three processes importing torch at once on two busy cores
         ids = {n: node_info(n)["peer_id"] for n in (a, b, c, d)}
+        # node.json is written once a node listens, before it has dialed anyone: killing A then raced
+        # the others' first dial (B, refused, stayed alone). Kill A once the DHT has met them.
+        wait_for(lambda: all((read_metrics(n) or [{}])[-1].get("peers_connected", 0) >= 2 for n in (b, c, d)),
+                 "B, C and D to meet each other through A", procs, timeout=120)
 
         procs[0].send_signal(signal.SIGKILL)  # the only node anybody was told about
         procs[0].wait(timeout=15)
