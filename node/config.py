@@ -214,6 +214,11 @@ class NodeConfig(Section):
     allocation: AllocationConfig = Field(default_factory=AllocationConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
+    @property
+    def max_external_tokens(self) -> int:
+        """The longest peer completion we train on: swarm.max_external_tokens, else our own budget."""
+        return self.swarm.max_external_tokens or self.sampling.max_new_tokens
+
 
 class ConfigError(ValueError):
     """A configuration problem, with a message that says what is wrong and what is valid."""

@@ -32,17 +32,14 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from node.tasks.base import Task, TaskSource, heldout_seed, stable_rng
 
 if TYPE_CHECKING:
-    from node.verifiers import Verifier
-    from policy.generation import Generator
-    from policy.models import LoadedPolicy
-    from policy.types import SamplingParams
+    from node.assembly import SamplingContext
 
 OOD_PREFIX = "ood:"
 
@@ -98,19 +95,14 @@ class Evaluator:
     """Greedy pass@1 and sampled pass@k of the node's policy on the held-out set (module docstring)."""
 
     cfg: EvalConfig
-    policy: LoadedPolicy
-    generator: Generator
-    verifier: Verifier
-    source: TaskSource  # the training mixture: held-out tasks of its families, and their scorer
+    ctx: SamplingContext  # the training mixture's source gives held-out tasks of its families
     ood_source: TaskSource | None  # the eval.ood families (None when there are none)
-    sampling: SamplingParams  # the node's sampling: temperature (pass@k) and max_new_tokens
-    autocast: Callable[[], ContextManager]
     _cache: dict[int, list[tuple[str, Task, TaskSource]]] = field(default_factory=dict, repr=False)
 
     @property
     def seed(self) -> int:
         """The held-out task seed: derived from the training seed, never equal to it."""
-        return heldout_seed(self.source.seed)
+        return heldout_seed(self.ctx.source.seed)
 
     @property
     def sampling_seed(self) -> int:
@@ -124,7 +116,7 @@ class Evaluator:
         """(family, task, scoring source) of the whole held-out set; OOD families as "ood:<name>"."""
         n = self.cfg.tasks_per_family if tasks_per_family is None else tasks_per_family
         if n not in self._cache:
-            rows = [(t.ref.dataset, t, self.source) for t in self.source.heldout(n, self.seed)]
+            rows = [(t.ref.dataset, t, self.ctx.source) for t in self.ctx.source.heldout(n, self.seed)]
             if self.ood_source is not None:
                 rows += [(OOD_PREFIX + t.ref.dataset, t, self.ood_source)
                          for t in self.ood_source.heldout(n, self.seed)]
@@ -142,14 +134,14 @@ class Evaluator:
             raise ValueError(f"k must be >= 1, got {k}")
         started = time.perf_counter()
         rows = self.tasks(tasks_per_family)
-        prompts = [render_prompt(self.policy, task.question) for _, task, _ in rows]
-        budget = self.sampling.max_new_tokens
+        prompts = [render_prompt(self.ctx.policy, task.question) for _, task, _ in rows]
+        budget = self.ctx.params.max_new_tokens
         greedy = SamplingParams(temperature=0.0, max_new_tokens=budget, seed=self.sampling_seed)
-        sampled = SamplingParams(temperature=self.sampling.temperature, max_new_tokens=budget,
+        sampled = SamplingParams(temperature=self.ctx.params.temperature, max_new_tokens=budget,
                                  seed=self.sampling_seed)
-        with preserved_rng(), _quiet_greedy_flags(), self.autocast():
-            firsts = self.generator.generate(prompts, 1, greedy) if prompts else []
-            samples = self.generator.generate(prompts, k, sampled) if prompts else []
+        with preserved_rng(), _quiet_greedy_flags(), self.ctx.autocast():
+            firsts = self.ctx.generator.generate(prompts, 1, greedy) if prompts else []
+            samples = self.ctx.generator.generate(prompts, k, sampled) if prompts else []
         by_family: dict[str, dict[str, list[bool]]] = {}
         for (family, task, source), first, many in zip(rows, firsts, samples, strict=True):
             slot = by_family.setdefault(family, {"pass1": [], "passk": []})
@@ -169,4 +161,4 @@ class Evaluator:
         }
 
     def _correct(self, task: Task, source: TaskSource, text: str) -> bool:
-        return bool(self.verifier.score(task, source, text)[1]["correct"])
+        return bool(self.ctx.verifier.score(task, source, text)[1]["correct"])

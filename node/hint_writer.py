@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager
 
+from node.assembly import SamplingContext
 from node.groups import ScoredGroup
 from node.hints import ABSTRACT_LEVELS, HintConfig, leaks_answer
 from node.prompts import render_prompt
-from node.tasks.base import Task, TaskSource
-from node.verifiers import Verifier
-from policy.generation import Generator
-from policy.models import LoadedPolicy
+from node.tasks.base import Task
 from policy.types import SamplingParams
 
 MAX_REMEMBERED = 4096
@@ -47,14 +44,9 @@ def solution_prefix(solution: str, answer: str | None, fraction: float) -> str:
 
 @dataclass
 class HintWriter:
-    policy: LoadedPolicy
-    generator: Generator
-    verifier: Verifier
-    source: TaskSource
-    sampling: SamplingParams
+    ctx: SamplingContext
     group_size: int
     cfg: HintConfig
-    autocast: Callable[[], ContextManager]
     solutions: OrderedDict[str, str] = field(default_factory=OrderedDict)  # prompt key -> correct text
     written: OrderedDict[str, dict[str, str]] = field(default_factory=OrderedDict)  # prompt key -> levels
     counters: Counter[str] = field(default_factory=Counter)
@@ -83,11 +75,11 @@ class HintWriter:
         return levels
 
     def _solve(self, task: Task) -> str | None:
-        prompt = render_prompt(self.policy, task.question)
-        with self.autocast():
-            rollouts = self.generator.generate([prompt], self.group_size, self.sampling)[0]
+        prompt = render_prompt(self.ctx.policy, task.question)
+        with self.ctx.autocast():
+            rollouts = self.ctx.generator.generate([prompt], self.group_size, self.ctx.params)[0]
         for rollout in rollouts:
-            if self.verifier.score(task, self.source, rollout.text)[1]["correct"]:
+            if self.ctx.verifier.score(task, self.ctx.source, rollout.text)[1]["correct"]:
                 _put(self.solutions, task.prompt_key, rollout.text)
                 return rollout.text
         return None
@@ -96,13 +88,13 @@ class HintWriter:
         """Every level we can write without leaking the answer."""
         answer = task.reference_answer
         levels: dict[str, str] = {}
-        if self.policy.chat:
-            prompts = [render_prompt(self.policy, WRITER_PROMPT.format(question=task.question, solution=solution,
+        if self.ctx.policy.chat:
+            prompts = [render_prompt(self.ctx.policy, WRITER_PROMPT.format(question=task.question, solution=solution,
                                                                        instruction=LEVEL_INSTRUCTIONS[level]))
                        for level in ABSTRACT_LEVELS]
             greedy = SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_hint_tokens)
-            with self.autocast():
-                written = self.generator.generate(prompts, 1, greedy)
+            with self.ctx.autocast():
+                written = self.ctx.generator.generate(prompts, 1, greedy)
             for level, (rollout,) in zip(ABSTRACT_LEVELS, written):
                 text = rollout.text.strip()[:MAX_HINT_CHARS]
                 if not text:

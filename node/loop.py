@@ -11,40 +11,28 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Protocol
 
-import numpy as np
-import torch
-
+from node.assembly import EXCHANGE_STATE, NodeParts, build_parts
 from node.config import NodeConfig
 from node.eval import Evaluator
 from node.groups import ScoredGroup, compose
 from node.hint_writer import HintWriter
 from node.hints import LEVELS, HintBook
 from node.metrics import MetricsLog, RoundTable
-from node.pass_rates import PassRates
-from node.prompts import Retokenizer
 from node.rollouts import RolloutSampler
 from node.tensorboard import TensorBoardLog
 from node.tasks import make_source
 from node.tasks.base import Task
-from node.warm_start import warm_model_config
-from policy.backends import make_generator
 from policy.checkpoint import latest_checkpoint, load_weights, restore_rng, save_checkpoint
-from policy.generation import eos_token_ids
-from policy.learner import Learner, apply_lora, autocast_context
+from policy.learner import Learner
 from policy.losses import make_objective
-from policy.models import load_policy
 from policy.types import SamplingParams
 
 log = logging.getLogger(__name__)
-
-EXCHANGE_STATE = "exchange.json"  # in each checkpoint: the exchange's admission state (node/admission.py)
-
 
 class Exchange(Protocol):
     """The seam for the SAPO network layer: never blocks the training loop."""
@@ -62,52 +50,48 @@ class Exchange(Protocol):
     def publish_hints(self, task: Task, levels: dict[str, str]) -> None: ...
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 class Node:
-    def __init__(self, cfg: NodeConfig, run_dir: Path, exchange: Exchange | None = None):
+    """One node's round loop over the parts node/assembly.py built (`parts=None` builds them from cfg:
+    a node that trains alone needs nothing else)."""
+
+    def __init__(self, cfg: NodeConfig, run_dir: Path, exchange: Exchange | None = None, *,
+                 parts: NodeParts | None = None):
+        parts = parts or build_parts(cfg)
+        if parts.cfg is not cfg:
+            raise ValueError("Node(cfg, parts=...): the parts were built from another config")
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.exchange = exchange
-        if cfg.run.threads:
-            torch.set_num_threads(cfg.run.threads)
-        seed_everything(cfg.run.seed)
-        self.policy = load_policy(warm_model_config(cfg.warm, cfg.model))
-        self.model = apply_lora(self.policy.model, cfg.optim)
-        self.objective = make_objective(cfg.loss.name, **cfg.loss.knobs)
-        self.source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed, cfg.tasks.peer_seeds)
-        self.verifier = cfg.verifier
-        self.generator, self.backend_line = make_generator(cfg.sampling.backend, self.policy)
+        self.parts = parts
+        self.policy, self.model, self.objective = parts.policy, parts.model, parts.objective
+        self.source, self.verifier, self.retokenizer = parts.source, parts.verifier, parts.retokenizer
+        self.pass_rates, self.backend_line = parts.pass_rates, parts.backend_line
         self.learner = Learner(self.model, self.objective, cfg.optim, pad_id=self.policy.tokenizer.pad_token_id,
                                temperature=cfg.sampling.temperature,
                                external_objective=make_objective(cfg.loss.external, **cfg.loss.external_knobs),
                                off_policy=cfg.loss.off_policy, completion_budget=cfg.sampling.max_new_tokens,
-                               max_external_tokens=cfg.swarm.max_external_tokens or cfg.sampling.max_new_tokens,
+                               max_external_tokens=cfg.max_external_tokens,
                                group_size=cfg.sampling.group_size + self.objective.extra_samples)
-        self.sampling = SamplingParams(temperature=cfg.sampling.temperature,
-                                       max_new_tokens=cfg.sampling.max_new_tokens)
-        self.retokenizer = Retokenizer(self.policy, eos_token_ids(self.policy.model, self.policy.tokenizer))
-        self.pass_rates = PassRates(cfg.allocation.posterior_decay)
         self.hints = HintBook(cfg.hints, self.pass_rates, LEVELS if self.policy.chat else ("prefix",))
-        autocast = lambda: autocast_context(cfg.optim.autocast_bf16, self.learner.device)  # noqa: E731
         n = cfg.sampling.group_size + self.objective.extra_samples  # mc needs G+1
-        self.sampler = RolloutSampler(self.policy, self.generator, self.verifier, self.source, self.sampling, n,
-                                      cfg.allocation, self.pass_rates, self.objective.advantage == "mean_std",
-                                      autocast)
-        self.hint_writer = HintWriter(self.policy, self.generator, self.verifier, self.source, self.sampling,
-                                      cfg.sampling.group_size, cfg.hints, autocast)
+        self.sampler = RolloutSampler(parts.sampling, n, cfg.allocation, self.pass_rates,
+                                      self.objective.advantage == "mean_std")
+        self.hint_writer = HintWriter(parts.sampling, cfg.sampling.group_size, cfg.hints)
         ood = make_source(cfg.tasks.source, cfg.eval.ood, cfg.tasks.seed) if cfg.eval.ood else None
-        self.evaluator = Evaluator(cfg.eval, self.policy, self.generator, self.verifier, self.source, ood,
-                                   self.sampling, autocast)
+        self.evaluator = Evaluator(cfg.eval, parts.sampling, ood)
         self.metrics = MetricsLog(self.run_dir)
         self.tensorboard = TensorBoardLog(self.run_dir) if cfg.run.tensorboard else None
         self.next_round = 0
         self.resumed_from: Path | None = None  # the checkpoint `resume` loaded
         self.checkpointed_round: int | None = None  # the newest round on disk
+
+    @property
+    def generator(self):
+        return self.parts.sampling.generator
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self.parts.sampling.params
 
     def close(self) -> None:
         """Stops what the node started outside this process (a vLLM inference server) and closes
@@ -119,8 +103,9 @@ class Node:
             close()
 
     def use_generator(self, generator) -> None:
-        """Swap the rollout backend everywhere it is used (benchmarks force full-length sampling)."""
-        self.generator = self.sampler.generator = self.hint_writer.generator = self.evaluator.generator = generator
+        """Swap the rollout backend of the sampler, hint writer and evaluator (benchmarks force
+        full-length sampling)."""
+        self.parts.sampling.generator = generator
 
     @property
     def hinting(self) -> bool:
@@ -171,26 +156,6 @@ class Node:
                         "policy_version": self.learner.policy_version, "seconds": seconds})
         self.checkpointed_round = round_index
         return path
-
-    def exchange_state(self) -> dict | None:
-        """The exchange state saved with the checkpoint `resume` loaded; None (with a warning
-        when it should have been there) if there is none or it cannot be read: the exchange
-        then starts empty, as a new node's would."""
-        if self.resumed_from is None:
-            return None
-        path = self.resumed_from / EXCHANGE_STATE
-        try:
-            state = json.loads(path.read_text())
-        except FileNotFoundError:
-            log.warning("%s is missing: peers' admission state (established keys, dedup memory) starts empty", path)
-            return None
-        except (OSError, ValueError) as err:
-            log.warning("%s is unreadable (%s): peers' admission state starts empty", path, err)
-            return None
-        if not isinstance(state, dict):
-            log.warning("%s holds no exchange state: peers' admission state starts empty", path)
-            return None
-        return state
 
     # -- one round ---------------------------------------------------------------------------
     def _tasks(self, round_index: int) -> list[Task]:

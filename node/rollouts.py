@@ -11,31 +11,24 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, ContextManager
 
 from node.allocation import AllocationConfig, dars_extra_rollouts
+from node.assembly import SamplingContext
 from node.pass_rates import PassRates
 from node.groups import HintUse, ScoredGroup
 from node.prompts import render_prompt
-from node.tasks.base import Task, TaskSource
-from node.verifiers import Verifier
-from policy.generation import Generator, StaleWeightsError, decode_with_offsets
-from policy.models import LoadedPolicy
+from node.tasks.base import Task
+from policy.generation import StaleWeightsError, decode_with_offsets
 from policy.types import Rollout, SamplingParams
 
 
 @dataclass
 class RolloutSampler:
-    policy: LoadedPolicy
-    generator: Generator
-    verifier: Verifier
-    source: TaskSource
-    sampling: SamplingParams
+    ctx: SamplingContext
     group_size: int  # completions per plain group (G, or G+1 for mc)
     allocation: AllocationConfig
     pass_rates: PassRates
     std_normalized: bool  # the local objective scales advantages by std (DARS's S(a) depends on it)
-    autocast: Callable[[], ContextManager]
     _score_seconds: float = 0.0
 
     def sample(self, tasks: list[Task], hints: list[HintUse | None], policy_version: int) -> tuple[list[ScoredGroup], dict]:
@@ -43,10 +36,10 @@ class RolloutSampler:
         n = self.group_size
         plain = [i for i, h in enumerate(hints) if h is None]
         hinted = [i for i, h in enumerate(hints) if h is not None]
-        prompts = [render_prompt(self.policy, t.question) for t in tasks]
+        prompts = [render_prompt(self.ctx.policy, t.question) for t in tasks]
         rollouts: dict[int, list[Rollout]] = {}
         flags: dict[int, list[bool]] = {}
-        with self.autocast():
+        with self.ctx.autocast():
             for i, rs in zip(plain, self._generate([prompts[i] for i in plain], n)):
                 rollouts[i], flags[i] = rs, [False] * n
             for i, rs in zip(hinted, self._generate([prompts[i] for i in hinted], 1)):
@@ -66,7 +59,7 @@ class RolloutSampler:
     def _generate(self, prompts: list[list[int]], n: int) -> list[list[Rollout]]:
         if not prompts or n < 1:
             return [[] for _ in prompts]
-        return self.generator.generate(prompts, n, self.sampling)
+        return self.ctx.generator.generate(prompts, n, self.ctx.params)
 
     def _generate_hinted(self, tasks: list[Task], prompts: list[list[int]], hints: list[HintUse],
                          n: int) -> list[list[Rollout]]:
@@ -74,18 +67,18 @@ class RolloutSampler:
         out: list[list[Rollout]] = [[] for _ in tasks]
         abstract = [i for i, h in enumerate(hints) if h.level != "prefix"]
         prefixed = [i for i, h in enumerate(hints) if h.level == "prefix"]
-        hinted_prompts = [render_prompt(self.policy, tasks[i].question, hints[i].text) for i in abstract]
+        hinted_prompts = [render_prompt(self.ctx.policy, tasks[i].question, hints[i].text) for i in abstract]
         for i, rs in zip(abstract, self._generate(hinted_prompts, n)):
             out[i] = rs
-        tok = self.policy.tokenizer
+        tok = self.ctx.policy.tokenizer
         prefix_ids = {i: tok(hints[i].text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
                       for i in prefixed}
         by_room: dict[int, list[int]] = defaultdict(list)  # tokens left after the prefix -> tasks
         for i in prefixed:
-            by_room[max(1, self.sampling.max_new_tokens - len(prefix_ids[i]))].append(i)
+            by_room[max(1, self.ctx.params.max_new_tokens - len(prefix_ids[i]))].append(i)
         for room, indices in by_room.items():
-            params = SamplingParams(self.sampling.temperature, room, self.sampling.seed)
-            generated = self.generator.generate([prompts[i] + prefix_ids[i] for i in indices], n, params)
+            params = SamplingParams(self.ctx.params.temperature, room, self.ctx.params.seed)
+            generated = self.ctx.generator.generate([prompts[i] + prefix_ids[i] for i in indices], n, params)
             for i, rs in zip(indices, generated):
                 out[i] = [self._with_prefix(prompts[i], prefix_ids[i], r) for r in rs]
         return out
@@ -93,7 +86,7 @@ class RolloutSampler:
     def _with_prefix(self, prompt: list[int], prefix: list[int], rollout: Rollout) -> Rollout:
         """The prefix becomes the first completion tokens (masked from the loss by hint_tokens)."""
         ids = prefix + rollout.completion_ids
-        text, offsets = decode_with_offsets(self.policy.tokenizer, ids)
+        text, offsets = decode_with_offsets(self.ctx.policy.tokenizer, ids)
         return Rollout(prompt_ids=prompt, completion_ids=ids, logprobs=[0.0] * len(prefix) + list(rollout.logprobs),
                        text=text, offsets=offsets, truncated=rollout.truncated, hint_tokens=len(prefix),
                        policy_version=rollout.policy_version)
@@ -105,7 +98,7 @@ class RolloutSampler:
             raise StaleWeightsError(f"the generator sampled with policy v{sorted(stale)} but the learner is at "
                                     f"v{policy_version}: a generator.refresh() was missed")
         started = time.perf_counter()
-        scored = [self.verifier.score(task, self.source, r.text) for r in rollouts]
+        scored = [self.ctx.verifier.score(task, self.ctx.source, r.text) for r in rollouts]
         self._score_seconds += time.perf_counter() - started
         return ScoredGroup(task=task, rollouts=rollouts, rewards=[s[0] for s in scored],
                            correct=[bool(s[1]["correct"]) for s in scored], policy_version=policy_version,
@@ -127,7 +120,7 @@ class RolloutSampler:
             if extra:
                 by_extra[extra].append(i)
         total = 0
-        with self.autocast():
+        with self.ctx.autocast():
             for extra, indices in sorted(by_extra.items()):
                 for i, rs in zip(indices, self._generate([prompts[i] for i in indices], extra)):
                     more = self._score(groups[i].task, rs, policy_version, None, [])

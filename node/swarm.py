@@ -10,6 +10,7 @@ from typing import Callable
 
 from rich.console import Console
 
+from node.assembly import NodeParts, build_parts, saved_exchange_state
 from node.config import MAX_START_WAIT_S, NodeConfig
 from node.control import start_control_server, write_node_file
 from node.exchange import SwarmExchange
@@ -32,44 +33,46 @@ def identity_path(cfg: NodeConfig, run_dir: Path) -> Path:
     return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(run_dir) / IDENTITY_FILE
 
 
-def build_exchange(cfg: NodeConfig, node: Node, identity: NodeIdentity, transport,
+def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: dict | None = None,
                    ingest: str | None = None, swarm_clock: Callable[[], float] | None = None,
                    clock: Callable[[], float] = time.time) -> SwarmExchange:
-    """The exchange `join` uses; `ingest` overrides swarm.ingest (the memory testnet runs inline);
+    """The exchange `join` uses, built from the node's parts (node/assembly.py); `state`: the admission
+    state saved with the checkpoint the node resumes from (assembly.saved_exchange_state);
+    `ingest` overrides swarm.ingest (the memory testnet runs inline);
     `swarm_clock`: the time rate limits and publication pace run on (default the wall clock);
-    `clock`: the time messages are stamped and checked on.
-    A resumed node's exchange starts from the admission state saved with its checkpoint."""
-    model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=node.policy.tokenizer_fingerprint)
+    `clock`: the time messages are stamped and checked on."""
+    cfg = parts.cfg
+    model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=parts.policy.tokenizer_fingerprint)
     sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                         max_new_tokens=cfg.sampling.max_new_tokens)
 
     def weakness(group) -> float:  # weak_tasks sampler: 1 - our pass rate on the group's prompt/family
-        estimate = node.pass_rates.estimate(group.task)
+        estimate = parts.pass_rates.estimate(group.task)
         return 0.5 if estimate is None else 1.0 - estimate
 
     ingest = ingest or cfg.swarm.ingest
-    retokenizer = node.retokenizer
+    retokenizer = parts.retokenizer
     if ingest == "background":  # a fast tokenizer used from two threads at once can raise "Already borrowed"
-        private = dataclasses.replace(node.policy, tokenizer=copy.deepcopy(node.policy.tokenizer))
+        private = dataclasses.replace(parts.policy, tokenizer=copy.deepcopy(parts.policy.tokenizer))
         retokenizer = Retokenizer(private, retokenizer.eos_ids)
-    max_tokens = cfg.swarm.max_external_tokens or cfg.sampling.max_new_tokens
+    max_tokens = cfg.max_external_tokens
     budget = IngestBudget(max_messages=cfg.swarm.ingest_max_messages, max_share=cfg.swarm.ingest_max_share,
                           per_sender_staged=cfg.swarm.ingest_staged_per_sender,
                           max_staged=cfg.swarm.ingest_staged_max, young_share=cfg.swarm.ingest_young_share)
     # started on first use: a node whose scorers are all string comparisons never starts a worker
     sandbox = ScorerSandbox((cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed))
-    return SwarmExchange(transport, identity, cfg.swarm, node.source, node.verifier, retokenizer,
+    return SwarmExchange(transport, identity, cfg.swarm, parts.source, parts.verifier, retokenizer,
                          model, sampling, seed=cfg.run.seed, weakness=weakness, max_completion_tokens=max_tokens,
                          max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest,
-                         budget=budget, sandbox=sandbox, swarm_clock=swarm_clock, clock=clock,
-                         state=node.exchange_state())
+                         budget=budget, sandbox=sandbox, swarm_clock=swarm_clock, clock=clock, state=state)
 
 
-def join_memory_bus(node: Node, bus, name: str, identity: NodeIdentity | None = None,
+def memory_bus_node(cfg: NodeConfig, run_dir: Path, bus, name: str, identity: NodeIdentity | None = None,
                     ingest: str = "inline", swarm_clock: Callable[[], float] | None = None,
-                    clock: Callable[[], float] = time.time) -> SwarmExchange:
-    """Connect an in-process node to a protocol.MemoryBus as peer `name` (tests, experiments, and
-    simulations that run many nodes in one process): the same exchange as `join`, another transport.
+                    clock: Callable[[], float] = time.time) -> Node:
+    """A node joined to a protocol.MemoryBus as peer `name` (tests, experiments, and simulations that
+    run many nodes in one process): the same exchange as `join`, another transport. Call `resume()`
+    on it to continue its run (its exchange already holds the admission state of that checkpoint).
     Ingest is inline by default: verification happens in collect(), in swarm time, so simulations
     are deterministic. Pass `swarm_clock` (e.g. rounds as seconds) when nodes take turns on one CPU:
     on the wall clock their rate limits and publication pace would see bursts no real swarm sends.
@@ -77,11 +80,12 @@ def join_memory_bus(node: Node, bus, name: str, identity: NodeIdentity | None = 
     the same as the MemoryBus's."""
     from protocol import MemoryTransport
 
+    parts = build_parts(cfg)
     transport = MemoryTransport(bus, name)
     transport.start()
-    node.exchange = build_exchange(node.cfg, node, identity or NodeIdentity.generate(), transport, ingest,
-                                   swarm_clock, clock)
-    return node.exchange
+    exchange = build_exchange(parts, identity or NodeIdentity.generate(), transport, saved_exchange_state(run_dir),
+                              ingest, swarm_clock, clock)
+    return Node(cfg, run_dir, exchange, parts=parts)
 
 
 def snapshot(node: Node, exchange: SwarmExchange, started: float) -> dict:
@@ -118,9 +122,8 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = NodeIdentity.load_or_generate(identity_path(cfg, run_dir))
-    node = Node(cfg, run_dir)
-    node.resume()  # a restarted node continues its own run (logged: event "resume")
-    say(console, f"rollouts: {node.backend_line}", "backend")
+    parts = build_parts(cfg)
+    say(console, f"rollouts: {parts.backend_line}", "backend")
 
     transport = build_transport(cfg, identity, run_dir, [topic_name(cfg.swarm.name, "rollouts")])
     if cfg.swarm.fault_file:  # a testnet injects delay, loss and partitions through this file
@@ -128,8 +131,13 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
 
         transport = ImpairedTransport(transport, Path(cfg.swarm.fault_file), seed=cfg.run.seed)
     transport.start()  # returns once listening; never waits for peers
-    exchange = build_exchange(cfg, node, identity, transport)
-    node.exchange = exchange
+    try:
+        exchange = build_exchange(parts, identity, transport, saved_exchange_state(run_dir))
+        node = Node(cfg, run_dir, exchange, parts=parts)
+        node.resume()  # a restarted node continues its own run (logged: event "resume")
+    except BaseException:  # an unreadable checkpoint: stop the daemon we started before saying so
+        transport.close()
+        raise
     started = time.monotonic()
 
     server, control = start_control_server(

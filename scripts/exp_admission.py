@@ -3,7 +3,7 @@
 TaskRef at an unknown seed cost it? (issue 9, items 4 and 9)
 
 Three measurements, each on real parts: tiny-preset nodes that train, real signed envelopes through
-the real Ingress and exchange on the in-process bus (node/swarm.py join_memory_bus).
+the real Ingress and exchange on the in-process bus (node/swarm.py memory_bus_node).
 
   sybil     two honest tiny nodes share with a receiver for --warmup rounds; then --keys fresh keys
             each send one valid, honestly scored group of distinct content every round for --rounds
@@ -55,11 +55,10 @@ class SwarmClock:
 
 def _tiny_node(run_dir: Path, name: str, bus, extra=(), clock: SwarmClock | None = None):
     from node.config import load_config
-    from node.loop import Node
-    from node.swarm import join_memory_bus
+    from node.swarm import memory_bus_node
 
-    node = Node(load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra]), run_dir / name)
-    join_memory_bus(node, bus, name, swarm_clock=clock)
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra])
+    node = memory_bus_node(cfg, run_dir / name, bus, name, swarm_clock=clock)
     return node
 
 

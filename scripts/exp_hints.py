@@ -52,16 +52,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def make_node(run_dir: Path, bus, name: str, seed: int, hints: bool):
     from node.config import load_config
-    from node.loop import Node
-    from node.swarm import join_memory_bus
+    from node.swarm import memory_bus_node
 
     cfg = load_config("tiny", None, [
         "run.threads=1", f"run.seed={seed}", f"tasks.seed={seed * 10 + (name == 'strong')}",
         f"tasks.datasets={{{FAMILY} = 1.0}}", "tasks.prompts_per_round=8", "sampling.max_new_tokens=4",
         "swarm.name=hints", "swarm.external_per_round=0", f"hints.enabled={'true' if hints else 'false'}",
         "hints.serve_per_round=4", "hints.revisits_per_round=4", f"model.init_seed={seed}"])
-    node = Node(cfg, run_dir / name)
-    join_memory_bus(node, bus, name)
+    node = memory_bus_node(cfg, run_dir / name, bus, name)
     return node
 
 

@@ -127,7 +127,7 @@ class ReplayingPeer:
             self.policy.model.load_state_dict(self.snapshots[0])
         tasks = self.source.batch(round_index, self.groups)
         prompts = [render_prompt(self.policy, t.question) for t in tasks]
-        with node.sampler.autocast():
+        with node.parts.sampling.autocast():
             completions = self.generator.generate(prompts, node.cfg.sampling.group_size, node.sampling)
         for task, rollouts in zip(tasks, completions):
             scored = [node.verifier.score(task, node.source, r.text) for r in rollouts]
@@ -175,8 +175,7 @@ def warm_start(node, steps: int, lr: float) -> dict:
 
 def run_setting(model: str, source: str, correction: str, seed: int, args, other_state, progress, task_id) -> dict:
     from node.config import load_config
-    from node.loop import Node
-    from node.swarm import join_memory_bus
+    from node.swarm import memory_bus_node
     from protocol import MemoryBus
 
     spec = MODELS[model]
@@ -188,9 +187,8 @@ def run_setting(model: str, source: str, correction: str, seed: int, args, other
     cfg = load_config(spec["preset"], None, overrides)
     with tempfile.TemporaryDirectory(prefix="exp-offpolicy-") as tmp:
         bus = MemoryBus(seed=seed)
-        node = Node(cfg, Path(tmp))
         swarm_time = [0.0]  # one round = one second for the receiver's rate limits, whatever the CPU's speed
-        join_memory_bus(node, bus, "receiver", swarm_clock=lambda: swarm_time[0])
+        node = memory_bus_node(cfg, Path(tmp), bus, "receiver", swarm_clock=lambda: swarm_time[0])
         k = None if source == "other" else int(source.removeprefix("stale"))
         peer = ReplayingPeer(node, bus, k, other_state if source == "other" else None, spec["external"] * 2, seed)
         rows = []

@@ -92,11 +92,11 @@ def run_condition(condition: str, seed: int, args, progress, task_id) -> dict:
             f"tasks.seed={seed}", "hints.enabled=false", f"warm.seed={seed}",
             *([f"warm.steps={args.warm_steps}"] if args.warm_steps else [])]
     with tempfile.TemporaryDirectory(prefix="exp-peer-failures-") as tmp:
-        node = Node(load_config("tiny-warm", None, base + CONDITIONS[condition]), Path(tmp) / "node")
-        if condition != "silo8":
-            peer = node if condition == "own4+own4" else \
+        feed = None if condition == "silo8" else Feed(None, None if condition == "own4+own4" else 0)
+        node = Node(load_config("tiny-warm", None, base + CONDITIONS[condition]), Path(tmp) / "node", feed)
+        if feed is not None:  # fed by the node itself or by a peer built after it (the RNG order of the runs)
+            feed.source = node if condition == "own4+own4" else \
                 Node(load_config("tiny-warm", None, base + [f"tasks.seed={seed + 1000}"]), Path(tmp) / "peer")
-            node.exchange = Feed(peer, None if condition == "own4+own4" else 0)
         start = node.evaluate()["heldout_pass1"]
         rows, started = [], time.perf_counter()
         for r in range(args.rounds):

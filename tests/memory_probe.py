@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from node.config import load_config  # noqa: E402
 from node.loop import Node  # noqa: E402
-from node.swarm import join_memory_bus  # noqa: E402
+from node.swarm import memory_bus_node  # noqa: E402
 from protocol import Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name  # noqa: E402
 from protocol.testing import seal_message  # noqa: E402
 from test_exchange import honest_group  # noqa: E402
@@ -62,9 +62,9 @@ def main() -> None:
     parser.add_argument("--run-dir", required=True)
     args = parser.parse_args()
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}"])
-    node = Node(cfg, args.run_dir)
     bus = MemoryBus()
-    join_memory_bus(node, bus, "receiver", **({"ingest": os.environ["INGEST"]} if "INGEST" in os.environ else {}))
+    node = memory_bus_node(cfg, args.run_dir, bus, "receiver",
+                           **({"ingest": os.environ["INGEST"]} if "INGEST" in os.environ else {}))
     exchange = node.exchange
     rows = [node.run_one(10_000)]  # warm: the quiet figure includes one round's allocations
     sizes = []

@@ -10,7 +10,7 @@ from node.config import load_config
 from node.exchange import to_wire
 from node.groups import ScoredGroup
 from node.loop import EXCHANGE_STATE, Node
-from node.swarm import join_memory_bus
+from node.swarm import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox
@@ -22,10 +22,9 @@ def receiver(run_dir, bus, resume=False) -> Node:
     # one young slot a round (0.25 of J = 4); two credits make a key established, no waiting time
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.young_groups=2",
                                      "swarm.young_rounds=0"])
-    node = Node(cfg, run_dir)
+    node = memory_bus_node(cfg, run_dir, bus, "receiver")
     if resume:
         node.resume()
-    join_memory_bus(node, bus, "receiver")
     return node
 
 

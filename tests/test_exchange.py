@@ -12,7 +12,7 @@ from node.exchange import SwarmExchange, to_wire
 from node.groups import ScoredGroup
 from node.loop import Node
 from node.metrics import RoundTable, read_metrics
-from node.swarm import join_memory_bus
+from node.swarm import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, topic_name
@@ -32,8 +32,7 @@ def node(tmp_path, bus):
     # fresh keys get the whole mix here: these tests are about verification (admission: tests/test_admission.py)
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
                                      "swarm.young_share_max=1.0"])
-    n = Node(cfg, tmp_path)
-    join_memory_bus(n, bus, "receiver")
+    n = memory_bus_node(cfg, tmp_path, bus, "receiver")
     return n
 
 
@@ -184,6 +183,7 @@ def test_status_accepted_counts_only_messages_that_passed_every_check(node, bus)
 def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path, bus):
     """The p2pd peer cache ranks those peers first (issue 16); protocol never imports node, so the
     exchange tells the transport plain peer ids."""
+    from node.assembly import build_parts
     from node.swarm import build_exchange
 
     class NotingTransport(MemoryTransport):
@@ -196,10 +196,10 @@ def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path
 
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
                                      "swarm.young_share_max=1.0"])
-    n = Node(cfg, tmp_path)
+    parts = build_parts(cfg)
     transport = NotingTransport(bus, "receiver")
     transport.start()
-    n.exchange = build_exchange(cfg, n, NodeIdentity.generate(), transport, ingest="inline")
+    n = Node(cfg, tmp_path, build_exchange(parts, NodeIdentity.generate(), transport, ingest="inline"), parts=parts)
     honest, identity = peer(bus, "honest"), NodeIdentity.generate()
     outbox = Outbox(identity)
     for i in range(2):

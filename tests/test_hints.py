@@ -13,7 +13,7 @@ from node.hint_writer import solution_prefix
 from node.hints import HintBook, HintConfig, leaks_answer
 from node.loop import Node
 from node.metrics import read_metrics
-from node.swarm import join_memory_bus
+from node.swarm import memory_bus_node
 from node.tasks.base import TaskRef
 from node.tasks.synthetic import SyntheticSource
 from policy.types import Rollout
@@ -83,8 +83,7 @@ def count_node(tmp_path, name, bus, extra=()):
     cfg = load_config("tiny", None, ["run.threads=1", "swarm.name=h", "tasks.datasets={count = 1.0}",
                                      "tasks.prompts_per_round=4", "sampling.max_new_tokens=4",
                                      "hints.revisits_per_round=4", *extra])
-    node = Node(cfg, tmp_path / name)
-    join_memory_bus(node, bus, name)
+    node = memory_bus_node(cfg, tmp_path / name, bus, name)
     return node
 
 

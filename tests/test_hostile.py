@@ -18,7 +18,7 @@ import pytest
 from node.config import load_config
 from node.loop import Node
 from node.metrics import read_metrics
-from node.swarm import join_memory_bus
+from node.swarm import memory_bus_node
 from node.tasks import make_source
 from node.testnet.hostile import (
     EXPECTED_REASONS,
@@ -42,8 +42,7 @@ ROUNDS = 4
 
 def tiny_node(tmp_path: Path, name: str, bus: MemoryBus, extra=()) -> Node:
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra])
-    node = Node(cfg, tmp_path / name)
-    join_memory_bus(node, bus, name)
+    node = memory_bus_node(cfg, tmp_path / name, bus, name)
     return node
 
 
@@ -174,6 +173,7 @@ def test_kinds_are_classified():
 def test_process_entry_point_against_a_libp2p_node(tmp_path):
     """`python -m node.testnet.hostile_process --kind liar ... --rounds 2` against an in-process tiny node
     on a real libp2p transport (127.0.0.1): it connects, lies, is caught, and exits with a summary."""
+    from node.assembly import build_parts
     from node.swarm import build_exchange
     from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
@@ -185,8 +185,8 @@ def test_process_entry_point_against_a_libp2p_node(tmp_path):
     out, log = tmp_path / "hostile.json", open(tmp_path / "hostile.log", "wb")
     proc = node = None
     try:
-        node = Node(cfg, tmp_path / "node")
-        node.exchange = build_exchange(cfg, node, identity, transport)
+        parts = build_parts(cfg)
+        node = Node(cfg, tmp_path / "node", build_exchange(parts, identity, transport), parts=parts)
         cmd = [sys.executable, "-m", "node.testnet.hostile_process", "--kind", "liar", "--peers", *transport.listen_addrs(),
                "--swarm", SWARM, "--preset", "tiny", "--set", "run.threads=1", "--rounds", "2", "--period-s", "1",
                "--per-step", "4", "--out", str(out), "--connect-timeout-s", "15"]

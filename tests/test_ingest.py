@@ -12,7 +12,7 @@ import pytest
 from node.config import load_config
 from node.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staging
 from node.loop import Node
-from node.swarm import join_memory_bus
+from node.swarm import memory_bus_node
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Received, topic_name
 from protocol.testing import seal_message
 from test_exchange import honest_group
@@ -24,8 +24,7 @@ TOPIC = topic_name(SWARM, "rollouts")
 def background_node(tmp_path, bus, *overrides) -> Node:
     # one fresh key gets the whole mix here: these tests are about ingest (admission: tests/test_admission.py)
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.young_share_max=1.0", *overrides])
-    node = Node(cfg, tmp_path)
-    join_memory_bus(node, bus, "receiver", ingest="background")
+    node = memory_bus_node(cfg, tmp_path, bus, "receiver", ingest="background")
     return node
 
 

@@ -21,7 +21,7 @@ from node.config import load_config
 from node.exchange import wire_task_ref
 from node.loop import Node
 from node.control import status_reply
-from node.swarm import join_memory_bus, snapshot
+from node.swarm import memory_bus_node, snapshot
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 from protocol.testing import seal_message
@@ -91,8 +91,8 @@ def attacker_share(used_by_round: list[Counter], honest: str) -> float:
 def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_send(tmp_path):
     bus = MemoryBus()
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4"])
-    receiver = Node(cfg, tmp_path / "receiver")
-    exchange = join_memory_bus(receiver, bus, "receiver", ingest="background")
+    receiver = memory_bus_node(cfg, tmp_path / "receiver", bus, "receiver", ingest="background")
+    exchange = receiver.exchange
     relay = MemoryTransport(bus, "relay")  # delivers every sender's messages under their own origin
     relay.start()
     honest = Sender(relay)

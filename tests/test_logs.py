@@ -156,13 +156,12 @@ def test_throttle_caps_all_keys_together():
 def test_a_lying_peer_is_refused_with_its_reason_and_each_round_sums_the_rejections(tmp_path, caplog):
     """The real exchange of a tiny node: a group whose claimed rewards are false, a garbage message."""
     from node.config import load_config
-    from node.loop import Node
-    from node.swarm import join_memory_bus
+    from node.swarm import memory_bus_node
     from test_exchange import honest_group
 
     bus = MemoryBus()
-    node = Node(load_config("tiny", None, ["run.threads=1", "swarm.name=t", "swarm.young_share_max=1.0"]), tmp_path)
-    join_memory_bus(node, bus, "receiver")
+    cfg = load_config("tiny", None, ["run.threads=1", "swarm.name=t", "swarm.young_share_max=1.0"])
+    node = memory_bus_node(cfg, tmp_path, bus, "receiver")
     liar_key = NodeIdentity.generate()
     liar = honest_group(node, 3)
     liar.verifier_digest = node.verifier.digest

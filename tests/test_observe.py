@@ -145,19 +145,18 @@ def value(fams: dict, name: str, **labels) -> float:
 
 
 def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path):
-    from node.loop import Node
     from node.observe.prometheus import node_registry
     from node.observe.state import NodeObserver, loop_progress
-    from node.swarm import join_memory_bus
+    from node.swarm import memory_bus_node
     from protocol import MemoryBus, MemoryTransport, topic_name
 
     tick = [0]
     bus = MemoryBus()
     nodes, registries = [], []
     for name in ("a", "b"):
-        node = Node(load_config("tiny", None, ["run.threads=1", "eval.every=2", "swarm.name=obs",
-                                               f"run.seed={len(nodes)}"]), tmp_path / name)
-        exchange = join_memory_bus(node, bus, name, swarm_clock=lambda: tick[0] * 2.0)
+        cfg = load_config("tiny", None, ["run.threads=1", "eval.every=2", "swarm.name=obs", f"run.seed={len(nodes)}"])
+        node = memory_bus_node(cfg, tmp_path / name, bus, name, swarm_clock=lambda: tick[0] * 2.0)
+        exchange = node.exchange
         nodes.append(node)
         registries.append(node_registry(NodeObserver(tmp_path / name, name, {"peer_id": exchange.peer_id},
                                                      loop_progress(node), exchange.status)))

@@ -12,7 +12,7 @@ import time
 
 from node.config import load_config
 from node.loop import Node
-from node.swarm import join_memory_bus
+from node.swarm import memory_bus_node
 from protocol import Ingress, Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name
 
 SWARM = "replay"
@@ -29,8 +29,7 @@ class ShiftedClock:
 
 def tiny_node(tmp_path, name: str, bus: MemoryBus, identity: NodeIdentity, *extra: str) -> Node:
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra])
-    node = Node(cfg, tmp_path / name)
-    join_memory_bus(node, bus, identity.peer_id(), identity)
+    node = memory_bus_node(cfg, tmp_path / name, bus, identity.peer_id(), identity)
     return node
 
 

@@ -11,9 +11,8 @@ import pytest
 import node.verifiers
 from node.answer_filter import bomb_reason
 from node.config import load_config
-from node.loop import Node
 from node.scorer_sandbox import ScorerSandbox
-from node.swarm import join_memory_bus
+from node.swarm import memory_bus_node
 from node.tasks import make_source
 from node.verifiers import Verifier
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
@@ -114,8 +113,8 @@ def test_node_rejects_math_bombs_keeps_training_and_answers_status(tmp_path, mon
     swarm = "bomb"
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={swarm}", "verifier.scorer=math",
                                      f"verifier.timeout_s={DEADLINE_S}"])
-    receiver = Node(cfg, tmp_path)
-    exchange = join_memory_bus(receiver, MemoryBus(), "receiver", ingest="background")
+    receiver = memory_bus_node(cfg, tmp_path, MemoryBus(), "receiver", ingest="background")
+    exchange = receiver.exchange
     bus = exchange.transport.bus
     peer = MemoryTransport(bus, "attacker")
     peer.start()

@@ -30,7 +30,7 @@ import torch
 
 from node.config import load_config
 from node.loop import Node
-from node.swarm import IDENTITY_FILE, join_memory_bus
+from node.swarm import IDENTITY_FILE, memory_bus_node
 from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
 from node.testnet.hostile import HostilePeer
 from node.testnet.plan import Plan, halves, node_overrides, restart_event, slowdown
@@ -81,12 +81,13 @@ class MemoryTestnet:
 
     def _start(self, index: int) -> None:
         cfg = self.configs[index]
-        node = Node(cfg, self.run_dir(index))
-        resumed = node.resume()
-        if self.mix[1] > 0:  # a silo (J = 0) trains alone: no bus, no peers' hints, no verifying for nothing
+        if self.mix[1] > 0:
             identity = testnet_identity(self.run_dir(index) / IDENTITY_FILE, f"{self.seed}/node{index}")
-            join_memory_bus(node, self.bus, f"node{index}", identity, swarm_clock=self.swarm_clock,
-                            clock=self.protocol_clock)
+            node = memory_bus_node(cfg, self.run_dir(index), self.bus, f"node{index}", identity,
+                                   swarm_clock=self.swarm_clock, clock=self.protocol_clock)
+        else:  # a silo (J = 0) trains alone: no bus, no peers' hints, no verifying for nothing
+            node = Node(cfg, self.run_dir(index))
+        resumed = node.resume()
         self.nodes[index] = node
         if index in self.restarts:
             self._event(restart_event(index, resumed))

@@ -1,0 +1,122 @@
+"""The assembly step: what a node is built from, built once.
+
+    cfg -> NodeParts (policy, trainable model, objective, task source, verifier, generator,
+           retokenizer, pass rates, one SamplingContext)
+        -> the exchange (node/swarm.py build_exchange), from the parts
+        -> the Node (node/loop.py), from the parts and the exchange
+
+The exchange and the Node share these objects instead of reaching into each other: the exchange
+never needs a Node, and a Node gets its exchange in its constructor, never by assignment.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ContextManager
+
+import torch
+
+from node.config import NodeConfig
+from node.pass_rates import PassRates
+from node.prompts import Retokenizer
+from node.tasks import make_source
+from node.tasks.base import TaskSource
+from node.verifiers import Verifier
+from node.warm_start import warm_model_config
+from policy.backends import make_generator
+from policy.checkpoint import latest_checkpoint_path
+from policy.generation import Generator, eos_token_ids
+from policy.learner import apply_lora, autocast_context
+from policy.losses import Objective, make_objective
+from policy.models import LoadedPolicy, load_policy
+from policy.types import SamplingParams
+
+log = logging.getLogger(__name__)
+
+EXCHANGE_STATE = "exchange.json"  # in each checkpoint: the exchange's admission state (node/admission.py)
+
+
+@dataclass
+class SamplingContext:
+    """What the rollout sampler, the hint writer and the evaluator sample and score with. One object
+    for the three, so swapping the backend (benchmarks force full-length sampling) is one assignment."""
+
+    policy: LoadedPolicy
+    generator: Generator
+    verifier: Verifier
+    source: TaskSource  # the training mixture (and its scorers)
+    params: SamplingParams  # the node's temperature and max_new_tokens
+    autocast: Callable[[], ContextManager]  # bf16 autocast when optim.autocast_bf16, else a no-op
+
+
+@dataclass
+class NodeParts:
+    """Everything a Node and its exchange are built from (module docstring)."""
+
+    cfg: NodeConfig
+    policy: LoadedPolicy
+    model: torch.nn.Module  # policy.model, LoRA-wrapped when optim.lora_rank > 0
+    objective: Objective
+    source: TaskSource
+    verifier: Verifier
+    backend_line: str  # what the rollout backend is, for the console
+    retokenizer: Retokenizer
+    pass_rates: PassRates
+    sampling: SamplingContext
+
+    @property
+    def generator(self) -> Generator:
+        return self.sampling.generator
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_parts(cfg: NodeConfig) -> NodeParts:
+    """Seeds the RNGs, loads the policy (warm-started when configured) and builds the rest from it."""
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    policy = load_policy(warm_model_config(cfg.warm, cfg.model))
+    model = apply_lora(policy.model, cfg.optim)
+    source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed, cfg.tasks.peer_seeds)
+    generator, backend_line = make_generator(cfg.sampling.backend, policy)
+    params = SamplingParams(temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens)
+    device = next(model.parameters()).device
+    sampling = SamplingContext(policy, generator, cfg.verifier, source, params,
+                               lambda: autocast_context(cfg.optim.autocast_bf16, device))
+    return NodeParts(cfg=cfg, policy=policy, model=model, objective=make_objective(cfg.loss.name, **cfg.loss.knobs),
+                     source=source, verifier=cfg.verifier, backend_line=backend_line,
+                     retokenizer=Retokenizer(policy, eos_token_ids(policy.model, policy.tokenizer)),
+                     pass_rates=PassRates(cfg.allocation.posterior_decay), sampling=sampling)
+
+
+def saved_exchange_state(run_dir: Path) -> dict | None:
+    """The exchange state saved with the newest checkpoint in run_dir (the one `Node.resume` loads);
+    None (with a warning when it should have been there) if there is none or it cannot be read: the
+    exchange then starts empty, as a new node's would."""
+    checkpoint = latest_checkpoint_path(run_dir)
+    if checkpoint is None:
+        return None
+    path = checkpoint / EXCHANGE_STATE
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        log.warning("%s is missing: peers' admission state (established keys, dedup memory) starts empty", path)
+        return None
+    except (OSError, ValueError) as err:
+        log.warning("%s is unreadable (%s): peers' admission state starts empty", path, err)
+        return None
+    if not isinstance(state, dict):
+        log.warning("%s holds no exchange state: peers' admission state starts empty", path)
+        return None
+    return state
