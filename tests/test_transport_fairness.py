@@ -12,6 +12,7 @@ import pytest
 
 from protocol.identity import NodeIdentity
 from protocol.transports.memory import MemoryBus, MemoryTransport
+from protocol.transports.options import P2pdOptions
 
 TOPIC = "swarm-node/fairness/rollouts/v1"
 INBOX = 16  # the receiver's per-topic inbox
@@ -64,8 +65,8 @@ def p2pd_hosts(made: list) -> tuple:
         pytest.skip(str(missing))
 
     def make(bootstrap=(), **kwargs) -> P2pdTransport:
-        host = P2pdTransport(NodeIdentity.generate().private_seed(), listen=LOOPBACK, bootstrap=list(bootstrap),
-                             topics=[TOPIC], **kwargs)
+        host = P2pdTransport(NodeIdentity.generate().private_seed(),
+                             P2pdOptions(listen=LOOPBACK, bootstrap=list(bootstrap), topics=[TOPIC], **kwargs))
         made.append(host)
         host.start()
         return host

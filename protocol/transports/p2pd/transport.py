@@ -41,6 +41,7 @@ from ..base import (
     COUNTER_RECEIVED,
     Received,
 )
+from ..options import P2pdOptions
 from ...inbox import FairBuffer
 from ...ratelimit import Pacer
 from .addrs import peer_id_text, split_peer_addr
@@ -60,10 +61,6 @@ from .peer_cache import PeerCache, PeerCacheLimits
 from proto._generated import p2pd_control_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-# The daemon's pubsub limit is 1 MiB for the whole message (payload + from, seqno, topic, key and
-# signature); 16 KiB of headroom keeps every topic name and signature well inside it.
-MAX_MESSAGE_BYTES = (1 << 20) - 16 * 1024
 
 # go-libp2p-pubsub 0.10 in the daemon queues at most 32 RPCs per peer and drops the rest ("queue
 # full"), and delivers to a subscription through a 32-message buffer that drops when the daemon's
@@ -95,55 +92,31 @@ class P2pdTransport:
     """protocol.Transport over a p2pd child process (GossipSub + Kademlia DHT). Thread-safe.
 
     :param identity_seed: 32-byte Ed25519 seed; the daemon's peer id is NodeIdentity's.
-    :param listen: libp2p listen multiaddrs (`/ip4/127.0.0.1/tcp/0` picks a free port).
-    :param bootstrap: peers to dial (`.../p2p/<peer-id>`), re-dialed with backoff while down.
-    :param topics: topics subscribed at start.
-    :param peer_cache: JSON file of the peers worth redialing (protocol/transports/p2pd/peer_cache.py): dialed
-        at start in rank order, kept up to date; `note_useful_peers` feeds its ranking.
-    :param peer_cache_limits: its bounds (entries per address group, never-useful entries, dials).
-    :param start_timeout_s: how long `start` waits for the daemon before raising DaemonStartError.
-    :param publish_rate: messages per second the writer hands the daemon at most (bursts of
-        PUBLISH_BURST); faster overflows the daemon's per-peer queues.
-    :param control_timeout_s: how long one control-socket call may take (longer = a stuck daemon).
-    :param health_interval_s, discovery_interval_s: supervisor and discovery periods.
-    :param backoff_initial_s, backoff_max_s: restart and redial backoff (doubling).
-    :param publish_wait_s: how long a message waits for its topic's first subscribed peer.
-    :param settle_s: how long a topic must have had subscribed peers before messages go out
-        (the first messages to a peer that just appeared are often lost without it).
-    :param flood_cut_rate, flood_cut_burst, flood_cut_s: an origin sending more than
-        `flood_cut_rate` messages/s beyond a burst of `flood_cut_burst` is cut (dropped and
-        disconnected) for `flood_cut_s` seconds; `flood_cut_rate=0` turns that off.
+    :param options: addresses, topics, the peer cache, bounds, pacing and timeouts (P2pdOptions).
     """
 
-    def __init__(self, identity_seed: bytes, *, listen: list[str], bootstrap: list[str], topics: list[str] = (),
-                 peer_cache: Path | None = None, peer_cache_limits: PeerCacheLimits = PeerCacheLimits(),
-                 start_timeout_s: float = 20.0,
-                 max_msg_bytes: int = MAX_MESSAGE_BYTES, inbox_size: int = 4096, outbound_size: int = 4096,
-                 publish_wait_s: float = 2.0, settle_s: float = 0.5, publish_rate: float = 500.0,
-                 control_timeout_s: float = 5.0, health_interval_s: float = 1.0, discovery_interval_s: float = 2.0,
-                 backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0, flood_cut_rate: float = 80.0,
-                 flood_cut_burst: float = 200.0, flood_cut_s: float = 300.0) -> None:
+    def __init__(self, identity_seed: bytes, options: P2pdOptions) -> None:
+        o = self.options = options
         self.identity = NodeIdentity.from_seed(identity_seed)
         self.peer_id = self.identity.peer_id()
         self._seed = bytes(identity_seed)
-        self._listen = list(listen) or ["/ip4/127.0.0.1/tcp/0"]
+        self._listen = list(o.listen)
         bootstrap_by_peer: dict[str, list[str]] = {}  # peer id -> full multiaddrs
-        for addr in bootstrap:
+        for addr in o.bootstrap:  # parsed here, not in the options: they stay stdlib-only
             peer, _ = split_peer_addr(addr)  # ValueError naming the bad address
             if peer != self.peer_id:
                 bootstrap_by_peer.setdefault(peer, []).append(addr)
-        if max_msg_bytes > MAX_MESSAGE_BYTES:
-            raise ValueError(f"max_msg_bytes={max_msg_bytes} exceeds what the daemon delivers ({MAX_MESSAGE_BYTES})")
-        self.max_msg_bytes = max_msg_bytes
-        self.peer_cache = PeerCache(peer_cache, peer_cache_limits) if peer_cache else None
-        self.start_timeout_s = start_timeout_s
-        self._inbox_size, self._outbound_size = inbox_size, outbound_size
-        self._publish_wait_s, self._control_timeout_s = publish_wait_s, control_timeout_s
-        self._publish_rate, self._settle_s = publish_rate, settle_s
-        self._health_interval_s, self._discovery_interval_s = health_interval_s, discovery_interval_s
-        self._backoff_initial_s, self._backoff_max_s = backoff_initial_s, backoff_max_s
-        self._dialer = Dialer(self.peer_id, bootstrap_by_peer, self.peer_cache, control_timeout_s,
-                              backoff_initial_s, backoff_max_s, peer_cache_limits.max_dial_failures)
+        self.max_msg_bytes = o.max_msg_bytes
+        limits = o.peer_cache_limits or PeerCacheLimits()
+        self.peer_cache = PeerCache(o.peer_cache, limits) if o.peer_cache else None
+        self.start_timeout_s = o.start_timeout_s
+        self._inbox_size, self._outbound_size = o.inbox_size, o.outbound_size
+        self._publish_wait_s, self._control_timeout_s = o.publish_wait_s, o.control_timeout_s
+        self._publish_rate, self._settle_s = o.publish_rate, o.settle_s
+        self._health_interval_s, self._discovery_interval_s = o.health_interval_s, o.discovery_interval_s
+        self._backoff_initial_s, self._backoff_max_s = o.backoff_initial_s, o.backoff_max_s
+        self._dialer = Dialer(self.peer_id, bootstrap_by_peer, self.peer_cache, o.control_timeout_s,
+                              o.backoff_initial_s, o.backoff_max_s, limits.max_dial_failures)
 
         self._lock = threading.Lock()
         self._wake_writer = threading.Condition(self._lock)
@@ -151,7 +124,7 @@ class P2pdTransport:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._stats = dict.fromkeys(STAT_KEYS, 0)
-        self._flood_guard = FloodGuard(flood_cut_rate, flood_cut_burst, flood_cut_s)
+        self._flood_guard = FloodGuard(o.flood_cut_rate, o.flood_cut_burst, o.flood_cut_s)
         self._wake_guard = threading.Event()
         self._inbox: dict[str, FairBuffer[Received]] = {}
         self._outbound: collections.deque[tuple[str, bytes, float]] = collections.deque()
@@ -165,8 +138,8 @@ class P2pdTransport:
         self._subscriptions: dict[str, ControlConnection] = {}
         self._threads: list[threading.Thread] = []
         self._started = False
-        for topic in topics:
-            self._inbox[topic] = FairBuffer(inbox_size)
+        for topic in o.topics:
+            self._inbox[topic] = FairBuffer(o.inbox_size)
 
     # ------------------------------------------------------------------ Transport API (any thread)
 
