@@ -72,7 +72,7 @@ def parse_payload(data: bytes) -> tuple[bytes, int] | None:
 
 def daemon_drops(transport: Any) -> dict[str, int]:
     """Drop lines in this transport's daemon log (read before close: close removes the file)."""
-    daemon = transport._daemon  # noqa: SLF001 - a benchmark reads the daemon's log
+    daemon = transport._shared.daemon  # noqa: SLF001 - a benchmark reads the daemon's log
     text = daemon.stderr_path.read_text(errors="replace") if daemon is not None else ""
     counts = {key: text.count(line) for key, line in DAEMON_DROP_LINES.items()}
     counts["peer_queue_full"] -= counts["validation_queue_full"]  # its line says "queue full" too
@@ -221,7 +221,7 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
     try:
         receiver.start()
         if args.probe:
-            probe = ProbeSubscription(receiver._daemon.socket_path)  # noqa: SLF001 - a benchmark's probe
+            probe = ProbeSubscription(receiver._shared.daemon.socket_path)  # noqa: SLF001 - a benchmark's probe
         known = list(receiver.listen_addrs())
         roles = [("relay", 0, 1.0)] * args.relays + [("honest", args.honest, args.honest_rate),
                                                       ("flooder", flood, args.flood_rate)]

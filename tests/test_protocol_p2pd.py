@@ -112,7 +112,7 @@ def test_a_burst_arrives_and_a_message_at_the_size_limit_too(swarm):
         got += [int(r.data) for r in a.drain(TOPIC)]
         time.sleep(0.05)
     # the daemon's 32-message subscription buffer can drop a few when this busy machine starves
-    # its pipe to us (protocol/transports/p2pd/transport.py); on an idle machine all 200 arrive
+    # its pipe to us (protocol/transports/p2pd/writer.py); on an idle machine all 200 arrive
     assert len(got) == len(set(got)) and set(got) <= set(range(200)) and len(got) >= 190, len(got)
     big = os.urandom(MAX_MESSAGE_BYTES)  # the largest we accept is below what the daemon delivers
     b.publish(TOPIC, big)

@@ -105,7 +105,7 @@ def received(receiver) -> int:
 
 def settled(receiver, expected: int, quiet_s: float = 1.0, timeout: float = 15.0) -> int:
     """How many messages the receiver got once all `expected` arrived or none came for `quiet_s`
-    (the daemon may lose a few of a burst on a busy machine: protocol/transports/p2pd/transport.py)."""
+    (the daemon may lose a few of a burst on a busy machine: protocol/transports/p2pd/writer.py)."""
     deadline, last, since = time.monotonic() + timeout, -1, time.monotonic()
     while time.monotonic() < deadline:
         now = received(receiver)
