@@ -160,7 +160,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-DAEMON_STATES = {0: "starting", 1: "running", 2: "restarting", 3: "closed"}  # protocol/transports/p2pd/transport.py codes
+DAEMON_STATES = {0: "starting", 1: "running", 2: "restarting", 3: "closed"}  # protocol/transports/p2pd/shared.py codes
 
 
 def transport_summary(name: str, counters: dict[str, int]) -> str:

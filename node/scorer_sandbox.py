@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from node.child_env import child_env
 from node.scorer_worker import HEADER, READY, write_frame
 
 log = logging.getLogger(__name__)
@@ -28,14 +29,12 @@ DEFAULT_WORKERS = 2
 # How long a call may wait for a worker that is still importing its scorers (first use, or right
 # after a kill). This waits on the ingest worker, never on the training loop.
 READY_WAIT_S = 60.0
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class _Worker:
     def __init__(self, source_spec: tuple | None):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
         self.proc = subprocess.Popen([sys.executable, "-m", "node.scorer_worker", str(os.getpid())],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env(), close_fds=True)
         self.ready = False
         self._buffer = b""
         write_frame(self.proc.stdin.fileno(), source_spec)

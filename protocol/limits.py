@@ -35,7 +35,7 @@ _DIGEST_RE = re.compile(r"^[0-9a-f]{16}$")
 
 @dataclass(frozen=True)
 class Limits:
-    # whole Envelope as received; at most the p2pd transport's limit (protocol/transports/p2pd/transport.py:
+    # whole Envelope as received; at most the p2pd transport's limit (P2PD_MAX_MESSAGE_BYTES, protocol/transports/options.py:
     # the go-libp2p daemon silently drops pubsub messages over 1 MiB, headers included)
     max_message_bytes: int = MiB - 16 * 1024
     max_completions: int = 64                   # per RolloutGroup

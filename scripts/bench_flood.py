@@ -72,7 +72,7 @@ def parse_payload(data: bytes) -> tuple[bytes, int] | None:
 
 def daemon_drops(transport: Any) -> dict[str, int]:
     """Drop lines in this transport's daemon log (read before close: close removes the file)."""
-    daemon = transport._daemon  # noqa: SLF001 - a benchmark reads the daemon's log
+    daemon = transport._shared.daemon  # noqa: SLF001 - a benchmark reads the daemon's log
     text = daemon.stderr_path.read_text(errors="replace") if daemon is not None else ""
     counts = {key: text.count(line) for key, line in DAEMON_DROP_LINES.items()}
     counts["peer_queue_full"] -= counts["validation_queue_full"]  # its line says "queue full" too
@@ -125,6 +125,7 @@ def seed_for(name: str) -> bytes:
 # ------------------------------------------------------------------------ a child: one publisher
 
 def child_main(args: argparse.Namespace) -> int:
+    from protocol import P2pdOptions
     from protocol.transports.p2pd import P2pdTransport
 
     def say(**event: Any) -> None:
@@ -133,9 +134,9 @@ def child_main(args: argparse.Namespace) -> int:
     knobs: dict[str, Any] = {"publish_rate": args.rate, **cut_knobs(args)}
     if args.role == "flooder":  # as fast as its daemon takes them, and it redials whoever disconnects it
         knobs.update(publish_rate=1e6, discovery_interval_s=0.1, backoff_initial_s=0.05, backoff_max_s=0.1)
-    transport = P2pdTransport(seed_for(args.name), listen=[LOOPBACK], bootstrap=args.bootstrap, topics=[TOPIC],
-                              start_timeout_s=30.0, outbound_size=max(4096, args.count + 1), settle_s=0.0,
-                              publish_wait_s=0.0, **knobs)
+    transport = P2pdTransport(seed_for(args.name), P2pdOptions(
+        listen=[LOOPBACK], bootstrap=args.bootstrap, topics=[TOPIC], start_timeout_s=30.0,
+        outbound_size=max(4096, args.count + 1), settle_s=0.0, publish_wait_s=0.0, **knobs))
     deadline = time.monotonic() + args.deadline_s  # never outlive the benchmark
     try:
         transport.start()
@@ -208,18 +209,19 @@ class Child:
 
 
 def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]:
+    from protocol import P2pdOptions
     from protocol.transports.p2pd import P2pdTransport
 
     os.environ.update(_LOG_ENV)
-    receiver = P2pdTransport(seed_for(f"receiver-{label}"), listen=[LOOPBACK], bootstrap=[], topics=[TOPIC],
-                             start_timeout_s=30.0, inbox_size=args.inbox, **cut_knobs(args))
+    receiver = P2pdTransport(seed_for(f"receiver-{label}"), P2pdOptions(
+        listen=[LOOPBACK], topics=[TOPIC], start_timeout_s=30.0, inbox_size=args.inbox, **cut_knobs(args)))
     children: list[Child] = []
     probe: ProbeSubscription | None = None
     deadline_s = args.run_deadline_s
     try:
         receiver.start()
         if args.probe:
-            probe = ProbeSubscription(receiver._daemon.socket_path)  # noqa: SLF001 - a benchmark's probe
+            probe = ProbeSubscription(receiver._shared.daemon.socket_path)  # noqa: SLF001 - a benchmark's probe
         known = list(receiver.listen_addrs())
         roles = [("relay", 0, 1.0)] * args.relays + [("honest", args.honest, args.honest_rate),
                                                       ("flooder", flood, args.flood_rate)]

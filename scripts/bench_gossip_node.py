@@ -91,10 +91,12 @@ def make_transport(name: str, seed: bytes, listen: str, bootstrap: list[str], to
         cls = p2pd_transport_class()
         if cls is None:
             raise RuntimeError("transport p2pd is not in this checkout (protocol.transports.p2pd.P2pdTransport)")
+        from protocol.transports.options import P2pdOptions
+
         # flood_cut_rate=0: the flood phase measures ingest throughput, which the p2pd flood guard
         # (it cuts an origin over 80 msgs/s) would stop after its burst
-        return cls(seed, listen=[listen], bootstrap=bootstrap, topics=topic_names, start_timeout_s=30.0,
-                   flood_cut_rate=0)
+        return cls(seed, P2pdOptions(listen=[listen], bootstrap=bootstrap, topics=topic_names, start_timeout_s=30.0,
+                                     flood_cut_rate=0))
     raise ValueError(f"unknown transport {name!r}: choose from {', '.join(TRANSPORTS)}")
 
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from protocol import NodeIdentity  # noqa: E402
+from protocol import NodeIdentity, P2pdOptions  # noqa: E402
 from protocol.transports.p2pd import P2pdTransport  # noqa: E402
 from protocol.transports.p2pd.addrs import peer_id_bytes, split_peer_addr  # noqa: E402
 from protocol.transports.p2pd.control import ControlConnection, connect_request  # noqa: E402
@@ -71,16 +71,16 @@ def run(work: Path, attackers: int = 12, after_s: float = 20.0, cache_kwargs: di
     hosts: list[DaemonProcess] = []
 
     def transport(bootstrap=(), **kwargs) -> P2pdTransport:
-        t = P2pdTransport(NodeIdentity.generate().private_seed(), listen=LOOPBACK, bootstrap=list(bootstrap),
-                          topics=[TOPIC], discovery_interval_s=0.3, **kwargs)
+        t = P2pdTransport(NodeIdentity.generate().private_seed(), P2pdOptions(
+            listen=LOOPBACK, bootstrap=list(bootstrap), topics=[TOPIC], discovery_interval_s=0.3, **kwargs))
         made.append(t)
         t.start()
         return t
 
     try:
         seed_v = NodeIdentity.generate().private_seed()
-        v = P2pdTransport(seed_v, listen=LOOPBACK, bootstrap=[], topics=[TOPIC], peer_cache=cache,
-                          discovery_interval_s=0.3, **(cache_kwargs or {}))
+        v = P2pdTransport(seed_v, P2pdOptions(listen=LOOPBACK, topics=[TOPIC], peer_cache=cache,
+                                              discovery_interval_s=0.3, **(cache_kwargs or {})))
         made.append(v)
         v.start()
         h = transport(v.listen_addrs())
@@ -128,8 +128,8 @@ def run(work: Path, attackers: int = 12, after_s: float = 20.0, cache_kwargs: di
         discovery_log.addHandler(dial_log)
         try:
             started = time.monotonic()
-            v2 = P2pdTransport(seed_v2, listen=LOOPBACK, bootstrap=[], topics=[TOPIC], peer_cache=at_departure,
-                               discovery_interval_s=0.3, **(cache_kwargs or {}))
+            v2 = P2pdTransport(seed_v2, P2pdOptions(listen=LOOPBACK, topics=[TOPIC], peer_cache=at_departure,
+                                                    discovery_interval_s=0.3, **(cache_kwargs or {})))
             made.append(v2)
             v2.start()
             wait_until(lambda: h.peer_id in v2.peers(), "restarted V to reach H from its cache", timeout_s)

@@ -17,7 +17,7 @@ import pytest
 from node.logs import JsonFormatter, TextFormatter, configure
 from node.metrics import RoundTable
 from node.tensorboard import TB_DIR, read_scalars
-from protocol import Ingress, MemoryBus, MemoryTransport, NodeIdentity, topic_name
+from protocol import Ingress, MemoryBus, MemoryTransport, NodeIdentity, P2pdOptions, topic_name
 from protocol.logthrottle import LogThrottle, short_id
 from protocol.testing import seal_message
 
@@ -206,8 +206,8 @@ def test_a_p2pd_daemon_restart_is_logged_with_its_fields(caplog):
         daemon_binary()
     except DaemonStartError as missing:  # pragma: no cover - setup.sh installs hivemind
         pytest.skip(str(missing))
-    transport = P2pdTransport(NodeIdentity.generate().private_seed(), listen=["/ip4/127.0.0.1/tcp/0"], bootstrap=[],
-                              topics=["swarm-node/logs/rollouts/v1"], health_interval_s=0.3)
+    transport = P2pdTransport(NodeIdentity.generate().private_seed(),
+                              P2pdOptions(topics=["swarm-node/logs/rollouts/v1"], health_interval_s=0.3))
     with caplog.at_level(logging.INFO, logger="protocol"):
         transport.start()
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol import Limits, NodeIdentity
+from protocol import Limits, NodeIdentity, P2pdOptions
 from protocol.transports.p2pd import MAX_MESSAGE_BYTES, DaemonStartError, P2pdTransport
 from protocol.transports.p2pd.daemon import daemon_binary
 from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits
@@ -65,8 +65,8 @@ def swarm():
     made: list[P2pdTransport] = []
 
     def make(bootstrap=(), **kwargs) -> P2pdTransport:
-        t = P2pdTransport(NodeIdentity.generate().private_seed(), listen=LOOPBACK, bootstrap=list(bootstrap),
-                          topics=[TOPIC], **kwargs)
+        t = P2pdTransport(NodeIdentity.generate().private_seed(),
+                          P2pdOptions(listen=LOOPBACK, bootstrap=list(bootstrap), topics=[TOPIC], **kwargs))
         made.append(t)
         t.start()
         return t
@@ -112,7 +112,7 @@ def test_a_burst_arrives_and_a_message_at_the_size_limit_too(swarm):
         got += [int(r.data) for r in a.drain(TOPIC)]
         time.sleep(0.05)
     # the daemon's 32-message subscription buffer can drop a few when this busy machine starves
-    # its pipe to us (protocol/transports/p2pd/transport.py); on an idle machine all 200 arrive
+    # its pipe to us (protocol/transports/p2pd/writer.py); on an idle machine all 200 arrive
     assert len(got) == len(set(got)) and set(got) <= set(range(200)) and len(got) >= 190, len(got)
     big = os.urandom(MAX_MESSAGE_BYTES)  # the largest we accept is below what the daemon delivers
     b.publish(TOPIC, big)
@@ -169,8 +169,8 @@ def test_a_failed_start_says_why_quickly():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        transport = P2pdTransport(NodeIdentity.generate().private_seed(), listen=[f"/ip4/127.0.0.1/tcp/{port}"],
-                                  bootstrap=[], start_timeout_s=10.0)
+        transport = P2pdTransport(NodeIdentity.generate().private_seed(),
+                                  P2pdOptions(listen=[f"/ip4/127.0.0.1/tcp/{port}"], start_timeout_s=10.0))
         started = time.monotonic()
         with pytest.raises(DaemonStartError) as failure:
             transport.start()
@@ -182,15 +182,24 @@ def test_a_failed_start_says_why_quickly():
 
 def test_bad_bootstrap_addresses_are_named():
     with pytest.raises(ValueError, match="/ip4/127.0.0.1/tcp/1"):
-        P2pdTransport(NodeIdentity.generate().private_seed(), listen=LOOPBACK, bootstrap=["/ip4/127.0.0.1/tcp/1"])
+        P2pdTransport(NodeIdentity.generate().private_seed(), P2pdOptions(bootstrap=["/ip4/127.0.0.1/tcp/1"]))
+
+
+def test_options_are_checked_and_frozen_when_built():
+    for bad in (0, MAX_MESSAGE_BYTES + 1):  # the daemon would drop bigger messages silently
+        with pytest.raises(ValueError, match=f"max_msg_bytes={bad} must be positive and at most"):
+            P2pdOptions(max_msg_bytes=bad)
+    options = P2pdOptions(listen=[], bootstrap=["/ip4/127.0.0.1/tcp/1/p2p/x"], topics=[TOPIC])
+    assert options.listen == tuple(LOOPBACK) and options.bootstrap == ("/ip4/127.0.0.1/tcp/1/p2p/x",)
+    assert options.topics == (TOPIC,) and options.max_msg_bytes == MAX_MESSAGE_BYTES
 
 
 def test_the_daemon_dies_with_its_node_even_on_sigkill(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
-        from protocol import Limits, NodeIdentity
+        from protocol import NodeIdentity, P2pdOptions
         from protocol.transports.p2pd import P2pdTransport
-        t = P2pdTransport(NodeIdentity.generate().private_seed(), listen={LOOPBACK!r}, bootstrap=[])
+        t = P2pdTransport(NodeIdentity.generate().private_seed(), P2pdOptions(listen={LOOPBACK!r}))
         t.start()
         print(t.stats()["daemon_pid"], flush=True)
         time.sleep(60)

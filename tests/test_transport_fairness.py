@@ -12,6 +12,7 @@ import pytest
 
 from protocol.identity import NodeIdentity
 from protocol.transports.memory import MemoryBus, MemoryTransport
+from protocol.transports.options import P2pdOptions
 
 TOPIC = "swarm-node/fairness/rollouts/v1"
 INBOX = 16  # the receiver's per-topic inbox
@@ -64,8 +65,8 @@ def p2pd_hosts(made: list) -> tuple:
         pytest.skip(str(missing))
 
     def make(bootstrap=(), **kwargs) -> P2pdTransport:
-        host = P2pdTransport(NodeIdentity.generate().private_seed(), listen=LOOPBACK, bootstrap=list(bootstrap),
-                             topics=[TOPIC], **kwargs)
+        host = P2pdTransport(NodeIdentity.generate().private_seed(),
+                             P2pdOptions(listen=LOOPBACK, bootstrap=list(bootstrap), topics=[TOPIC], **kwargs))
         made.append(host)
         host.start()
         return host
@@ -104,7 +105,7 @@ def received(receiver) -> int:
 
 def settled(receiver, expected: int, quiet_s: float = 1.0, timeout: float = 15.0) -> int:
     """How many messages the receiver got once all `expected` arrived or none came for `quiet_s`
-    (the daemon may lose a few of a burst on a busy machine: protocol/transports/p2pd/transport.py)."""
+    (the daemon may lose a few of a burst on a busy machine: protocol/transports/p2pd/writer.py)."""
     deadline, last, since = time.monotonic() + timeout, -1, time.monotonic()
     while time.monotonic() < deadline:
         now = received(receiver)

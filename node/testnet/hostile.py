@@ -56,7 +56,9 @@ Tasks come from `source` (configured like the honest nodes), so honest receivers
 ref. The peer never trains and loads no model: its completions are text only (no token ids or
 log-probs, so a receiver gives them behavior tier 2).
 
-As its own process over libp2p: `python -m node.testnet.hostile_process` (node/testnet/hostile_process.py).
+Modules: this one is the peer's shell (what it learns from traffic, its building blocks, how it
+publishes); what each kind sends is node/testnet/hostile_attacks.py, one function per kind. As its
+own process over libp2p: `python -m node.testnet.hostile_process` (node/testnet/hostile_process.py).
 """
 from __future__ import annotations
 
@@ -66,18 +68,17 @@ import time
 from collections import Counter, OrderedDict, deque
 from typing import Callable
 
-from node.wire import local_task_ref, to_wire, wire_task_ref
+from node.wire import local_task_ref, to_wire
 from node.groups import ScoredGroup
-from node.hints import leaks_answer
 from node.tasks.base import Task, TaskSource
+from node.testnet.hostile_attacks import ATTACKS
 from node.verifiers import ANSWER_CLOSE, ANSWER_OPEN, Verifier
 from policy.types import Rollout
 from proto import swarm_pb2
-from protocol import Kind, Limits, NodeIdentity, Outbox, Sequencer, Transport, peer_id_from_public_key, topic_name
+from protocol import Kind, Limits, NodeIdentity, Outbox, Sequencer, Transport, topic_name
 from protocol.envelope import decode_envelope, verify_envelope
 from protocol.errors import Rejected
 from protocol.limits import validate_rollout_group
-from protocol.testing import forge, raw_envelope, tamper_body, with_fields
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ INVALID_KINDS = ("forged", "tampered", "liar", "replay", "malformed", "oversized
 VALID_KINDS = ("flood", "sybil", "hint_junk", "garbage")
 KINDS = ("forged", "tampered", "liar", "replay", "flood", "malformed", "oversized", "sybil", "hint_leak",
          "hint_junk", "garbage")
-assert set(KINDS) == set(INVALID_KINDS) | set(VALID_KINDS)
+assert set(KINDS) == set(INVALID_KINDS) | set(VALID_KINDS) == set(ATTACKS)
 
 # Reasons a receiver must record (status()["rejected_by_reason"]) once a kind's messages arrive.
 EXPECTED_REASONS: dict[str, tuple[str, ...]] = {
@@ -121,9 +122,7 @@ POSSIBLE_REASONS: dict[str, frozenset[str]] = {kind: reasons | _ANY for kind, re
 }.items()}
 
 FLOOD_FACTOR = 20          # flood: messages per step = per_step * FLOOD_FACTOR
-FLOOD_DISTINCT_GROUPS = 8  # flood: distinct groups built a step (each re-sealed many times)
 GROUP_SIZE = 8             # completions per group it builds
-MAX_OVERSIZED_PER_STEP = 4  # 4 MiB each; a receiver's byte bucket (16 MiB) admits ~3 anyway
 MAX_CAPTURED = 512         # honest envelopes kept for replay
 MAX_GROUPS = 256           # honest group bodies kept for sybil re-signing
 MAX_KEYS = 1024            # honest public keys kept for forging
@@ -131,7 +130,6 @@ MAX_WANTED = 256           # tasks seen requested or failed (hint targets)
 MAX_EXAMINED = 4096        # drained messages examined per topic and step (the rest are dropped)
 MAX_TEXT = 64              # characters of one junk string
 TOPIC_KINDS = ("rollouts", "hints", "hint-requests")
-_HINT_LEVELS = (swarm_pb2.Hint.L1, swarm_pb2.Hint.L2, swarm_pb2.Hint.L3, swarm_pb2.Hint.PREFIX)
 
 
 def marker(kind: str) -> str:
@@ -171,14 +169,14 @@ class HostilePeer:
         self.limits = limits
         self.rng = random.Random(f"hostile/{kind}/{seed}")
         self._key_rng = random.Random(f"hostile-keys/{kind}/{seed}")  # its own stream: keys never shift the rest
-        self.identity = identity or self._fresh_identity()
+        self.identity = identity or self.fresh_identity()
         # Raw outbox (no outbound validation) for what must break limits; a validating one for
         # messages that are meant to pass every check (a bug here should raise, not pass silently).
         # One key, one sequence: both share the sequencer.
         self.clock = clock  # what its messages are stamped with (a virtual-time testnet's clock)
         sequencer = Sequencer(clock=clock)
-        self._raw = Outbox(self.identity, limits=None, clock=clock, sequencer=sequencer)
-        self._valid = Outbox(self.identity, limits=limits, clock=clock, sequencer=sequencer)
+        self.raw_outbox = Outbox(self.identity, limits=None, clock=clock, sequencer=sequencer)
+        self.valid_outbox = Outbox(self.identity, limits=limits, clock=clock, sequencer=sequencer)
         self._sybils: list[Outbox] = []
         self._sybil_next = 0
         self.topics = {k: topic_name(swarm, k) for k in TOPIC_KINDS}
@@ -191,20 +189,15 @@ class HostilePeer:
         self.hint_texts: deque[str] = deque(maxlen=1024)  # texts of the hints it sent (newest last)
         self._used: dict[str, None] = {self.identity.peer_id(): None}  # signing keys, insertion order
         self._own_keys: set[bytes] = {self.identity.public_key_bytes}
-        self._keys: OrderedDict[bytes, None] = OrderedDict()  # honest public keys seen
-        self._claimed: dict[str, None] = {}
-        self._captured: deque[tuple[str, bytes]] = deque(maxlen=MAX_CAPTURED)
-        self._groups: deque[swarm_pb2.RolloutGroup] = deque(maxlen=MAX_GROUPS)
+        # learned from traffic (for forging, replaying and re-signing: node/testnet/hostile_attacks.py)
+        self.keys_heard: OrderedDict[bytes, None] = OrderedDict()  # honest public keys seen
+        self.claimed: dict[str, None] = {}  # peer ids of the honest keys its forgeries claimed
+        self.captured: deque[tuple[str, bytes]] = deque(maxlen=MAX_CAPTURED)  # (topic, honest envelope)
+        self.groups_heard: deque[swarm_pb2.RolloutGroup] = deque(maxlen=MAX_GROUPS)
         self._wanted: OrderedDict[str, Task] = OrderedDict()  # tasks requested or failed, by ref key
         self._alphabet: dict[str, set[str]] = {}   # family (source/dataset/digest) -> characters
         self._typical: dict[str, deque[str]] = {}  # family -> reference answers seen
         self._task_round = 10**9 + (seed % 10**6) * 1000  # its own task stream, apart from the nodes'
-        self._senders: dict[str, Callable[[int, int], int]] = {
-            "forged": self._forged, "tampered": self._tampered, "liar": self._liar, "replay": self._replay,
-            "flood": self._flood, "malformed": self._malformed, "oversized": self._oversized,
-            "sybil": self._sybil, "hint_leak": self._hint_leak, "hint_junk": self._hint_junk,
-            "garbage": self._garbage,
-        }
         for task in source.batch(0, 32):  # learn the task families' alphabets and typical answers
             self._note(task)
 
@@ -217,7 +210,7 @@ class HostilePeer:
         """Drain what arrived, then publish at most this step's budget; returns messages sent."""
         self._drain()
         budget = self.per_step * FLOOD_FACTOR if self.kind == "flood" else self.per_step
-        sent = self._senders[self.kind](round_index, budget) if budget else 0
+        sent = ATTACKS[self.kind](self, round_index, budget) if budget else 0
         self.learned["steps"] += 1
         return sent
 
@@ -227,7 +220,7 @@ class HostilePeer:
 
     def claimed_identities(self) -> list[str]:
         """Peer ids of honest keys its forged envelopes claimed (never signed by it)."""
-        return list(self._claimed)
+        return list(self.claimed)
 
     # -- learning from traffic ---------------------------------------------------------------
     def _drain(self) -> None:
@@ -253,18 +246,18 @@ class HostilePeer:
         if key in self._own_keys:
             return
         self.learned["authentic"] += 1
-        self._keys[key] = None
-        self._keys.move_to_end(key)
-        while len(self._keys) > MAX_KEYS:
-            self._keys.popitem(last=False)
-        self._captured.append((topic, data))
+        self.keys_heard[key] = None
+        self.keys_heard.move_to_end(key)
+        while len(self.keys_heard) > MAX_KEYS:
+            self.keys_heard.popitem(last=False)
+        self.captured.append((topic, data))
         kind = envelope.kind
         if kind == Kind.ROLLOUT_GROUP:
             body = swarm_pb2.RolloutGroup.FromString(envelope.body)
             validate_rollout_group(body, self.limits)
             if body.hint_text:
                 return
-            self._groups.append(body)
+            self.groups_heard.append(body)
             if max(c.claimed_reward for c in body.completions) <= 0.0:  # its sender failed the task
                 self._want(body.task_ref, "failed")
         elif kind == Kind.HINT_REQUEST:
@@ -296,20 +289,21 @@ class HostilePeer:
     def _family(task: Task) -> str:
         return f"{task.ref.source}/{task.ref.dataset}/{task.ref.config_digest}"
 
-    # -- building blocks ---------------------------------------------------------------------
-    def _tasks(self, n: int) -> list[Task]:
+    # -- building blocks (the kinds in node/testnet/hostile_attacks.py use them) ---------------
+    def tasks(self, n: int) -> list[Task]:
+        """`n` fresh tasks from its own stream (apart from the honest nodes')."""
         tasks = self.source.batch(self._task_round, n)
         self._task_round += 1
         for task in tasks:
             self._note(task)
         return tasks
 
-    def _targets(self, n: int, only_wanted: bool = False) -> list[Task]:
+    def targets(self, n: int, only_wanted: bool = False) -> list[Task]:
         """Tasks peers asked hints for or failed, newest first; then fresh draws (unless only_wanted)."""
         wanted = list(reversed(self._wanted.values()))[:n]
         if only_wanted or len(wanted) >= n:
             return wanted
-        return wanted + self._tasks(n - len(wanted))
+        return wanted + self.tasks(n - len(wanted))
 
     def _answer_text(self, task: Task) -> str | None:
         """A completion that our verifier scores as correct (None when the task has no answer)."""
@@ -318,7 +312,7 @@ class HostilePeer:
             return None
         return answer if self.verifier.fmt == "raw" else f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
 
-    def _junk(self, task: Task) -> str:
+    def junk(self, task: Task) -> str:
         """Random text of the task's family: a typical (other) answer or random characters."""
         family = self._family(task)
         answer = (task.reference_answer or "").strip()
@@ -332,10 +326,10 @@ class HostilePeer:
         return "".join(self.rng.choice(letters) for _ in range(length))
 
     def _junk_completion(self, task: Task) -> str:
-        text = self._junk(task)
+        text = self.junk(task)
         return text if self.verifier.fmt == "raw" else f"{ANSWER_OPEN}{text}{ANSWER_CLOSE}"
 
-    def _group(self, task: Task, round_index: int, *, correct: bool = True) -> swarm_pb2.RolloutGroup:
+    def group(self, task: Task, round_index: int, *, correct: bool = True) -> swarm_pb2.RolloutGroup:
         """A well-formed group for `task`, every claimed reward computed with our verifier; with
         `correct`, 1 to G-1 completions are the reference answer (reward variance)."""
         right = self._answer_text(task) if correct else None
@@ -352,172 +346,25 @@ class HostilePeer:
         group = ScoredGroup(task=task, rollouts=rollouts, rewards=rewards, correct=flags)
         return to_wire(group, round_index, self.model_card, self.sampling, self.verifier.digest)
 
-    def _publish(self, topic_kind: str, data: bytes, what: str) -> None:
+    def publish(self, topic_kind: str, data: bytes, what: str) -> None:
+        """Sends `data` on one of its three topics, counted under `what`."""
         self.transport.publish(self.topics[topic_kind], data)
         self.counters["messages"] += 1
         self.counters["bytes"] += len(data)
         self.counters[what] += 1
 
-    def _fresh_identity(self) -> NodeIdentity:
+    def fresh_identity(self) -> NodeIdentity:
         """A new key from the peer's seed: a memory testnet's hostile peers repeat from run to run."""
         return NodeIdentity.from_seed(self._key_rng.randbytes(32))
 
-    # -- the kinds ---------------------------------------------------------------------------
-    def _forged(self, round_index: int, budget: int) -> int:
-        tasks = self._tasks(budget)
-        for i, task in enumerate(tasks):
-            if self._keys:
-                claimed = self.rng.choice(list(self._keys))
-                self._claimed[peer_id_from_public_key(claimed)] = None
-            else:  # nobody heard yet: claim some other key (the signature fails all the same)
-                claimed = self._fresh_identity().public_key_bytes
-                self.counters["forged_unknown_claim"] += 1
-            if i % 4 == 3:
-                text = self._hint_junk_text(task) or "0"
-                hint = swarm_pb2.Hint(task_ref=wire_task_ref(task.ref), level=swarm_pb2.Hint.PREFIX, text=text)
-                self.hint_texts.append(text)
-                self._publish("hints", forge(self._raw.seal(hint), claimed, self.identity), "forged_hint")
-            else:
-                raw = self._raw.seal(self._group(task, round_index))
-                self._publish("rollouts", forge(raw, claimed, self.identity), "forged_group")
-        return len(tasks)
-
-    def _tampered(self, round_index: int, budget: int) -> int:
-        tasks = self._tasks(budget)
-        for i, task in enumerate(tasks):
-            raw = self._raw.seal(self._group(task, round_index))
-            envelope = swarm_pb2.Envelope.FromString(raw)
-            if i % 3 == 0:
-                data, what = tamper_body(raw), "tampered_body"
-            elif i % 3 == 1:
-                data, what = with_fields(raw, timestamp_ms=envelope.timestamp_ms + 1), "tampered_timestamp"
-            else:
-                data, what = with_fields(raw, sequence=envelope.sequence + 1), "tampered_sequence"
-            self._publish("rollouts", data, what)
-        return len(tasks)
-
-    def _liar(self, round_index: int, budget: int) -> int:
-        tasks = self._tasks(budget)
-        for task in tasks:
-            group = self._group(task, round_index)  # verifier_digest = ours: the receiver can check
-            lies = self.rng.sample(range(len(group.completions)), self.rng.randint(1, len(group.completions)))
-            for i in lies:
-                completion = group.completions[i]
-                completion.claimed_reward = 0.0 if completion.claimed_reward >= 0.5 else 1.0
-            self._publish("rollouts", self._valid.seal(group), "lying_group")
-        return len(tasks)
-
-    def _replay(self, round_index: int, budget: int) -> int:
-        captured = list(self._captured)
-        chosen = self.rng.sample(captured, min(budget, len(captured)))
-        for topic, data in chosen:
-            kind = next(k for k, t in self.topics.items() if t == topic)
-            self._publish(kind, data, f"replayed_{kind}")
-        return len(chosen)
-
-    def _flood(self, round_index: int, budget: int) -> int:
-        # Scoring a group costs far more than signing one: a few distinct groups a step, each
-        # sealed again and again (every copy a new sequence number, so a new valid message).
-        tasks = self._tasks(min(budget, FLOOD_DISTINCT_GROUPS))
-        if not tasks:
-            return 0
-        groups = [self._group(task, round_index) for task in tasks]
-        for i in range(budget):
-            self._publish("rollouts", self._valid.seal(groups[i % len(groups)]), "flood_group")
-        return budget
-
-    def _malformed(self, round_index: int, budget: int) -> int:
-        tasks = self._tasks(budget)
-        for i, task in enumerate(tasks):
-            topic_kind = TOPIC_KINDS[i % len(TOPIC_KINDS)]
-            style = i % 4
-            if style == 0:  # a first byte with wire type 7 never parses
-                data, what = b"\x07" + self.rng.randbytes(self.rng.randrange(16, 512)), "random_bytes"
-            else:
-                raw = self._raw.seal(self._group(task, round_index))
-                envelope = swarm_pb2.Envelope.FromString(raw)
-                if style == 1:  # the signature is the last field: cut into it
-                    data, what = raw[: len(raw) - self.rng.randint(1, 66)], "truncated_envelope"
-                elif style == 2:
-                    data, what = with_fields(raw, sender_public_key=envelope.sender_public_key[:31]), "short_key"
-                else:
-                    data, what = with_fields(raw, signature=envelope.signature[:63]), "short_signature"
-            self._publish(topic_kind, data, what)
-        return len(tasks)
-
-    def _oversized(self, round_index: int, budget: int) -> int:
-        n = min(budget, MAX_OVERSIZED_PER_STEP)
-        for _ in range(n):
-            body = self.rng.randbytes(self.limits.max_message_bytes + 1 + self.rng.randrange(4096))
-            data = raw_envelope(self.identity, int(Kind.ROLLOUT_GROUP), body, self._raw.sequencer.next(),
-                                int(self.clock() * 1000))
-            self._publish("rollouts", data, "oversized")
-        return n
-
-    def _sybil(self, round_index: int, budget: int) -> int:
-        for _ in range(budget):
-            outbox = self._sybil_outbox()
-            if self._groups and self.rng.random() < 0.5:  # an honest group, re-signed as its own
-                group, what = self.rng.choice(list(self._groups)), "sybil_resigned_group"
-            else:
-                group, what = self._group(self._tasks(1)[0], round_index), "sybil_group"
-            self._publish("rollouts", outbox.seal(group), what)
-        return budget
-
-    def _sybil_outbox(self) -> Outbox:
+    def sybil_outbox(self) -> Outbox:
+        """The next of its `sybil_keys` keys (made on first use, then reused in turn)."""
         index = self._sybil_next % self.sybil_keys
         self._sybil_next += 1
         if index == len(self._sybils):
-            identity = self._fresh_identity()
+            identity = self.fresh_identity()
             self._sybils.append(Outbox(identity, limits=self.limits, clock=self.clock))
             self._own_keys.add(identity.public_key_bytes)
         outbox = self._sybils[index]
         self._used[outbox.identity.peer_id()] = None
         return outbox
-
-    def _hint_leak(self, round_index: int, budget: int) -> int:
-        sent = 0
-        for task in self._targets(budget):
-            answer = (task.reference_answer or "").strip()
-            if not answer:
-                continue
-            text = self.rng.choice([answer, f"The answer is {answer}.", f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}",
-                                    f"so it is {answer}"])[: self.limits.max_hint_chars]
-            if not leaks_answer(text, task.reference_answer):
-                continue
-            self._send_hint(task, self.rng.choice(_HINT_LEVELS), text, "leaking_hint")
-            sent += 1
-        return sent
-
-    def _hint_junk(self, round_index: int, budget: int) -> int:
-        sent = 0
-        for task in self._targets(budget, only_wanted=True):
-            text = self._hint_junk_text(task)
-            if text is None:
-                continue
-            level = swarm_pb2.Hint.PREFIX if self.rng.random() < 0.5 else self.rng.choice(_HINT_LEVELS[:3])
-            self._send_hint(task, level, text, "junk_hint")
-            sent += 1
-        return sent
-
-    def _hint_junk_text(self, task: Task) -> str | None:
-        for _ in range(20):
-            text = self._junk(task)[: self.limits.max_hint_chars]
-            if text.strip() and not leaks_answer(text, task.reference_answer):
-                return text
-        return None
-
-    def _send_hint(self, task: Task, level: int, text: str, what: str) -> None:
-        hint = swarm_pb2.Hint(task_ref=wire_task_ref(task.ref), level=level, text=text)
-        self.hint_texts.append(text)
-        self._publish("hints", self._valid.seal(hint), what)
-
-    def _garbage(self, round_index: int, budget: int) -> int:
-        tasks = self._tasks(budget)
-        for task in tasks:
-            self._publish("rollouts", self._valid.seal(self._group(task, round_index, correct=False)),
-                          "garbage_group")
-        return len(tasks)
-
-
-# -- process entry point -----------------------------------------------------------------------

@@ -9,13 +9,13 @@ timeout; a run that does not finish within the plan's timeout is stopped and rep
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from node.child_env import child_env
 from node.control import fetch_status
 from node.testnet.plan import Plan, halves, node_overrides, node_rounds, restart_event, slowdown
 from policy.checkpoint import latest_round
@@ -110,7 +110,7 @@ class ProcessTestnet:
         (run_dir / "node.json").unlink(missing_ok=True)
         log = open(run_dir / "node.log", "ab")
         self.procs[index] = subprocess.Popen(self._command(index, peers), cwd=ROOT, stdout=log, stderr=log,
-                                             env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+                                             env=child_env(), start_new_session=True)
 
     def _wait_listening(self, index: int) -> dict:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -145,7 +145,7 @@ class ProcessTestnet:
                     cmd += ["--set", item]
                 log = open(self.out / f"hostile-{kind}-{j}.log", "ab")
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log, start_new_session=True,
-                                        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"})
+                                        env=child_env(PYTHONHASHSEED="0"))
                 self.hostile_procs.append((kind, proc, out))
 
     def _stop(self, proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 15.0) -> None:

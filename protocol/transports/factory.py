@@ -11,7 +11,7 @@ def make_transport(seed: bytes, options: Libp2pOptions | P2pdOptions) -> Transpo
     if isinstance(options, P2pdOptions):
         from .p2pd import P2pdTransport
 
-        return P2pdTransport(seed, **options.keywords())
+        return P2pdTransport(seed, options)
     if isinstance(options, Libp2pOptions):
         from .libp2p import Libp2pTransport
 

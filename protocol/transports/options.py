@@ -3,7 +3,6 @@ can build them without importing the transport's network stack; protocol/transpo
 turns one into its transport)."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +12,19 @@ if TYPE_CHECKING:
 
 MiB = 1024 * 1024
 LOOPBACK_ANY_PORT = "/ip4/127.0.0.1/tcp/0"
+
+# The go-libp2p daemon's pubsub limit is 1 MiB for the whole message (payload + from, seqno, topic,
+# key and signature); 16 KiB of headroom keeps every topic name and signature well inside it.
+P2PD_MAX_MESSAGE_BYTES = (1 << 20) - 16 * 1024
+
+
+def _freeze_addresses(options: Libp2pOptions | P2pdOptions) -> None:
+    """Lists are welcome (config values are lists); kept as tuples so the options stay immutable.
+    No listen address means loopback on a free port."""
+    for name in ("listen", "bootstrap", "topics"):
+        object.__setattr__(options, name, tuple(getattr(options, name) or ()))
+    if not options.listen:
+        object.__setattr__(options, "listen", (LOOPBACK_ANY_PORT,))
 
 
 @dataclass(frozen=True)
@@ -64,37 +76,62 @@ class Libp2pOptions:
     close_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        # Lists are welcome (config values are lists); kept as tuples so the options stay immutable.
-        for name in ("listen", "bootstrap", "topics"):
-            object.__setattr__(self, name, tuple(getattr(self, name) or ()))
-        if not self.listen:
-            object.__setattr__(self, "listen", (LOOPBACK_ANY_PORT,))
+        _freeze_addresses(self)
         if self.max_msg_bytes <= 0:
             raise ValueError("max_msg_bytes must be positive")
 
 
 @dataclass(frozen=True)
 class P2pdOptions:
-    """GossipSub + DHT through the go-libp2p daemon (protocol/transports/p2pd/; each field is the
-    P2pdTransport keyword of the same name, documented there). peer_cache_limits None = its defaults."""
+    """GossipSub + Kademlia DHT through the go-libp2p daemon (protocol/transports/p2pd/).
+
+    listen: libp2p listen multiaddrs (``/ip4/127.0.0.1/tcp/0`` picks a free port).
+    bootstrap: peers to dial (``.../p2p/<peer-id>``), re-dialed with backoff while down.
+    topics: topics subscribed at start.
+    peer_cache: JSON file of the peers worth redialing (protocol/transports/p2pd/peer_cache.py):
+        dialed at start in rank order, kept up to date; ``note_useful_peers`` feeds its ranking.
+    peer_cache_limits: its bounds (entries per address group, never-useful entries, dials);
+        ``None`` = PeerCacheLimits' defaults.
+    max_msg_bytes: largest payload ``publish`` accepts and readers deliver (at most
+        P2PD_MAX_MESSAGE_BYTES: the daemon drops bigger ones silently).
+    inbox_size, outbound_size: per-topic inbox and outbound queue lengths.
+    publish_rate: messages per second the writer hands the daemon at most (in small bursts);
+        faster overflows the daemon's per-peer queues.
+    publish_wait_s: how long a message waits for its topic's first subscribed peer.
+    settle_s: how long a topic must have had subscribed peers before messages go out (the first
+        messages to a peer that just appeared are often lost without it).
+    start_timeout_s: how long ``start`` waits for the daemon before raising DaemonStartError.
+    control_timeout_s: how long one control-socket call may take (longer = a stuck daemon).
+    health_interval_s, discovery_interval_s: supervisor and discovery periods.
+    backoff_initial_s, backoff_max_s: restart and redial backoff (doubling).
+    flood_cut_rate, flood_cut_burst, flood_cut_s: an origin sending more than ``flood_cut_rate``
+        messages/s beyond a burst of ``flood_cut_burst`` is cut (dropped and disconnected) for
+        ``flood_cut_s`` seconds; ``flood_cut_rate=0`` turns that off.
+    """
 
     listen: tuple[str, ...] = (LOOPBACK_ANY_PORT,)
     bootstrap: tuple[str, ...] = ()
     topics: tuple[str, ...] = ()
     peer_cache: Path | None = None
     peer_cache_limits: PeerCacheLimits | None = None
+    max_msg_bytes: int = P2PD_MAX_MESSAGE_BYTES
+    inbox_size: int = 4096
+    outbound_size: int = 4096
+    publish_rate: float = 500.0
+    publish_wait_s: float = 2.0
+    settle_s: float = 0.5
+    start_timeout_s: float = 20.0
+    control_timeout_s: float = 5.0
+    health_interval_s: float = 1.0
+    discovery_interval_s: float = 2.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
     flood_cut_rate: float = 80.0
     flood_cut_burst: float = 200.0
     flood_cut_s: float = 300.0
 
     def __post_init__(self) -> None:
-        for name in ("listen", "bootstrap", "topics"):
-            object.__setattr__(self, name, tuple(getattr(self, name) or ()))
-
-    def keywords(self) -> dict:
-        """P2pdTransport's keyword arguments (the unset peer_cache_limits left to its default)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["listen"], out["bootstrap"], out["topics"] = list(self.listen), list(self.bootstrap), list(self.topics)
-        if self.peer_cache_limits is None:
-            del out["peer_cache_limits"]
-        return out
+        _freeze_addresses(self)
+        if not 0 < self.max_msg_bytes <= P2PD_MAX_MESSAGE_BYTES:
+            raise ValueError(f"max_msg_bytes={self.max_msg_bytes} must be positive and at most what the daemon "
+                             f"delivers ({P2PD_MAX_MESSAGE_BYTES})")

@@ -1,0 +1,87 @@
+"""What the p2pd transport's threads share (protocol/transports/p2pd/transport.py): one lock and
+everything it guards (queues, inboxes, counters, the current daemon run), plus the events that
+stop and wake the threads."""
+from __future__ import annotations
+
+import collections
+import threading
+from pathlib import Path
+from typing import Callable
+
+from ..base import (
+    COUNTER_DROPPED_INBOUND_FULL,
+    COUNTER_DROPPED_OUTBOUND_CLOSED,
+    COUNTER_DROPPED_OUTBOUND_FULL,
+    COUNTER_DROPPED_UNSUBSCRIBED,
+    COUNTER_PUBLISHED,
+    COUNTER_RECEIVED,
+    Received,
+)
+from ..options import P2pdOptions
+from ...inbox import FairBuffer
+from .control import ControlConnection
+from .daemon import DaemonProcess
+from .flood_guard import FloodGuard
+
+STATE_STARTING, STATE_RUNNING, STATE_RESTARTING, STATE_CLOSED = "starting", "running", "restarting", "closed"
+STATE_CODES = {STATE_STARTING: 0, STATE_RUNNING: 1, STATE_RESTARTING: 2, STATE_CLOSED: 3}
+
+STAT_KEYS = (
+    COUNTER_PUBLISHED, COUNTER_DROPPED_OUTBOUND_FULL, COUNTER_DROPPED_OUTBOUND_CLOSED,
+    "publish_errors",          # the daemon failed a publish (retried after a restart)
+    "published_without_peers",  # sent after waiting publish_wait_s with no subscribed peer
+    COUNTER_RECEIVED, COUNTER_DROPPED_INBOUND_FULL, COUNTER_DROPPED_UNSUBSCRIBED,
+    "dropped_inbound_oversize",
+    "daemon_restarts", "daemon_failures",  # exits / stuck sockets seen; failed restart attempts
+    "dial_attempts", "dial_failures",
+    "dial_given_up",  # cached peers no longer redialed this run (failed max_dial_failures in a row)
+    "flooders_cut",              # origins cut for flooding (flood_guard.py)
+    "dropped_flooding_origin",   # messages dropped because their origin was cut
+    "flood_disconnects",         # DISCONNECTs the daemon carried out for cut origins
+)
+
+
+class Shared:
+    """The fields below are read and written under `lock` (the events need no lock). `generation`
+    counts daemon runs: a reader or connection made for one run stops when it is no longer current."""
+
+    def __init__(self, peer_id: str, options: P2pdOptions) -> None:
+        self.peer_id, self.options = peer_id, options
+        self.lock = threading.Lock()
+        self.wake_writer = threading.Condition(self.lock)
+        self.stop = threading.Event()
+        self.wake_guard = threading.Event()
+        self.stats = dict.fromkeys(STAT_KEYS, 0)
+        self.flood_guard = FloodGuard(options.flood_cut_rate, options.flood_cut_burst, options.flood_cut_s)
+        self.inbox: dict[str, FairBuffer[Received]] = {t: FairBuffer(options.inbox_size) for t in options.topics}
+        self.outbound: collections.deque[tuple[str, bytes, float]] = collections.deque()
+        self.state = STATE_STARTING
+        self.daemon: DaemonProcess | None = None
+        self.generation = 0  # +1 per daemon run; readers and the writer follow it
+        self.listen_addrs: list[str] = []
+        self.connected: list[str] = []
+        self.topic_peers: dict[str, int] = {}
+        self.dht_peers = 0
+        self.subscriptions: dict[str, ControlConnection] = {}
+        self.threads: list[threading.Thread] = []
+
+    def spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=f"{name}-{self.peer_id[-6:]}", daemon=True)
+        with self.lock:
+            self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def bump(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.stats[key] = self.stats.get(key, 0) + n
+
+    def socket_for(self, generation: int) -> Path | None:
+        """The control socket of daemon run `generation`, or None once it is no longer the running one."""
+        with self.lock:
+            if self.generation != generation or self.state != STATE_RUNNING or self.daemon is None:
+                return None
+            return self.daemon.socket_path
+
+    def topics(self) -> list[str]:
+        with self.lock:
+            return list(self.inbox)

@@ -1,0 +1,110 @@
+"""The p2pd transport's peer upkeep, two threads: discovery keeps bootstrap and cached peers dialed,
+asks the DHT for more (discovery.py), refreshes the peer/topic counts that `peers()` and `stats()`
+return and writes the peer cache; the guard disconnects origins cut for flooding (flood_guard.py)."""
+from __future__ import annotations
+
+import logging
+import time
+
+from .addrs import peer_id_text
+from .control import ControlConnection, ControlError, list_peers_request, topic_peers_request
+from .discovery import Dialer, ask_dht, peer_addrs
+from .flood_guard import disconnect_origins
+from .peer_cache import PeerCache
+from .shared import Shared
+
+log = logging.getLogger(__name__)
+
+
+class PeerUpkeep:
+    def __init__(self, shared: Shared, dialer: Dialer, peer_cache: PeerCache | None) -> None:
+        self.shared, self.dialer, self.peer_cache = shared, dialer, peer_cache
+
+    def discovery_loop(self) -> None:
+        """Keeps bootstrap and cached peers dialed, grows the peer set through the DHT, refreshes
+        the counts shown by peers()/stats(), and writes the peer cache."""
+        s = self.shared
+        cache_written = 0.0
+        remembered: set[str] = set()
+        dialed_generation = -1
+        while True:
+            with s.lock:
+                generation = s.generation
+            if generation != dialed_generation:  # a new daemon knows nobody: dial everyone at once
+                self.dialer.reset()
+                dialed_generation = generation
+            try:
+                self._discovery_round(generation)
+                with s.lock:
+                    connected = set(s.connected)
+                # remembered when we meet somebody new, and refreshed every 10 s (fresh `seen` times)
+                if self.peer_cache is not None and (connected - remembered or time.monotonic() - cache_written > 10.0):
+                    if self._remember_peers(generation):
+                        cache_written, remembered = time.monotonic(), connected
+                if self.peer_cache is not None:  # only if something changed: dial outcomes, usefulness, peers
+                    self.peer_cache.save()
+            except Exception:  # noqa: BLE001 - discovery must go on whatever one round met
+                log.exception("p2pd discovery round failed (continuing)")
+            if s.stop.wait(s.options.discovery_interval_s):
+                return
+
+    def _discovery_round(self, generation: int) -> None:
+        s = self.shared
+        socket_path = s.socket_for(generation)
+        if socket_path is None:
+            return
+        timeout = s.options.control_timeout_s
+        try:
+            with ControlConnection(socket_path, timeout) as conn:
+                connected = {peer_id_text(p.id) for p in conn.request(list_peers_request()).peers}
+                topic_peers = {t: len(conn.request(topic_peers_request(t)).pubsub.peerIDs) for t in s.topics()}
+                with s.lock:
+                    s.connected = sorted(connected)
+                    s.topic_peers.update(topic_peers)
+                    now = time.monotonic()
+                    s.flood_guard.seen_connected(sorted(connected), now)
+                    cut = frozenset(s.flood_guard.cut_origins(now))
+                if cut:
+                    s.wake_guard.set()
+                self.dialer.dial_missing(conn, connected, s.bump, skip=cut)
+            dht_peers = ask_dht(socket_path, s.peer_id, timeout)
+            with s.lock:
+                s.dht_peers = dht_peers
+        except ControlError as err:
+            log.debug("discovery round failed: %s", err)
+
+    def _remember_peers(self, generation: int) -> bool:
+        """Records the connected peers' dialable addresses in the peer cache (True if any)."""
+        socket_path = self.shared.socket_for(generation)
+        if socket_path is None or self.peer_cache is None:
+            return False
+        try:
+            with ControlConnection(socket_path, self.shared.options.control_timeout_s) as conn:
+                connected = [peer_id_text(p.id) for p in conn.request(list_peers_request()).peers]
+                addrs = peer_addrs(conn, connected)
+        except ControlError as err:
+            log.debug("peer cache update failed: %s", err)
+            return False
+        if not addrs:
+            return False
+        self.peer_cache.remember(addrs)
+        return True
+
+    def guard_loop(self) -> None:
+        """Tells the daemon to disconnect cut origins (never on a reader thread: a control call
+        there would stall the subscription while the flood fills the daemon's buffer)."""
+        s = self.shared
+        while not s.stop.is_set():
+            s.wake_guard.wait(1.0)
+            s.wake_guard.clear()
+            try:
+                with s.lock:
+                    due = s.flood_guard.take_disconnects(time.monotonic())
+                    generation = s.generation
+                socket_path = s.socket_for(generation) if due else None
+                if socket_path is None:
+                    continue  # nothing due, or restarting: a cut origin seen again is due again
+                s.bump("flood_disconnects", disconnect_origins(socket_path, due, s.options.control_timeout_s))
+            except Exception:  # noqa: BLE001 - the guard must go on whatever one pass met
+                log.exception("p2pd flood guard pass failed (continuing)")
+            s.stop.wait(s.flood_guard.redisconnect_s)  # a flooder that redials is cut again after this
