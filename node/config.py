@@ -31,6 +31,8 @@ from policy.settings import ModelConfig, OffPolicyConfig, OptimConfig
 MAX_START_WAIT_S = 600.0
 
 
+RETOKENIZE_SLACK_DIVISOR = 8  # NodeConfig.max_external_tokens: our re-encoding of a peer's text may run longer
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -155,7 +157,8 @@ class SwarmConfig(Section):
     dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was credited "
                               "(trained on) within this many rounds is refused as duplicate_content, whoever signed it")
     max_external_tokens: int | None = Field(None, ge=1, description="refuse a peer completion longer than this in "
-                                            "our tokens (None = sampling.max_new_tokens: what we would generate); "
+                                            "our tokens (None = sampling.max_new_tokens plus an eighth: what we "
+                                            "would generate, re-encoded); "
                                             "a group may hold at most 2 * group_size times this many in all")
     ingest: Literal["background", "inline"] = Field(
         "background", description="where `join` verifies peers' messages: background (a worker thread with a "
@@ -216,8 +219,13 @@ class NodeConfig(Section):
 
     @property
     def max_external_tokens(self) -> int:
-        """The longest peer completion we train on: swarm.max_external_tokens, else our own budget."""
-        return self.swarm.max_external_tokens or self.sampling.max_new_tokens
+        """The longest peer completion, in our tokens, that we verify and train on:
+        swarm.max_external_tokens, else our own budget plus an eighth. The slack is for honest text:
+        a sampled completion need not be the tokenizer's canonical encoding of its text, and our
+        re-encoding can be longer (measured: 2 of 64 SmolLM2 completions of 48 sampled tokens came
+        back as 49 and 50; without the slack, peers' truncated completions were refused as too_long)."""
+        budget = self.sampling.max_new_tokens
+        return self.swarm.max_external_tokens or budget + budget // RETOKENIZE_SLACK_DIVISOR
 
 
 class ConfigError(ValueError):

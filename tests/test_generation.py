@@ -329,3 +329,25 @@ def test_offsets_with_multibyte_characters_smollm2(smollm2_bf16):
     assert offsets[-1][0] == offsets[-1][1] == len(decoded)  # eos: empty span at the end
     non_empty_spans = sum(1 for start, end in offsets[:-1] if end > start)
     assert non_empty_spans < len(token_ids) - 1  # some tokens end inside a character: empty spans
+
+
+@pytest.mark.slow
+def test_honest_smollm2_completions_re_encode_within_the_peer_cap(tmp_path_factory):
+    """A sampled completion need not be its text's canonical encoding: a receiver's re-encoding can
+    be longer than the tokens sampled. The default peer cap (NodeConfig.max_external_tokens, an
+    eighth of slack) must take every honest completion; the sampler's own budget alone does not."""
+    from node.config import load_config
+    from node.prompts import Retokenizer
+    from policy.generation import eos_token_ids
+
+    budget = 48
+    policy = load_policy(ModelConfig(name="smollm2", dtype="float32", cache_dir=smollm2_cache(tmp_path_factory)))
+    questions = ["How many legs do 3 spiders and 2 cows have?", "What is 17 * 23 - 5?",
+                 "Explain why 1 + 2 = 3.", "Count the letters r in strawberry."]
+    groups = HFGenerator(policy.model, policy.tokenizer).generate(
+        chat_prompts(policy, questions), 16, SamplingParams(1.0, budget, seed=0))
+    retokenizer = Retokenizer(policy, eos_token_ids(policy.model, policy.tokenizer))
+    lengths = [len(retokenizer.encode_text(r.text)[0]) for group in groups for r in group]
+    cap = load_config("smollm2", None, [f"sampling.max_new_tokens={budget}"]).max_external_tokens
+    assert max(lengths) > budget  # the phenomenon: some honest text re-encodes longer than it was sampled
+    assert max(lengths) <= cap
