@@ -213,3 +213,21 @@ def test_paired_speedups_per_seed():
     assert paired_speedups(silo, mix, budget=10.0) == [2.0, 2.0]
     assert paired_speedups(silo, {"3": 1.0}, budget=10.0) == []  # no silo run of that seed
     assert paired_speedups({"0": 4.0}, {"0": None}, budget=10.0) == [0.4]  # the mix never reached it
+
+
+def test_the_verdict_says_why_there_is_no_speedup():
+    """A swarm whose curve starts at the target has no speedup, which is not "never reached it"
+    (the SmolLM2 run's report said that of a swarm at the target from t = 0)."""
+    from node.testnet.report_clock import verdict_lines
+
+    def row(mix: str, t: float | None, speedup: float | None = None) -> dict:
+        return {"mix": mix, "time_to_target": t, "speedup_vs_silo": speedup, "heldout_at_budget": {"mean": 0.1},
+                "heldout_at_budget_gain": 0.0, "auc_gain": 0.0, "reward_at_equal_rounds_gain": 0.0}
+
+    def verdict(silo: dict, swarm: dict) -> str:
+        return verdict_lines({"mixes": [silo, swarm]})[0]
+
+    assert "no speedup to measure" in verdict(row("8/0", 0.0), row("4/4", 0.0))
+    assert "never reached the held-out target" in verdict(row("8/0", 5.0), row("4/4", None))
+    assert "the silo never reached" in verdict(row("8/0", None), row("4/4", 3.0))
+    assert "1.50x as fast" in verdict(row("8/0", 6.0), row("4/4", 4.0, 1.5))

@@ -197,13 +197,22 @@ def verdict_lines(table: dict) -> list[str]:
     for row in table["mixes"]:
         if row is silo:
             continue
-        speedup = "never reached the target" if row["speedup_vs_silo"] is None else \
-            f"reached the held-out target {row['speedup_vs_silo']:.2f}x as fast"
+        speedup = _speedup_phrase(row, silo)
         lines.append(f"swarm {row['mix']} vs silo {silo['mix']} at equal compute: held-out pass@1 "
                      f"{row['heldout_at_budget']['mean']:.3f} vs {silo['heldout_at_budget']['mean']:.3f} "
                      f"({_pct(row['heldout_at_budget_gain'])}), area under its curve {_pct(row['auc_gain'])}, "
                      f"{speedup}; cum. reward at equal rounds {_pct(row['reward_at_equal_rounds_gain'])}")
     return lines
+
+
+def _speedup_phrase(row: dict, silo: dict) -> str:
+    if row["speedup_vs_silo"] is not None:
+        return f"reached the held-out target {row['speedup_vs_silo']:.2f}x as fast"
+    if row["time_to_target"] is None:
+        return "never reached the held-out target"
+    if row["time_to_target"] == 0 or silo["time_to_target"] == 0:  # a curve that starts at the target: no ratio
+        return "no speedup to measure (a curve started at the held-out target)"
+    return "the silo never reached the held-out target"
 
 
 def plot_heldout_vs_time(ax, table: dict) -> None:
