@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ContextManager
 
+import numpy as np
 import torch
 
 from node.config import NodeConfig
@@ -72,10 +74,6 @@ class NodeParts:
 
 
 def seed_everything(seed: int) -> None:
-    import random
-
-    import numpy as np
-
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
