@@ -35,6 +35,8 @@ STAT_KEYS = (
     "daemon_restarts", "daemon_failures",  # exits / stuck sockets seen; failed restart attempts
     "dial_attempts", "dial_failures",
     "dial_given_up",  # cached peers no longer redialed this run (failed max_dial_failures in a row)
+    "trimmed_by_daemon", "trimmed_by_us",  # connections closed above conn_high (bounds.py)
+    "trimmed_after_lookup",  # connections a DHT lookup opened beyond conn_low, closed at once
     "flooders_cut",              # origins cut for flooding (flood_guard.py)
     "dropped_flooding_origin",   # messages dropped because their origin was cut
     "flood_disconnects",         # DISCONNECTs the daemon carried out for cut origins
