@@ -1,0 +1,55 @@
+"""Connections in a scripts/bench_gossip.py run (scripts/bench_gossip_phases.py calls these): how many
+each node holds, waiting for the bounded p2pd variant to settle within its bound, and putting the
+flood senders next to the flood's target."""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from bench_gossip_swarm import PhaseTimeout
+
+
+def conn_high(transport: str) -> int | None:
+    """The connection bound of a variant (None: unbounded)."""
+    if transport != "p2pd":
+        return None
+    from protocol.transports.options import P2pdOptions
+
+    return P2pdOptions().conn_high
+
+
+def connection_figures(statuses: dict[int, dict]) -> dict[str, Any]:
+    counts = [s["peers"] for _, s in sorted(statuses.items())]
+    return {"mean": statistics.fmean(counts), "max": max(counts), "min": min(counts), "per_node": counts}
+
+
+def settle(b: Any) -> None:
+    """Bounded p2pd: waits until every node holds at most conn_high connections, three looks in a
+    row (nodes dial and ask the DHT while short, and close connections past their grace period
+    while over). Other variants: nothing to wait for."""
+    high = conn_high(b.swarm.transport)
+    if high is None:
+        return
+    t0, in_a_row, counts = time.time(), 0, []
+    while time.time() - t0 < b.args.settle_timeout:
+        counts = [s["peers"] for _, s in sorted(b.refresh_statuses().items())]
+        in_a_row = in_a_row + 1 if max(counts) <= high and min(counts) >= 1 else 0
+        if in_a_row >= 3:
+            break
+        time.sleep(1.0)
+    else:
+        raise PhaseTimeout(f"connections not within the bound {high} after {b.args.settle_timeout:.0f} s: {counts}")
+    b.res["settle_s"] = round(time.time() - t0, 2)
+    b.console.print(f"  connections within the bound ({high}) after {b.res['settle_s']:.1f} s: {counts}")
+
+
+def dial_target(b: Any, senders: list[int], target: int = 0) -> None:
+    """p2pd variants: the flood senders dial the target first (as a flooder would): GossipSub routes
+    a topic only through its subscribers, and the flood topic has one. Others: already connected."""
+    if not b.swarm.transport.startswith("p2pd"):
+        return
+    replies = b.swarm.request_all(senders, "dial", "dialed", 15.0, addr=b.swarm.addrs[target])
+    failed = {i: r["error"] for i, r in replies.items() if r.get("error")}
+    if failed:
+        b.console.print(f"  flood senders could not dial node {target}: {failed}", style="yellow", markup=False)
