@@ -1,4 +1,4 @@
-"""Connections in a scripts/bench_gossip.py run (scripts/bench_gossip_phases.py calls these): how many
+"""Connections (and memory) in a scripts/bench_gossip.py run (scripts/bench_gossip_phases.py calls these): how many
 each node holds, waiting for the bounded p2pd variant to settle within its bound, and putting the
 flood senders next to the flood's target."""
 from __future__ import annotations
@@ -20,8 +20,11 @@ def conn_high(transport: str) -> int | None:
 
 
 def connection_figures(statuses: dict[int, dict]) -> dict[str, Any]:
+    """Connections per node, and resident memory per node (its process and daemon, MiB)."""
     counts = [s["peers"] for _, s in sorted(statuses.items())]
-    return {"mean": statistics.fmean(counts), "max": max(counts), "min": min(counts), "per_node": counts}
+    rss = [s.get("rss_mb", 0.0) for _, s in sorted(statuses.items())]
+    return {"mean": statistics.fmean(counts), "max": max(counts), "min": min(counts), "per_node": counts,
+            "rss_mb_mean": statistics.fmean(rss), "rss_mb_max": max(rss)}
 
 
 def settle(b: Any) -> None:

@@ -148,6 +148,22 @@ def _proc_cpu_s(pid: int) -> float:
         return 0.0
 
 
+def _proc_rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def rss_mb_with_children() -> float:
+    """Resident memory of this process and its live descendants (the p2pd daemon), MiB."""
+    return sum(_proc_rss_mb(p) for p in [os.getpid(), *_descendants(os.getpid())])
+
+
 def cpu_s_with_children() -> float:
     """This process's CPU seconds plus its live descendants' (the p2pd daemon is a child)."""
     return time.process_time() + sum(_proc_cpu_s(p) for p in _descendants(os.getpid()))
@@ -260,7 +276,7 @@ def main(cfg_path: str) -> int:
             except Exception:  # noqa: BLE001
                 pass
         return dict(peers=len(transport.peers()), mesh=mesh, stats=transport.stats(), cpu=cpu_s_with_children(),
-                    muxers=muxers)
+                    muxers=muxers, rss_mb=rss_mb_with_children())
 
     def publish_job(topic: str, n: int, spacing: float, tag: str) -> None:
         sealed = [outbox.seal(templates[k % N_TEMPLATES]) for k in range(n)]

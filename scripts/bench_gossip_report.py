@@ -13,6 +13,7 @@ FIGURES = [
     ("connections per node: mean", ("connections", "mean"), False),
     ("connections per node: max", ("connections", "max"), False),
     ("connections per node after the flood: max", ("connections_end", "max"), False),
+    ("memory per node MiB (process + daemon): mean", ("connections", "rss_mb_mean"), False),
     ("idle: cores busy (all nodes)", ("idle", "cores_busy"), False),
     ("one at a time: reach-all p50 ms", ("latency_isolated", "reach_all_ms", "p50"), False),
     ("one at a time: reach-all p95 ms", ("latency_isolated", "reach_all_ms", "p95"), False),
