@@ -113,6 +113,29 @@ def p2pd_bounds() -> dict[str, Any]:
                          "flood publishing off (p2pd 0.5 sets none of them)"}
 
 
+def run_conditions(args: argparse.Namespace, transports: list[str], skipped: list[str]) -> dict[str, Any]:
+    """What the figures depend on, recorded with them."""
+    try:
+        from importlib.metadata import version
+
+        libp2p_version = version("libp2p")
+    except Exception:  # noqa: BLE001
+        libp2p_version = "?"
+    return {
+        "transports": transports, "skipped_transports": skipped, "nodes": args.nodes,
+        "publishers": args.publishers, "messages_per_publisher": args.messages, "spacing_ms": args.spacing_ms,
+        "isolated_messages": args.isolated, "flood_messages": args.flood, "flood_senders": args.flood_senders,
+        "group": f"{GROUP_COMPLETIONS} completions x {TOKENS_PER_COMPLETION} tokens (token ids, log-probs, "
+                 f"offsets), Ed25519-signed Envelope; flood: {FLOOD_COMPLETIONS} completions (~4 KB)",
+        "cpu_count": os.cpu_count(), "python": platform.python_version(), "libp2p": libp2p_version,
+        "platform": platform.platform(), "poll_ms": args.poll_ms, "seed": args.seed,
+        "ingress_latency_phase": "protocol defaults (rate limits on)",
+        "ingress_flood_phase": "rate limits lifted (as protocol/bench.py)",
+        "loadavg_at_start": os.getloadavg(), "command": " ".join(sys.argv),
+        "p2pd_bounds": p2pd_bounds(),
+    }
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -167,30 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     if not transports:
         console.print("[red]no transport to benchmark[/red]")
         return 2
-    try:
-        from importlib.metadata import version
-
-        libp2p_version = version("libp2p")
-    except Exception:  # noqa: BLE001
-        libp2p_version = "?"
-    cores = os.cpu_count()
-    conditions = {
-        "transports": transports, "skipped_transports": skipped, "nodes": args.nodes,
-        "publishers": args.publishers, "messages_per_publisher": args.messages, "spacing_ms": args.spacing_ms,
-        "isolated_messages": args.isolated, "flood_messages": args.flood, "flood_senders": args.flood_senders,
-        "group": f"{GROUP_COMPLETIONS} completions x {TOKENS_PER_COMPLETION} tokens (token ids, log-probs, "
-                 f"offsets), Ed25519-signed Envelope; flood: {FLOOD_COMPLETIONS} completions (~4 KB)",
-        "cpu_count": cores, "python": platform.python_version(), "libp2p": libp2p_version,
-        "platform": platform.platform(), "poll_ms": args.poll_ms, "seed": args.seed,
-        "ingress_latency_phase": "protocol defaults (rate limits on)",
-        "ingress_flood_phase": "rate limits lifted (as protocol/bench.py)",
-        "loadavg_at_start": os.getloadavg(), "command": " ".join(sys.argv),
-        "p2pd_bounds": p2pd_bounds(),
-    }
+    conditions = run_conditions(args, transports, skipped)
     console.print(f"[bold]bench_gossip[/bold]: transports {transports}, N={args.nodes}, burst {args.publishers} "
                   f"publishers x {args.messages} every {args.spacing_ms:.0f} ms, flood K={args.flood} from "
-                  f"{args.flood_senders} senders, {cores} cores, load {os.getloadavg()[0]:.1f}, "
-                  f"Python {conditions['python']}, libp2p {libp2p_version}")
+                  f"{args.flood_senders} senders, {conditions['cpu_count']} cores, load {os.getloadavg()[0]:.1f}, "
+                  f"Python {conditions['python']}, libp2p {conditions['libp2p']}")
     wire = wire_vs_json()
     micro = ingress_microbench(args.micro_messages)
 
