@@ -194,12 +194,17 @@ def latency_stats(swarm: Swarm, published: dict[str, tuple[int, float]], wall: f
     (digest -> (source node, publish time), each `envelope_bytes` long)."""
     n = swarm.n
     reach_all, per_delivery, per_delivery_transport, incomplete = [], [], [], 0
+    slowest: list[list] = []  # [reach-all ms, publisher, last node, ms until its transport had it, median node's ms]
     for d, (src, t_pub) in published.items():
         arr = {i: v for i, v in swarm.arrivals.get(d, {}).items() if i != src}
         per_delivery += [(t - t_pub) * 1e3 for t, _ in arr.values()]
         per_delivery_transport += [(tr - t_pub) * 1e3 for _, tr in arr.values()]
         if len(arr) == n - 1:
             reach_all.append(max(t for t, _ in arr.values()) * 1e3 - t_pub * 1e3)
+            last = max(arr, key=lambda i: arr[i][0])  # who was last, when its transport had it, the median node
+            median = sorted(t for t, _ in arr.values())[len(arr) // 2]
+            slowest.append([round(reach_all[-1], 1), src, last, round((arr[last][1] - t_pub) * 1e3, 1),
+                            round((median - t_pub) * 1e3, 1)])
         else:
             incomplete += 1
     expected = len(published) * (n - 1)
@@ -226,6 +231,7 @@ def latency_stats(swarm: Swarm, published: dict[str, tuple[int, float]], wall: f
         "per_delivery_transport_ms": {"p50": pct(per_delivery_transport, 50),
                                       "p95": pct(per_delivery_transport, 95)},
         "reach_all_samples_ms": sorted(round(x, 3) for x in reach_all),
+        "slowest_messages": sorted(slowest, reverse=True)[:5],
         "per_delivery_samples_ms": sorted(round(x, 3) for x in per_delivery),
         "wall_s": round(wall, 2), "cpu_s_all_nodes": round(cpu, 2),
         "cores_busy": round(cpu / wall, 2) if wall > 0 else None,
@@ -417,9 +423,12 @@ def totals(b: Bench) -> None:
     """Transport counters, Ingress rejections and negotiated muxers summed over the nodes."""
     reports = b.swarm.request_all(b.everyone, "report", "report", 10.0)
     keys = ("published", "received", "dropped_inbound", "dropped_outbound", "bad_streams",
-            "dial_failures", "reconnects", "trimmed_by_daemon", "trimmed_by_us", "trimmed_after_lookup")
+            "dial_failures", "reconnects", "trimmed_by_daemon", "trimmed_by_us", "trimmed_after_lookup",
+            "held_for_subscribers")
     b.res["transport_totals"] = {k: sum(r["stats"].get(k, 0) for r in reports.values()) for k in keys}
     b.res["connections_end"] = connection_figures(reports)  # after the flood: did the bound hold?
+    b.res["held_for_subscribers"] = {i: r["stats"].get("held_for_subscribers", 0) for i, r in reports.items()
+                                     if r["stats"].get("held_for_subscribers")}
     rej: dict[str, int] = {}
     for r in reports.values():
         for k, v in r["rejected"].items():

@@ -30,6 +30,7 @@ STAT_KEYS = (
     COUNTER_PUBLISHED, COUNTER_DROPPED_OUTBOUND_FULL, COUNTER_DROPPED_OUTBOUND_CLOSED,
     "publish_errors",          # the daemon failed a publish (retried after a restart)
     "published_without_peers",  # sent after waiting publish_wait_s with no subscribed peer
+    "held_for_subscribers",     # messages that waited for a topic's subscribed peer to settle (settle_s)
     COUNTER_RECEIVED, COUNTER_DROPPED_INBOUND_FULL, COUNTER_DROPPED_UNSUBSCRIBED,
     "dropped_inbound_oversize",
     "daemon_restarts", "daemon_failures",  # exits / stuck sockets seen; failed restart attempts
