@@ -141,6 +141,15 @@ class SwarmConfig(Section):
                                    "flood_cut_rate applies (an honest node publishes at most 100 at once)")
     flood_cut_s: float = Field(300.0, gt=0, description="p2pd: how long a cut origin stays cut (disconnected "
                                "again whenever it reconnects or sends, and never dialed)")
+    conn_low: int = Field(8, ge=1, description="p2pd: below this many connections the node looks for peers "
+                          "(dials its --peers and cached peers, asks the DHT); from it on it does neither, so a "
+                          "swarm of thousands costs each node about conn_low..conn_high connections")
+    conn_high: int = Field(16, ge=0, description="p2pd: above this many connections the node closes connections "
+                           "down to conn_low (gossip-only peers first, then the newest; GossipSub needs a mesh of "
+                           "6); 0 = unbounded: stay connected to every peer met, dial every known peer and ask the "
+                           "DHT every round")
+    conn_grace_s: float = Field(20.0, ge=0, description="p2pd: a new connection is never closed for the bound "
+                                "before this many seconds (time to subscribe and join the mesh)")
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
     pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")
@@ -194,6 +203,13 @@ class SwarmConfig(Section):
                                    "with requests: set one only behind a firewall or a reverse proxy")
     fault_file: str | None = Field(None, description="testnets: a JSON file of network faults (delay, loss, blocked "
                                    "peers; protocol/transports/impairment.py) applied to everything this node receives")
+
+    @model_validator(mode="after")
+    def _connection_bounds_ordered(self) -> "SwarmConfig":
+        if self.conn_high and self.conn_low > self.conn_high:
+            raise ValueError(f"conn_low = {self.conn_low} exceeds conn_high = {self.conn_high}: set conn_low <= "
+                             "conn_high, or conn_high = 0 for unbounded connections")
+        return self
 
     @field_validator("metrics_listen", mode="before")
     @classmethod

@@ -111,7 +111,8 @@ def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topi
         return make_transport(identity.private_seed(), P2pdOptions(
             listen=s.listen, bootstrap=s.peers, topics=topics,
             peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache else None, peer_cache_limits=limits,
-            flood_cut_rate=s.flood_cut_rate, flood_cut_burst=s.flood_cut_burst, flood_cut_s=s.flood_cut_s))
+            flood_cut_rate=s.flood_cut_rate, flood_cut_burst=s.flood_cut_burst, flood_cut_s=s.flood_cut_s,
+            conn_low=s.conn_low, conn_high=s.conn_high, conn_grace_s=s.conn_grace_s))
     if kind == "libp2p":
         return make_transport(identity.private_seed(), Libp2pOptions(listen=s.listen, bootstrap=s.peers, topics=topics))
     raise ValueError(f"swarm.transport={kind!r} cannot join a network (the memory transport is for tests and "

@@ -1,19 +1,27 @@
 #!/usr/bin/env python
-"""Gossip benchmark: both transports side by side, N protocol-only nodes (no model), each a SEPARATE
-PROCESS (scripts/bench_gossip_node.py) on 127.0.0.1, wired through bootstrap addresses. For every
-transport (p2pd: the go-libp2p daemon; libp2p: py-libp2p) and every N it measures
+"""Gossip benchmark: three variants side by side, N protocol-only nodes (no model), each a SEPARATE
+PROCESS (scripts/bench_gossip_node.py) on 127.0.0.1, wired through bootstrap addresses (every node
+dials node 0, and from node 2 on one random earlier node). Variants: p2pd (the go-libp2p daemon
+with its default connection bounds, conn_low..conn_high = 8..16), p2pd-unbounded (conn_high=0:
+connected to every peer it meets, as before the bounds), libp2p (py-libp2p). For every variant
+and every N it measures
 
+(0) connections per node (mean, max; after the bounded variant settled within its bound, and
+    again after the flood) and the cores all nodes use doing nothing.
 (1) latency: "reach all" = publish -> the LAST of the N-1 other nodes has verified the group with
     its Ingress (8 completions x 64 tokens with token ids, log-probs and offsets, ~7.5 KB signed):
     p50 / p95 (a) one group in flight at a time, (b) 4 publishers bursting; delivery ratio; CPU
     seconds of all nodes (daemons included) per delivered group; TCP bytes between the nodes per
-    delivered token (from `ss`, so framing, encryption, gossip control and duplicates count).
+    delivered token and per delivered envelope ("wire copies per delivery": from `ss`, so
+    framing, encryption, gossip control, DHT traffic and duplicates all count).
 (2) ingest: S senders flood K pre-sealed ~4 KB groups at node 0 (the only subscriber of that
-    topic): verified msgs/s end to end, and separately the transport's arrival rate and the
-    Ingress's own rate while busy (so a limit of the benchmark's drain/verify loop shows).
-(3) the ratio p2pd / py-libp2p of every figure, per N.
+    topic; with p2pd the senders dial node 0 first, since GossipSub routes a topic only through
+    its subscribers): delivery ratio, verified msgs/s end to end, and separately the transport's
+    arrival rate and the Ingress's own rate while busy.
+(3) the ratios bounded / unbounded and bounded / py-libp2p of every figure, per N, with the load
+    average at the start of each run and during its burst.
 
-    .venv/bin/python scripts/bench_gossip.py                                  # N = 8 16 32 64, both
+    .venv/bin/python scripts/bench_gossip.py                                  # N = 8 16 32 64, all three
     .venv/bin/python scripts/bench_gossip.py --nodes 3 --messages 3 --flood 60   # smoke
 
 Writes <out>/bench_gossip.json, <out>/bench_gossip.png (latency CDFs) and <out>/bench_gossip.txt
@@ -42,41 +50,7 @@ from bench_gossip_node import (  # noqa: E402
     FLOOD_COMPLETIONS, GROUP_COMPLETIONS, TOKENS_PER_COMPLETION, TRANSPORTS, available_transports, build_group,
 )
 from bench_gossip_phases import run_one  # noqa: E402
-from bench_gossip_swarm import _fmt  # noqa: E402
-
-# (label, path into a run's result, higher is better) of every figure compared across transports
-FIGURES = [
-    ("one at a time: reach-all p50 ms", ("latency_isolated", "reach_all_ms", "p50"), False),
-    ("one at a time: reach-all p95 ms", ("latency_isolated", "reach_all_ms", "p95"), False),
-    ("one at a time: delivery ratio", ("latency_isolated", "delivery_ratio"), True),
-    ("burst: reach-all p50 ms", ("latency", "reach_all_ms", "p50"), False),
-    ("burst: reach-all p95 ms", ("latency", "reach_all_ms", "p95"), False),
-    ("burst: delivery ratio", ("latency", "delivery_ratio"), True),
-    ("burst: CPU ms per delivered group", ("latency", "cpu_s_per_delivery"), False),
-    ("burst: wire bytes per delivered token", ("latency", "wire_bytes_per_delivered_token"), False),
-    ("flood: verified msgs/s (end to end)", ("flood", "ingest_msgs_per_s"), True),
-    ("flood: transport arrivals msgs/s", ("flood", "transport_rx_msgs_per_s"), True),
-    ("flood: Ingress msgs/s while busy", ("flood", "verify_msgs_per_s_busy"), True),
-    ("flood: delivery ratio", ("flood", "delivery_ratio"), True),
-    ("flood: node 0 CPU ms per verified msg", ("flood", "cpu_s_target_per_verified"), False),
-    ("idle: cores busy (all nodes)", ("idle", "cores_busy"), False),
-]
-_SCALE = {"cpu_s_per_delivery": 1e3, "cpu_s_target_per_verified": 1e3}  # shown in ms
-
-
-def figure(run: dict[str, Any] | None, path: tuple[str, ...]) -> float | None:
-    value: Any = run
-    for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    if not isinstance(value, (int, float)):
-        return None
-    return float(value) * _SCALE.get(path[-1], 1.0)
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
+from bench_gossip_report import plot, ratios, report  # noqa: E402
 
 
 def wire_vs_json() -> dict[str, Any]:
@@ -129,88 +103,37 @@ def ingress_microbench(messages: int) -> dict[str, Any]:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+def p2pd_bounds() -> dict[str, Any]:
+    """The bounded variant's connection bounds and what GossipSub in the daemon uses."""
+    from protocol.transports.options import P2pdOptions
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    transports = sorted({r["transport"] for r in results})
-    fig, axes = plt.subplots(1, len(transports), figsize=(7 * len(transports), 4.8), squeeze=False, sharey=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, transport in zip(axes[0], transports):
-        for k, r in enumerate(x for x in results if x["transport"] == transport):
-            for key, style, label in (("latency_isolated", "-", "one at a time"), ("latency", "--", "burst")):
-                xs = (r.get(key) or {}).get("reach_all_samples_ms") or []
-                if xs:
-                    ys = [(j + 1) / len(xs) for j in range(len(xs))]
-                    ax.step(xs, ys, style, color=colors[k % len(colors)], where="post",
-                            label=f"N={r['n']} {label} ({len(xs)} msgs)")
-        ax.axvline(250, color="grey", lw=0.8, ls=":")
-        ax.set_xscale("log")
-        ax.set_xlabel("publish -> verified by the LAST node (ms, log)")
-        ax.set_title(f"{transport}: 8x64-token groups, one process per node, {os.cpu_count()} cores", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-    axes[0][0].set_ylabel("fraction of groups")
-    axes[0][0].set_ylim(0, 1.01)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    o = P2pdOptions()
+    return {"conn_low": o.conn_low, "conn_high": o.conn_high, "conn_grace_s": o.conn_grace_s,
+            "gossipsub": "go-libp2p-pubsub 0.10 defaults: D=6, D_lo=5, D_hi=12, D_lazy=6, gossip factor 0.25, "
+                         "flood publishing off (p2pd 0.5 sets none of them)"}
 
 
-def report(results: list[dict[str, Any]], transports: list[str], nodes: list[int], wire: dict[str, Any],
-           micro: dict[str, Any], console: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+def run_conditions(args: argparse.Namespace, transports: list[str], skipped: list[str]) -> dict[str, Any]:
+    """What the figures depend on, recorded with them."""
+    try:
+        from importlib.metadata import version
 
-    by_key = {(r["transport"], r["n"]): r for r in results}
-    table = Table(title="gossip benchmark: every figure per transport and N (127.0.0.1, one process per node)")
-    table.add_column("figure")
-    for n in nodes:
-        for t in transports:
-            table.add_column(f"{t} N={n}", justify="right")
-        if len(transports) == 2:
-            table.add_column(f"{transports[0]}/{transports[1]} N={n}", justify="right", style="bold")
-    for label, path, _ in FIGURES:
-        row = [label]
-        for n in nodes:
-            values = [figure(by_key.get((t, n)), path) for t in transports]
-            digits = 3 if "ratio" in label else (2 if "cores" in label or "CPU" in label else 1)
-            row += [_fmt(v, digits) for v in values]
-            if len(transports) == 2:
-                row.append(_fmt(ratio(*values), 2))
-        table.add_row(*row)
-    console.print(table)
-    problems = Table(title="setup and problems")
-    for col in ("transport", "N", "start s", "mesh+warm-up s", "connections/node", "burst cores busy",
-                "load 1m", "wall s", "problems"):
-        problems.add_column(col)
-    for r in results:
-        found = []
-        if r.get("error"):
-            found.append(r["error"])
-        if r.get("dead_before_shutdown"):
-            found.append(f"dead before shutdown: {r['dead_before_shutdown']}")
-        if (r.get("shutdown") or {}).get("killed"):
-            found.append(f"killed after the shutdown timeout: {r['shutdown']['killed']}")
-        tt = r.get("transport_totals") or {}
-        if tt.get("dropped_inbound") or tt.get("dropped_outbound") or tt.get("bad_streams"):
-            found.append(f"transport drops {tt}")
-        for item in (r.get("log_findings") or {}).get("top", [])[:3]:
-            found.append(f"log x{item['count']}: {item['message'][:100]}")
-        peers = r.get("peers_per_node") or []
-        problems.add_row(r["transport"], str(r["n"]), _fmt(r.get("start_s")), _fmt(r.get("mesh_s")),
-                         f"{min(peers)}-{max(peers)}" if peers else "-",
-                         _fmt((r.get("latency") or {}).get("cores_busy"), 2),
-                         _fmt((r.get("latency") or {}).get("loadavg_1m")), _fmt(r.get("wall_s")),
-                         escape("; ".join(found)[:300]) or "none")  # log lines hold [brackets]
-    console.print(problems)
-    console.print(f"one group on the wire: signed envelope {wire['envelope_bytes']:,} B for {wire['tokens']} tokens = "
-                  f"{wire['envelope_bytes_per_token']:.1f} B/token before transport framing and gossip "
-                  f"(JSON {wire['json_bytes']:,} B, ratio {wire['ratio_envelope_to_json']:.3f}); Ingress alone, one "
-                  f"core, no network (protocol/bench.py): {_fmt(micro.get('messages_per_s'), 0)} verified msgs/s",
-                  highlight=False)
+        libp2p_version = version("libp2p")
+    except Exception:  # noqa: BLE001
+        libp2p_version = "?"
+    return {
+        "transports": transports, "skipped_transports": skipped, "nodes": args.nodes,
+        "publishers": args.publishers, "messages_per_publisher": args.messages, "spacing_ms": args.spacing_ms,
+        "isolated_messages": args.isolated, "flood_messages": args.flood, "flood_senders": args.flood_senders,
+        "group": f"{GROUP_COMPLETIONS} completions x {TOKENS_PER_COMPLETION} tokens (token ids, log-probs, "
+                 f"offsets), Ed25519-signed Envelope; flood: {FLOOD_COMPLETIONS} completions (~4 KB)",
+        "cpu_count": os.cpu_count(), "python": platform.python_version(), "libp2p": libp2p_version,
+        "platform": platform.platform(), "poll_ms": args.poll_ms, "seed": args.seed,
+        "ingress_latency_phase": "protocol defaults (rate limits on)",
+        "ingress_flood_phase": "rate limits lifted (as protocol/bench.py)",
+        "loadavg_at_start": os.getloadavg(), "command": " ".join(sys.argv),
+        "p2pd_bounds": p2pd_bounds(),
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -235,6 +158,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench")
     p.add_argument("--start-timeout", type=float, help="seconds for N nodes to listen (default 60 + 3 N)")
     p.add_argument("--mesh-timeout", type=float, default=60.0)
+    p.add_argument("--settle-timeout", type=float, default=180.0,
+                   help="seconds for the bounded p2pd variant to get every node within its bound")
     p.add_argument("--warmup-timeout", type=float, default=15.0)
     p.add_argument("--isolated-timeout", type=float, default=5.0)
     p.add_argument("--delivery-timeout", type=float, default=20.0)
@@ -265,29 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     if not transports:
         console.print("[red]no transport to benchmark[/red]")
         return 2
-    try:
-        from importlib.metadata import version
-
-        libp2p_version = version("libp2p")
-    except Exception:  # noqa: BLE001
-        libp2p_version = "?"
-    cores = os.cpu_count()
-    conditions = {
-        "transports": transports, "skipped_transports": skipped, "nodes": args.nodes,
-        "publishers": args.publishers, "messages_per_publisher": args.messages, "spacing_ms": args.spacing_ms,
-        "isolated_messages": args.isolated, "flood_messages": args.flood, "flood_senders": args.flood_senders,
-        "group": f"{GROUP_COMPLETIONS} completions x {TOKENS_PER_COMPLETION} tokens (token ids, log-probs, "
-                 f"offsets), Ed25519-signed Envelope; flood: {FLOOD_COMPLETIONS} completions (~4 KB)",
-        "cpu_count": cores, "python": platform.python_version(), "libp2p": libp2p_version,
-        "platform": platform.platform(), "poll_ms": args.poll_ms, "seed": args.seed,
-        "ingress_latency_phase": "protocol defaults (rate limits on)",
-        "ingress_flood_phase": "rate limits lifted (as protocol/bench.py)",
-        "loadavg_at_start": os.getloadavg(), "command": " ".join(sys.argv),
-    }
+    conditions = run_conditions(args, transports, skipped)
     console.print(f"[bold]bench_gossip[/bold]: transports {transports}, N={args.nodes}, burst {args.publishers} "
                   f"publishers x {args.messages} every {args.spacing_ms:.0f} ms, flood K={args.flood} from "
-                  f"{args.flood_senders} senders, {cores} cores, load {os.getloadavg()[0]:.1f}, "
-                  f"Python {conditions['python']}, libp2p {libp2p_version}")
+                  f"{args.flood_senders} senders, {conditions['cpu_count']} cores, load {os.getloadavg()[0]:.1f}, "
+                  f"Python {conditions['python']}, libp2p {conditions['libp2p']}")
     wire = wire_vs_json()
     micro = ingress_microbench(args.micro_messages)
 
@@ -308,12 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     conditions["loadavg_at_end"] = os.getloadavg()
     args.out.mkdir(parents=True, exist_ok=True)
     out_json, out_png, out_txt = (args.out / f"bench_gossip.{ext}" for ext in ("json", "png", "txt"))
-    ratios = {str(n): {label: ratio(*(figure(next((r for r in results if r["transport"] == t and r["n"] == n), None),
-                                             path) for t in transports))
-                       for label, path, _ in FIGURES} for n in args.nodes} if len(transports) == 2 else {}
     payload = {"conditions": conditions, "wire": wire, "ingress_microbench": micro, "runs": results,
-               "ratios": {"of": f"{transports[0]} / {transports[1]}", "by_n": ratios} if ratios else None,
-               "wall_s": round(wall, 2), "interrupted": interrupted}
+               "ratios": ratios(results, args.nodes), "wall_s": round(wall, 2), "interrupted": interrupted}
     out_json.write_text(json.dumps(payload, indent=2))  # first: the measurements survive any report bug
     report(results, transports, [n for n in args.nodes if any(r["n"] == n for r in results)], wire, micro, console)
     console.print(f"total wall time {wall:.1f} s")

@@ -4,7 +4,8 @@
     python scripts/bench_gossip_node.py CONFIG.json
 
 It builds the transport named in CONFIG (``libp2p``: protocol/transports/libp2p/; ``p2pd``: the
-go-libp2p daemon transport), verifies every message with a real Ingress, and talks to the
+go-libp2p daemon transport with its default connection bounds; ``p2pd-unbounded``: the same with
+``conn_high=0``), verifies every message with a real Ingress, and talks to the
 coordinator over stdin/stdout JSON lines (libraries' logs go to stderr, a per-node log file).
 It exits at a hard deadline, when stdin closes (coordinator gone) or on ``quit``.
 """
@@ -30,7 +31,7 @@ FLOOD_KIND = "flood"
 N_TEMPLATES = 8  # distinct group contents; every seal gets a new sequence -> distinct bytes
 GROUP_COMPLETIONS, TOKENS_PER_COMPLETION = 8, 64  # latency phases: a realistic group (~7.5 KB)
 FLOOD_COMPLETIONS = 4  # flood phase: ~4 KB envelopes
-TRANSPORTS = ("p2pd", "libp2p")
+TRANSPORTS = ("p2pd", "p2pd-unbounded", "libp2p")  # p2pd: bounded connections (the default)
 
 
 def build_group(seed: int, index: int, completions: int = GROUP_COMPLETIONS):
@@ -65,39 +66,55 @@ def topics() -> tuple[str, str]:
     return topic_name(SWARM, ROLLOUT_KIND), topic_name(SWARM, FLOOD_KIND)
 
 
-def p2pd_transport_class() -> Any:
-    """The go-libp2p daemon transport, or None when this checkout does not have it."""
-    for module in ("protocol.transports.p2pd", "protocol.transport_p2pd"):
-        try:
-            return getattr(__import__(module, fromlist=["P2pdTransport"]), "P2pdTransport")
-        except (ImportError, AttributeError):
-            continue
-    return None
-
-
 def available_transports() -> list[str]:
-    return [t for t in TRANSPORTS if t != "p2pd" or p2pd_transport_class() is not None]
+    """The variants this machine can run: the p2pd ones need the daemon from the hivemind wheel."""
+    from protocol.transports.p2pd.daemon import DaemonStartError, daemon_binary
+
+    try:
+        daemon_binary()
+    except DaemonStartError:
+        return [t for t in TRANSPORTS if not t.startswith("p2pd")]
+    return list(TRANSPORTS)
 
 
 def make_transport(name: str, seed: bytes, listen: str, bootstrap: list[str], topic_names: list[str]) -> Any:
-    """The transport factory: every transport the benchmark compares, with the same addresses."""
+    """The transport factory: every variant the benchmark compares, with the same addresses."""
     if name == "libp2p":
         from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
         return Libp2pTransport(seed, Libp2pOptions(listen=[listen], bootstrap=bootstrap, topics=topic_names,
                                                    dial_timeout=5.0, backoff_initial=0.25, backoff_max=2.0,
                                                    start_timeout=30.0, close_timeout=5.0))
-    if name == "p2pd":
-        cls = p2pd_transport_class()
-        if cls is None:
-            raise RuntimeError("transport p2pd is not in this checkout (protocol.transports.p2pd.P2pdTransport)")
+    if name in ("p2pd", "p2pd-unbounded"):
         from protocol.transports.options import P2pdOptions
+        from protocol.transports.p2pd import P2pdTransport
 
         # flood_cut_rate=0: the flood phase measures ingest throughput, which the p2pd flood guard
-        # (it cuts an origin over 80 msgs/s) would stop after its burst
-        return cls(seed, P2pdOptions(listen=[listen], bootstrap=bootstrap, topics=topic_names, start_timeout_s=30.0,
-                                     flood_cut_rate=0))
+        # (it cuts an origin over 80 msgs/s) would stop after its burst. p2pd: the default
+        # connection bounds; p2pd-unbounded: conn_high=0, connected to every peer it meets.
+        bounds = {} if name == "p2pd" else {"conn_high": 0}
+        return P2pdTransport(seed, P2pdOptions(listen=[listen], bootstrap=bootstrap, topics=topic_names,
+                                               start_timeout_s=30.0, flood_cut_rate=0, **bounds))
     raise ValueError(f"unknown transport {name!r}: choose from {', '.join(TRANSPORTS)}")
+
+
+def dial(transport: Any, addr: str) -> str | None:
+    """Connects a p2pd node to `addr` through its daemon's control socket (a peek into the
+    transport: it has no public dial; the flood phase needs its senders next to the target,
+    since GossipSub routes a topic only through its subscribers). None if done, else why not."""
+    shared = getattr(transport, "_shared", None)
+    if shared is None or shared.daemon is None:
+        return "not a running p2pd transport"
+    from protocol.transports.p2pd.addrs import peer_id_bytes, split_peer_addr
+    from protocol.transports.p2pd.control import ControlConnection, ControlError, connect_request
+
+    peer, raw = split_peer_addr(addr)
+    try:
+        with ControlConnection(shared.daemon.socket_path, 5.0) as conn:
+            conn.request(connect_request(peer_id_bytes(peer), [raw], timeout_s=4))
+    except ControlError as err:
+        return str(err)
+    return None
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -129,6 +146,22 @@ def _proc_cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime + stime
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def _proc_rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def rss_mb_with_children() -> float:
+    """Resident memory of this process and its live descendants (the p2pd daemon), MiB."""
+    return sum(_proc_rss_mb(p) for p in [os.getpid(), *_descendants(os.getpid())])
 
 
 def cpu_s_with_children() -> float:
@@ -243,7 +276,7 @@ def main(cfg_path: str) -> int:
             except Exception:  # noqa: BLE001
                 pass
         return dict(peers=len(transport.peers()), mesh=mesh, stats=transport.stats(), cpu=cpu_s_with_children(),
-                    muxers=muxers)
+                    muxers=muxers, rss_mb=rss_mb_with_children())
 
     def publish_job(topic: str, n: int, spacing: float, tag: str) -> None:
         sealed = [outbox.seal(templates[k % N_TEMPLATES]) for k in range(n)]
@@ -301,6 +334,8 @@ def main(cfg_path: str) -> int:
             elif c == "report":
                 snap = ingress.snapshot()
                 emit(ev="report", accepted=snap.accepted, rejected=dict(snap.rejected_by_reason), **status())
+            elif c == "dial":
+                emit(ev="dialed", error=dial(transport, cmd["addr"]))
             elif c == "quit":
                 break
     except Exception as e:  # noqa: BLE001

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench_gossip_conns import connection_figures, dial_target, settle
 from bench_gossip_node import FLOOD_KIND, GROUP_COMPLETIONS, TOKENS_PER_COMPLETION, topics
 from bench_gossip_swarm import (
     PhaseTimeout, Swarm, _fmt, mesh_degrees, pct, scan_logs, start_timeout_s, tcp_bytes_received, wire_bytes_between,
@@ -116,6 +117,7 @@ def mesh_and_warm_up(b: Bench) -> None:
     t_mesh = time.time()
     roll_topic, _ = topics()
     wait_for_mesh(b, roll_topic)
+    settle(b)  # bounded p2pd: until every node is within its connection bound
     # warm-up: one message from node 0 and from every publisher must reach every other node
     attempts = warm_up(b)
     if attempts:
@@ -125,6 +127,7 @@ def mesh_and_warm_up(b: Bench) -> None:
         raise PhaseTimeout(f"warm-up messages did not reach all {b.n} nodes in 3 attempts")
     statuses = b.refresh_statuses()
     res["peers_per_node"] = [statuses[i]["peers"] for i in everyone]
+    res["connections"] = connection_figures(statuses)
     res["mesh_per_node"] = mesh_degrees(statuses, everyone, roll_topic)
     b.console.print(f"  mesh formed and warm-up delivered to all after {res['mesh_s']:.1f} s; connections per node "
                     f"{res['peers_per_node']}; mesh degree per node {res['mesh_per_node']}")
@@ -186,17 +189,22 @@ def idle(b: Bench) -> None:
 
 
 def latency_stats(swarm: Swarm, published: dict[str, tuple[int, float]], wall: float, cpu: float,
-                  wire_bytes: int) -> dict[str, Any]:
+                  wire_bytes: int, envelope_bytes: int) -> dict[str, Any]:
     """Delivery, reach-all and per-delivery latencies, CPU and wire bytes of the messages `published`
-    (digest -> (source node, publish time))."""
+    (digest -> (source node, publish time), each `envelope_bytes` long)."""
     n = swarm.n
     reach_all, per_delivery, per_delivery_transport, incomplete = [], [], [], 0
+    slowest: list[list] = []  # [reach-all ms, publisher, last node, ms until its transport had it, median node's ms]
     for d, (src, t_pub) in published.items():
         arr = {i: v for i, v in swarm.arrivals.get(d, {}).items() if i != src}
         per_delivery += [(t - t_pub) * 1e3 for t, _ in arr.values()]
         per_delivery_transport += [(tr - t_pub) * 1e3 for _, tr in arr.values()]
         if len(arr) == n - 1:
             reach_all.append(max(t for t, _ in arr.values()) * 1e3 - t_pub * 1e3)
+            last = max(arr, key=lambda i: arr[i][0])  # who was last, when its transport had it, the median node
+            median = sorted(t for t, _ in arr.values())[len(arr) // 2]
+            slowest.append([round(reach_all[-1], 1), src, last, round((arr[last][1] - t_pub) * 1e3, 1),
+                            round((median - t_pub) * 1e3, 1)])
         else:
             incomplete += 1
     expected = len(published) * (n - 1)
@@ -211,6 +219,10 @@ def latency_stats(swarm: Swarm, published: dict[str, tuple[int, float]], wall: f
         "wire_bytes": wire_bytes,
         "wire_bytes_per_delivered_token": (wire_bytes / (deliveries * TOKENS_PER_GROUP)
                                            if deliveries and wire_bytes else None),
+        # received copies per delivery, estimated from `ss`: wire bytes / delivered envelope bytes
+        # (framing, encryption, gossip control and DHT traffic count too: an upper bound)
+        "wire_copies_per_delivery": (wire_bytes / (deliveries * envelope_bytes)
+                                     if deliveries and wire_bytes and envelope_bytes else None),
         "reach_all_ms": {"p50": pct(reach_all, 50), "p95": pct(reach_all, 95),
                          "max": max(reach_all, default=None)},
         "per_delivery_ms": {"p50": pct(per_delivery, 50), "p95": pct(per_delivery, 95),
@@ -219,6 +231,7 @@ def latency_stats(swarm: Swarm, published: dict[str, tuple[int, float]], wall: f
         "per_delivery_transport_ms": {"p50": pct(per_delivery_transport, 50),
                                       "p95": pct(per_delivery_transport, 95)},
         "reach_all_samples_ms": sorted(round(x, 3) for x in reach_all),
+        "slowest_messages": sorted(slowest, reverse=True)[:5],
         "per_delivery_samples_ms": sorted(round(x, 3) for x in per_delivery),
         "wall_s": round(wall, 2), "cpu_s_all_nodes": round(cpu, 2),
         "cores_busy": round(cpu / wall, 2) if wall > 0 else None,
@@ -251,7 +264,7 @@ def latency_isolated(b: Bench) -> None:
     b.refresh_statuses()
     cpu_iso = b.cpu_since(cpu0)
     b.res["latency_isolated"] = {"publishers": len(pubs), "envelope_bytes": size,
-                                 **latency_stats(swarm, published_iso, iso_wall, cpu_iso, wire_iso)}
+                                 **latency_stats(swarm, published_iso, iso_wall, cpu_iso, wire_iso, size)}
     li = b.res["latency_isolated"]
     b.console.print(f"  latency, one message at a time: {li['deliveries']}/{li['deliveries_expected']} deliveries, "
                     f"reach-all p50 {_fmt(li['reach_all_ms']['p50'])} ms p95 {_fmt(li['reach_all_ms']['p95'])} ms")
@@ -277,7 +290,7 @@ def latency_burst(b: Bench) -> None:
     b.res["latency"] = lat = {
         "publishers": len(pubs), "messages_per_publisher": args.messages, "spacing_ms": args.spacing_ms,
         "offered_msgs_per_s": len(pubs) * 1000.0 / args.spacing_ms if args.spacing_ms else None,
-        "envelope_bytes": size, **latency_stats(swarm, published, lat_wall, cpu_lat, wire_lat),
+        "envelope_bytes": size, **latency_stats(swarm, published, lat_wall, cpu_lat, wire_lat, size),
     }
     lat["cpu_ms_per_delivery_above_idle"] = (
         (cpu_lat - b.res["idle"]["cores_busy"] * lat_wall) * 1e3 / lat["deliveries"] if lat["deliveries"] else None)
@@ -312,6 +325,7 @@ def flood(b: Bench) -> None:
     """(2) flood ingest on node 0: the senders' prepared messages as fast as they go."""
     swarm, senders = b.swarm, b.senders
     per_sender = max(1, b.args.flood // len(senders))
+    dial_target(b, senders)
     flood_warm_up(b)
     prepared = swarm.request_all(senders, "flood_prepare", "flood_ready", 60.0, n=per_sender)
     swarm.request_all([0], "flood_reset", "flood_reset", 10.0)
@@ -409,8 +423,12 @@ def totals(b: Bench) -> None:
     """Transport counters, Ingress rejections and negotiated muxers summed over the nodes."""
     reports = b.swarm.request_all(b.everyone, "report", "report", 10.0)
     keys = ("published", "received", "dropped_inbound", "dropped_outbound", "bad_streams",
-            "dial_failures", "reconnects")
+            "dial_failures", "reconnects", "trimmed_by_daemon", "trimmed_by_us", "trimmed_after_lookup",
+            "held_for_subscribers")
     b.res["transport_totals"] = {k: sum(r["stats"].get(k, 0) for r in reports.values()) for k in keys}
+    b.res["connections_end"] = connection_figures(reports)  # after the flood: did the bound hold?
+    b.res["held_for_subscribers"] = {i: r["stats"].get("held_for_subscribers", 0) for i, r in reports.items()
+                                     if r["stats"].get("held_for_subscribers")}
     rej: dict[str, int] = {}
     for r in reports.values():
         for k, v in r["rejected"].items():

@@ -1,5 +1,6 @@
-"""Smoke test of scripts/bench_gossip.py: 3 node processes per transport on 127.0.0.1 (both transports
-when this checkout has the p2pd one), few messages, every figure present and plausible."""
+"""Smoke test of scripts/bench_gossip.py: 3 node processes per variant on 127.0.0.1 (p2pd bounded,
+p2pd unbounded and py-libp2p, those this checkout can run), few messages, every figure present and
+plausible, and the ratios between the variants."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from bench_gossip_node import available_transports  # noqa: E402
 
 
 @pytest.mark.slow
-def test_bench_gossip_both_transports_three_nodes(tmp_path: Path) -> None:
+def test_bench_gossip_every_variant_three_nodes(tmp_path: Path) -> None:
     transports = available_transports()
     cmd = [sys.executable, str(ROOT / "scripts" / "bench_gossip.py"), "--transports", ",".join(transports),
            "--nodes", "3", "--publishers", "2", "--messages", "3", "--isolated", "3", "--flood", "40",
@@ -28,7 +29,8 @@ def test_bench_gossip_both_transports_three_nodes(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "bench_gossip.json").read_text())
     assert (tmp_path / "bench_gossip.png").stat().st_size > 0
-    assert "reach-all p95" in (tmp_path / "bench_gossip.txt").read_text()
+    text = (tmp_path / "bench_gossip.txt").read_text()
+    assert "reach-all p95" in text and "load 1m at start" in text
     envelope_per_token = result["wire"]["envelope_bytes_per_token"]
     assert [r["transport"] for r in result["runs"]] == transports
     for run in result["runs"]:
@@ -40,10 +42,15 @@ def test_bench_gossip_both_transports_three_nodes(tmp_path: Path) -> None:
         assert burst["cpu_s_per_delivery"] > 0
         # every delivery crossed at least one TCP hop carrying the whole signed envelope
         assert burst["wire_bytes_per_delivered_token"] >= envelope_per_token
+        assert burst["wire_copies_per_delivery"] >= 1.0
         assert flood["verified"] == flood["messages"] == 40 and 3000 < flood["envelope_bytes"] < 5000
         assert flood["ingest_msgs_per_s"] > 0 and flood["transport_rx_msgs_per_s"] > 0
+        assert run["connections"]["max"] == 2 and run["connections_end"]["max"] == 2  # 3 nodes: each knows both
         assert run["shutdown"]["killed"] == [] and not run["dead_before_shutdown"]
-    if len(transports) == 2:
-        ratios = result["ratios"]["by_n"]["3"]
+        assert len(run["loadavg_at_start"]) == 3
+    if "p2pd" in transports and "p2pd-unbounded" in transports:
+        ratios = result["ratios"]["bounded/unbounded"]["3"]
+        assert ratios["connections per node: max"] == 1.0  # below the bound both hold every peer
         assert ratios["burst: reach-all p50 ms"] > 0 and ratios["flood: delivery ratio"] == pytest.approx(1.0)
+    assert result["conditions"]["p2pd_bounds"]["conn_high"] == 16
     assert 0 < result["wire"]["ratio_envelope_to_json"] < 1

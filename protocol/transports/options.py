@@ -107,6 +107,13 @@ class P2pdOptions:
     flood_cut_rate, flood_cut_burst, flood_cut_s: an origin sending more than ``flood_cut_rate``
         messages/s beyond a burst of ``flood_cut_burst`` is cut (dropped and disconnected) for
         ``flood_cut_s`` seconds; ``flood_cut_rate=0`` turns that off.
+    conn_low, conn_high, conn_grace_s: bounded connections (protocol/transports/p2pd/bounds.py).
+        Below ``conn_low`` connections the node looks for more (dials bootstrap and cached peers,
+        asks the DHT); from ``conn_low`` on it does neither. Above ``conn_high`` connections are
+        closed down to ``conn_low`` (gossip-only peers first, by the daemon's connection manager,
+        then the newest), never one younger than ``conn_grace_s``. ``conn_high=0`` = unbounded:
+        every discovered peer stays connected, every bootstrap and cached peer is dialed and the
+        DHT asked every round.
     """
 
     listen: tuple[str, ...] = (LOOPBACK_ANY_PORT,)
@@ -129,9 +136,17 @@ class P2pdOptions:
     flood_cut_rate: float = 80.0
     flood_cut_burst: float = 200.0
     flood_cut_s: float = 300.0
+    conn_low: int = 8
+    conn_high: int = 16
+    conn_grace_s: float = 20.0
 
     def __post_init__(self) -> None:
         _freeze_addresses(self)
+        if self.conn_high and not 1 <= self.conn_low <= self.conn_high:
+            raise ValueError(f"conn_low={self.conn_low}, conn_high={self.conn_high}: bounded connections need "
+                             "1 <= conn_low <= conn_high (conn_high=0 for unbounded)")
+        if self.conn_high < 0 or self.conn_grace_s < 0:
+            raise ValueError(f"conn_high={self.conn_high} and conn_grace_s={self.conn_grace_s} must not be negative")
         if not 0 < self.max_msg_bytes <= P2PD_MAX_MESSAGE_BYTES:
             raise ValueError(f"max_msg_bytes={self.max_msg_bytes} must be positive and at most what the daemon "
                              f"delivers ({P2PD_MAX_MESSAGE_BYTES})")

@@ -134,6 +134,11 @@ def disconnect_request(peer_id: bytes) -> pb.Request:
     return pb.Request(type=pb.Request.DISCONNECT, disconnect=pb.DisconnectRequest(peer=peer_id))
 
 
+def trim_request() -> pb.Request:
+    """The daemon's connection manager closes its least valuable connections (if over its high mark)."""
+    return pb.Request(type=pb.Request.CONNMANAGER, connManager=pb.ConnManagerRequest(type=pb.ConnManagerRequest.TRIM))
+
+
 def subscribe_request(topic: str) -> pb.Request:
     return pb.Request(type=pb.Request.PUBSUB, pubsub=pb.PSRequest(type=pb.PSRequest.SUBSCRIBE, topic=topic))
 

@@ -5,7 +5,9 @@
 * It never dials anything we did not name: it runs without `-b` (without an explicit
   `-bootstrapPeers` list that dials the public IPFS bootstrap peers, and with one the daemon
   exits when none of them answers: a node whose bootstrap peer is down must still start). The
-  transport dials bootstrap and cached peers itself (CONNECT) and re-dials them with backoff.
+  transport dials bootstrap and cached peers itself (CONNECT) and re-dials them with backoff
+  while it has fewer connections than it wants (bounds.py, which also sets the daemon's
+  connection manager).
   Relay, NAT port mapping and AutoNAT stay off.
 * It dies with us: Linux PR_SET_PDEATHSIG(SIGKILL) kills it if the thread that started it goes
   away (so a long-lived thread must start it), and `stop` / atexit kill it on a normal exit.
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from ...parent_death import die_with_parent
 from .addrs import addr_text, peer_id_text
+from .bounds import ConnectionBounds
 from .control import ControlConnection, ControlError, identify_request
 
 log = logging.getLogger(__name__)
@@ -65,8 +68,9 @@ class DaemonProcess:
     """One run of p2pd. `start` returns (peer id, listen multiaddrs) or raises DaemonStartError."""
 
     def __init__(self, seed: bytes, *, listen: list[str], expected_peer_id: str,
-                 control_timeout_s: float = 5.0) -> None:
+                 control_timeout_s: float = 5.0, conn_bounds: ConnectionBounds | None = None) -> None:
         self.seed = bytes(seed)
+        self.conn_bounds = conn_bounds  # its connection manager's flags (bounds.py); None or unbounded = off
         self.listen = list(listen)
         self.expected_peer_id = expected_peer_id
         self.control_timeout_s = control_timeout_s
@@ -81,6 +85,8 @@ class DaemonProcess:
                # server mode: in auto mode a node without a public address stays a DHT client and
                # peers on loopback or a LAN never enter each other's routing tables
                "-dhtServer", "-relay=false", "-relayService=false", "-autonat=false", "-natPortMap=false"]
+        if self.conn_bounds is not None:
+            cmd += self.conn_bounds.daemon_flags()
         return cmd  # never -b (see the module docstring)
 
     @property

@@ -17,11 +17,12 @@ log = logging.getLogger(__name__)
 
 class Dialer:
     """Dials the bootstrap peers, then the cached peers in the cache's rank order, that we are not
-    connected to, each with its own doubling backoff. Bootstrap peers (named by the operator) are
-    redialed for as long as they stay down; a cached peer is given up on after
-    `max_cached_failures` failed dials in a row (the cache evicts the dead ones), so departed hosts
-    cost a bounded number of redials. `reset()` when a new daemon starts (it knows nobody: dial
-    everyone at once, the given-up peers once more)."""
+    connected to, each with its own doubling backoff, until `budget` of them answered (the
+    connections a bounded node still misses, bounds.py; None = all of them). Bootstrap peers
+    (named by the operator) are redialed for as long as they stay down and the node wants peers;
+    a cached peer is given up on after `max_cached_failures` failed dials in a row (the cache
+    evicts the dead ones), so departed hosts cost a bounded number of redials. `reset()` when a
+    new daemon starts (it knows nobody: dial at once, the given-up peers once more)."""
 
     def __init__(self, own_id: str, bootstrap: dict[str, list[str]], peer_cache: PeerCache | None,
                  control_timeout_s: float, backoff_initial_s: float, backoff_max_s: float,
@@ -38,55 +39,72 @@ class Dialer:
         self.failures.clear()
 
     def dial_missing(self, conn: ControlConnection, connected: set[str], count: Callable[[str], None],
-                     skip: frozenset[str] = frozenset()) -> None:
-        """One pass, never dialing `skip` (origins cut for flooding); `count("dial_attempts" |
-        "dial_failures" | "dial_given_up")` for the transport's stats."""
-        backoff = self.backoff
+                     skip: frozenset[str] = frozenset(), budget: int | None = None) -> int:
+        """One pass, never dialing `skip` (origins cut for flooding), ending once `budget` dials
+        answered (None: no end); `count("dial_attempts" | "dial_failures" | "dial_given_up")` for
+        the transport's stats. Returns how many dials answered."""
+        now, answered = time.monotonic(), 0
+        for pid, addrs in self._wanted().items():
+            if pid in connected:
+                self.backoff.pop(pid, None)
+                self.failures.pop(pid, None)
+                continue
+            if budget is not None and answered >= budget:
+                continue  # enough answered: the rest only get their backoff cleared if connected
+            if pid in skip or not self._due(pid, now):
+                continue
+            answered += self._dial(conn, pid, addrs, now, count)
+        return answered
+
+    def _wanted(self) -> dict[str, list[str]]:
+        """Bootstrap peers first, then cached peers, best-ranked first."""
         wanted = {pid: list(addrs) for pid, addrs in self.bootstrap.items()}
         if self.peer_cache is not None:
-            for pid, addrs in self.peer_cache.dial_targets().items():  # best-ranked first
+            for pid, addrs in self.peer_cache.dial_targets().items():
                 if pid != self.own_id:
                     wanted.setdefault(pid, addrs)
-        now = time.monotonic()
-        for pid, addrs in wanted.items():
-            if pid in connected:
-                backoff.pop(pid, None)
-                self.failures.pop(pid, None)
-                continue
-            if pid in skip:
-                continue
-            if pid not in self.bootstrap and self.failures.get(pid, 0) >= self.max_cached_failures:
-                continue  # given up on for this run
-            next_at, delay = backoff.get(pid, (0.0, self.backoff_initial_s))
-            if now < next_at:
-                continue
-            try:
-                request = connect_request(peer_id_bytes(pid), [split_peer_addr(a)[1] for a in addrs],
-                                          timeout_s=max(1, int(self.control_timeout_s) - 1))
-            except ValueError as err:  # a hand-edited or corrupt peers.json entry: skip it, say so once
-                log.warning("not dialing %s: %s", pid, err)
-                backoff[pid] = (float("inf"), self.backoff_max_s)
-                continue
-            count("dial_attempts")
-            log.debug("dialing %s", pid)
-            try:
-                conn.request(request)
-                backoff.pop(pid, None)
-                self.failures.pop(pid, None)
-                answered = True
-            except ControlError as err:
-                answered = False
-                count("dial_failures")
-                failures = self.failures[pid] = self.failures.get(pid, 0) + 1
-                backoff[pid] = (now + delay, min(2 * delay, self.backoff_max_s))
-                if pid not in self.bootstrap and failures >= self.max_cached_failures:
-                    count("dial_given_up")
-                    log.info("giving up on cached peer %s after %d failed dials (%s)", pid, failures, err)
-                else:
-                    log.log(logging.DEBUG if failures > 1 else logging.WARNING,
-                            "dialing %s failed (%s); retrying in %.1f s", pid, err, delay)
-            if self.peer_cache is not None:
-                self.peer_cache.record_dial(pid, answered)
+        return wanted
+
+    def _due(self, pid: str, now: float) -> bool:
+        if pid not in self.bootstrap and self.failures.get(pid, 0) >= self.max_cached_failures:
+            return False  # given up on for this run
+        return now >= self.backoff.get(pid, (0.0, 0.0))[0]
+
+    def _dial(self, conn: ControlConnection, pid: str, addrs: list[str], now: float,
+              count: Callable[[str], None]) -> bool:
+        """One CONNECT; True if the peer answered (a failure doubles its backoff)."""
+        try:
+            request = connect_request(peer_id_bytes(pid), [split_peer_addr(a)[1] for a in addrs],
+                                      timeout_s=max(1, int(self.control_timeout_s) - 1))
+        except ValueError as err:  # a hand-edited or corrupt peers.json entry: skip it, say so once
+            log.warning("not dialing %s: %s", pid, err)
+            self.backoff[pid] = (float("inf"), self.backoff_max_s)
+            return False
+        count("dial_attempts")
+        log.debug("dialing %s", pid)
+        try:
+            conn.request(request)
+            self.backoff.pop(pid, None)
+            self.failures.pop(pid, None)
+            answered = True
+        except ControlError as err:
+            answered = False
+            self._failed(pid, now, err, count)
+        if self.peer_cache is not None:
+            self.peer_cache.record_dial(pid, answered)
+        return answered
+
+    def _failed(self, pid: str, now: float, err: ControlError, count: Callable[[str], None]) -> None:
+        count("dial_failures")
+        delay = self.backoff.get(pid, (0.0, self.backoff_initial_s))[1]
+        failures = self.failures[pid] = self.failures.get(pid, 0) + 1
+        self.backoff[pid] = (now + delay, min(2 * delay, self.backoff_max_s))
+        if pid not in self.bootstrap and failures >= self.max_cached_failures:
+            count("dial_given_up")
+            log.info("giving up on cached peer %s after %d failed dials (%s)", pid, failures, err)
+        else:
+            log.log(logging.DEBUG if failures > 1 else logging.WARNING,
+                    "dialing %s failed (%s); retrying in %.1f s", pid, err, delay)
 
 
 def ask_dht(socket_path: Path, own_id: str, control_timeout_s: float) -> int:

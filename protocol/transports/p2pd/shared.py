@@ -30,11 +30,14 @@ STAT_KEYS = (
     COUNTER_PUBLISHED, COUNTER_DROPPED_OUTBOUND_FULL, COUNTER_DROPPED_OUTBOUND_CLOSED,
     "publish_errors",          # the daemon failed a publish (retried after a restart)
     "published_without_peers",  # sent after waiting publish_wait_s with no subscribed peer
+    "held_for_subscribers",     # messages that waited for a topic's subscribed peer to settle (settle_s)
     COUNTER_RECEIVED, COUNTER_DROPPED_INBOUND_FULL, COUNTER_DROPPED_UNSUBSCRIBED,
     "dropped_inbound_oversize",
     "daemon_restarts", "daemon_failures",  # exits / stuck sockets seen; failed restart attempts
     "dial_attempts", "dial_failures",
     "dial_given_up",  # cached peers no longer redialed this run (failed max_dial_failures in a row)
+    "trimmed_by_daemon", "trimmed_by_us",  # connections closed above conn_high (bounds.py)
+    "trimmed_after_lookup",  # connections a DHT lookup opened beyond conn_low, closed at once
     "flooders_cut",              # origins cut for flooding (flood_guard.py)
     "dropped_flooding_origin",   # messages dropped because their origin was cut
     "flood_disconnects",         # DISCONNECTs the daemon carried out for cut origins

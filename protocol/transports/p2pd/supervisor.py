@@ -7,6 +7,7 @@ import logging
 import threading
 from typing import Callable
 
+from .bounds import ConnectionBounds
 from .control import ControlConnection, ControlError, identify_request
 from .daemon import DaemonProcess, DaemonStartError
 from .reader import TopicReaders
@@ -51,7 +52,8 @@ class Supervisor:
         """Starts one daemon run; on success it is the current one and its readers run."""
         s, options = self.shared, self.shared.options
         daemon = DaemonProcess(self._seed, listen=listen, expected_peer_id=s.peer_id,
-                               control_timeout_s=options.control_timeout_s)
+                               control_timeout_s=options.control_timeout_s,
+                               conn_bounds=ConnectionBounds.from_options(options))
         _, addrs = daemon.start(options.start_timeout_s)
         with s.lock:
             if s.state == STATE_CLOSED:

@@ -4,9 +4,10 @@ Threads (none of them ever the caller's), all sharing one lock and its state (sh
 supervisor starts the daemon, checks it and restarts it with exponential backoff, re-subscribing
 every topic (supervisor.py); one reader per subscription fills a bounded per-topic inbox (fair:
 the heaviest sender loses its oldest, protocol/inbox.py; reader.py); one writer sends publishes,
-paced (writer.py); a discovery thread keeps bootstrap and cached peers dialed, asks the DHT for
-more, refreshes the peer/topic counts that `peers()` and `stats()` return and writes the peer
-cache, and a guard thread disconnects origins cut for flooding (upkeep.py). This module is the
+paced (writer.py); a discovery thread keeps the connections between `conn_low` and `conn_high`
+(bounds.py, trimmer.py: below, it dials bootstrap and cached peers and asks the DHT for more;
+above, it closes some), refreshes the peer/topic counts that `peers()` and `stats()` return and
+writes the peer cache, and a guard thread disconnects origins cut for flooding (upkeep.py). This module is the
 public face: P2pdTransport puts them together.
 
 Semantics worth knowing:

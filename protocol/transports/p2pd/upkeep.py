@@ -1,17 +1,21 @@
-"""The p2pd transport's peer upkeep, two threads: discovery keeps bootstrap and cached peers dialed,
-asks the DHT for more (discovery.py), refreshes the peer/topic counts that `peers()` and `stats()`
-return and writes the peer cache; the guard disconnects origins cut for flooding (flood_guard.py)."""
+"""The p2pd transport's peer upkeep, two threads: discovery keeps the connections within their
+bounds (bounds.py: it trims above `conn_high`; below `conn_low` it dials bootstrap and cached
+peers and asks the DHT for more, discovery.py), refreshes the peer/topic counts that `peers()` and
+`stats()` return and writes the peer cache; the guard disconnects origins cut for flooding
+(flood_guard.py)."""
 from __future__ import annotations
 
 import logging
 import time
 
 from .addrs import peer_id_text
+from .bounds import ConnectionBounds
 from .control import ControlConnection, ControlError, list_peers_request, topic_peers_request
 from .discovery import Dialer, ask_dht, peer_addrs
 from .flood_guard import disconnect_origins
 from .peer_cache import PeerCache
 from .shared import Shared
+from .trimmer import Trimmer, connected_peers
 
 log = logging.getLogger(__name__)
 
@@ -19,10 +23,13 @@ log = logging.getLogger(__name__)
 class PeerUpkeep:
     def __init__(self, shared: Shared, dialer: Dialer, peer_cache: PeerCache | None) -> None:
         self.shared, self.dialer, self.peer_cache = shared, dialer, peer_cache
+        self.bounds = ConnectionBounds.from_options(shared.options)
+        self.trimmer = Trimmer(shared, self.bounds)
 
     def discovery_loop(self) -> None:
-        """Keeps bootstrap and cached peers dialed, grows the peer set through the DHT, refreshes
-        the counts shown by peers()/stats(), and writes the peer cache."""
+        """Keeps the connections within bounds (dialing bootstrap and cached peers and asking the
+        DHT while short of peers), refreshes the counts shown by peers()/stats(), and writes the
+        peer cache."""
         s = self.shared
         cache_written = 0.0
         remembered: set[str] = set()
@@ -30,8 +37,9 @@ class PeerUpkeep:
         while True:
             with s.lock:
                 generation = s.generation
-            if generation != dialed_generation:  # a new daemon knows nobody: dial everyone at once
+            if generation != dialed_generation:  # a new daemon knows nobody: dial at once
                 self.dialer.reset()
+                self.bounds.reset()
                 dialed_generation = generation
             try:
                 self._discovery_round(generation)
@@ -56,22 +64,34 @@ class PeerUpkeep:
         timeout = s.options.control_timeout_s
         try:
             with ControlConnection(socket_path, timeout) as conn:
-                connected = {peer_id_text(p.id) for p in conn.request(list_peers_request()).peers}
-                topic_peers = {t: len(conn.request(topic_peers_request(t)).pubsub.peerIDs) for t in s.topics()}
+                connected, members = self._census(conn)
+                connected -= self.trimmer.trim(conn, connected, members)
                 with s.lock:
                     s.connected = sorted(connected)
-                    s.topic_peers.update(topic_peers)
+                    s.topic_peers.update({topic: len(peers) for topic, peers in members.items()})
                     now = time.monotonic()
                     s.flood_guard.seen_connected(sorted(connected), now)
                     cut = frozenset(s.flood_guard.cut_origins(now))
                 if cut:
                     s.wake_guard.set()
-                self.dialer.dial_missing(conn, connected, s.bump, skip=cut)
+                dialed = self.dialer.dial_missing(conn, connected, s.bump, skip=cut,
+                                                  budget=self.bounds.dial_budget(len(connected)))
+                if not self.bounds.wants_more(len(connected) + dialed):
+                    return  # a bounded node with enough peers asks nobody
+                before = connected_peers(conn) if self.bounds.bounded else set()
             dht_peers = ask_dht(socket_path, s.peer_id, timeout)
             with s.lock:
                 s.dht_peers = dht_peers
+            with ControlConnection(socket_path, timeout) as conn:
+                self.trimmer.after_lookup(conn, before)
         except ControlError as err:
             log.debug("discovery round failed: %s", err)
+
+    def _census(self, conn: ControlConnection) -> tuple[set[str], dict[str, set[str]]]:
+        """The connected peers, and the peers subscribed to each of our topics."""
+        members = {t: {peer_id_text(p) for p in conn.request(topic_peers_request(t)).pubsub.peerIDs}
+                   for t in self.shared.topics()}
+        return connected_peers(conn), members
 
     def _remember_peers(self, generation: int) -> bool:
         """Records the connected peers' dialable addresses in the peer cache (True if any)."""

@@ -34,6 +34,7 @@ class Writer:
         leaves the queue only once the daemon took it (a restart keeps it queued)."""
         s = self.shared
         pacer = Pacer(s.options.publish_rate, burst=PUBLISH_BURST)
+        held = -1.0  # the queued_at of the last message counted as held
         while (head := self._next()) is not None:
             topic, data, queued_at, generation = head
             try:
@@ -43,6 +44,9 @@ class Writer:
                     continue
                 n_peers = self._subscribed_peers(conn, topic)
                 if not self._may_send(topic, n_peers, queued_at):
+                    if held != queued_at:
+                        held = queued_at
+                        s.bump("held_for_subscribers")
                     s.stop.wait(0.02)  # GossipSub would lose it: no peer's subscription has settled yet
                     continue
                 pacer.wait(s.stop)
