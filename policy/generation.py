@@ -31,6 +31,10 @@ class StaleWeightsError(RuntimeError):
 
 
 class Generator(Protocol):
+    # True when the rollouts' behavior log-probs come from the learner's own forward pass (same
+    # weights, same precision); False for a sampling copy or vLLM: the node then corrects with tis
+    sampler_is_learner: bool
+
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Rollout]]:
         """n completions for each prompt, in prompt order."""
         ...
@@ -46,6 +50,8 @@ class HFGenerator:
 
     Shares the weights of the training model, so `refresh()` only records the policy version.
     """
+
+    sampler_is_learner = True
 
     def __init__(self, model, tokenizer, max_batch: int = 64):
         self.model = model

@@ -41,6 +41,7 @@ import torch
 from policy.advantages import group_advantages, group_size_weight
 from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
+from policy.loss_terms import sampler_mismatch
 from policy.losses import LossInputs, Objective, apply_row_keep
 from policy.settings import OffPolicyConfig, OptimConfig
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
@@ -172,7 +173,8 @@ class Learner:
 
     def _loss(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """This node's rows through the local objective, each tier's peer rows through the external
-        one; one aggregation (the local objective's) over the whole minibatch."""
+        one; one aggregation (the local objective's) over the whole minibatch. Our rows also report
+        the sampler's mismatch to the learner (sampler_logp_diff, sampler_kl)."""
         term = torch.zeros_like(x.logp)  # [b, C]
         mask = x.mask.clone()  # [b, C]
         stats: dict[str, float] = {}
@@ -185,6 +187,8 @@ class Learner:
             part = _rows(x, rows)
             sub, filtered = apply_row_keep(objective, part)  # F-TIS: drops far off-policy negatives
             part_term, part_stats = objective.token_loss(sub)  # [b', C]
+            if code == LOCAL:  # our sampler against our learner (a sampling copy, vLLM: not 0)
+                part_stats.update(sampler_mismatch(part.old_logp, part.behavior_logp, part.mask))
             term[rows] = part_term
             mask[rows] = sub.mask
             if sub is not part:  # the objective filters rows

