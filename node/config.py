@@ -59,8 +59,8 @@ class SamplingConfig(Section):
         "auto", description="what the hf backend samples with: fp32 = the learner's own weights; bf16 / int8 = a "
                             "copy at that precision, refreshed after every optimizer step (int8: per-token int8 "
                             "linear layers, CPU only), whose mismatch the local objective corrects with tis(...); "
-                            "auto = bf16 where it is native (AVX512-BF16/AMX CPU, GPU) and the model is not tiny, "
-                            "else fp32. The node prints its pick and why")
+                            "auto = bf16 where it is native (AVX512-BF16/AMX CPU, GPU) and the model is float32 and not "
+                            "tiny, else fp32. The node prints its pick and why")
 
     @model_validator(mode="after")
     def _precision_fits_backend(self) -> "SamplingConfig":

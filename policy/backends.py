@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+import torch
+
 from policy.generation import Generator, HFGenerator
 from policy.learner import bf16_is_native
 from policy.sampling_copy import CopySamplingGenerator, SamplingCopy
@@ -68,6 +70,9 @@ def auto_precision(policy: LoadedPolicy) -> tuple[str, str]:
     """bf16 where the device computes it natively and the model is wide enough for it to matter,
     else the learner's own weights (scripts/bench_policy.py measured each precision)."""
     model = policy.model
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:
+        return "fp32", f"auto: the learner's weights are {str(dtype).removeprefix('torch.')} already"
     width = getattr(model.config, "hidden_size", 0)
     if width < MIN_WIDTH_FOR_A_COPY:
         return "fp32", (f"auto: a {width}-wide model decodes in per-op overhead, a lower precision would "

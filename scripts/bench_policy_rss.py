@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.model, None, [*args.overrides, "sampling.backend=\"hf\""])
     with tempfile.TemporaryDirectory(prefix="bench-rss-") as run_dir:
         node = Node(cfg, Path(run_dir))
-        generator = make_our_generator(node.policy, args.backend, args.force_length, cfg.sampling.max_new_tokens)
+        copy = getattr(node.generator, "sampling_copy", None)  # the node's own, at sampling.precision
+        generator = make_our_generator(node.policy, args.backend, args.force_length, cfg.sampling.max_new_tokens,
+                                       copy.precision if copy is not None else "fp32", sampling_copy=copy)
         node.use_generator(generator)
         rounds = []
         for k in range(args.rounds):
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend == "vllm":
             server = sum(peak_rss_mib(pid) for pid in process_tree(generator.process.pid))
         trainer = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(json.dumps({"backend": args.backend, "trainer_peak_rss_mib": trainer, "server_peak_rss_mib": server,
+        print(json.dumps({"backend": args.backend, "precision": copy.precision if copy is not None else "fp32",
+                          "objective": node.objective.spec, "trainer_peak_rss_mib": trainer, "server_peak_rss_mib": server,
                           "total_peak_rss_mib": trainer + server, "round_seconds": rounds,
                           "refresh_seconds": getattr(generator, "refresh_seconds", [])}))
         node.close()
