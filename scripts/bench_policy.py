@@ -311,7 +311,9 @@ def main(argv: list[str] | None = None) -> int:
         "loss": f"{training.get('objective', 'grpo')} (grpo: SMTM, eps 0.2, beta 0; TRL: grpo), 1 epoch x 1 "
                 "minibatch, zero-adv groups trained",
         "optimizer": f"AdamW lr {cfg.optim.lr}, clip {cfg.optim.grad_clip}",
-        "TRL": (f"trl {training['trl_settings']['version']}, loss_type grpo, grad ckpt off, adamw_torch, no vLLM"
+        "TRL": (f"trl {training['trl_settings']['version']}, loss_type grpo, grad ckpt off, adamw_torch, no vLLM, "
+                f"generation batch {training['trl_settings']['generation_batch_size']} backpropagated in "
+                f"{args.prompts} micro-batches of {args.group_size} rows, one optimizer step"
                 if training.get("trl_settings") else "skipped"),
         "measured": f"{args.gen_reps} generate calls per side and batch after 1 warmup (interleaved); "
                     f"{args.steps} train steps per side after {args.warmup} warmup (interleaved)",

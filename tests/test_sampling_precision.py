@@ -160,9 +160,11 @@ def test_node_round_reports_the_mismatch(tmp_path, precision, spec, tis_metrics)
     assert ("tis_weight_ess" in row and "tis_trunc_frac" in row) == tis_metrics
 
 
-def test_auto_keeps_the_tiny_model_on_its_own_weights(tiny):
+def test_auto_keeps_the_tiny_model_and_bf16_weights_on_their_own_weights(tiny):
     generator, line = make_generator("auto", tiny, precision="auto")
     assert generator.sampler_is_learner and "auto: a 64-wide model" in line
+    generator, line = make_generator("hf", load_policy(ModelConfig(dtype="bfloat16")), precision="auto")
+    assert generator.sampler_is_learner and "the learner's weights are bfloat16 already" in line
 
 
 def test_bad_precision_is_a_config_error():
