@@ -10,6 +10,7 @@ never needs a Node, and a Node gets its exchange in its constructor, never by as
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -20,7 +21,7 @@ from typing import Callable, ContextManager
 import numpy as np
 import torch
 
-from node.config import NodeConfig
+from node.config import LossConfig, NodeConfig
 from node.pass_rates import PassRates
 from node.prompts import Retokenizer
 from node.tasks import make_source
@@ -50,7 +51,8 @@ class SamplingContext:
     verifier: Verifier
     source: TaskSource  # the training mixture (and its scorers)
     params: SamplingParams  # the node's temperature and max_new_tokens
-    autocast: Callable[[], ContextManager]  # bf16 autocast when optim.autocast_bf16, else a no-op
+    autocast: Callable[[], ContextManager]  # bf16 autocast when optim.autocast_bf16 and the learner's
+    # weights sample; a no-op for a sampling copy (it has its own precision) and vLLM
 
 
 @dataclass
@@ -63,7 +65,7 @@ class NodeParts:
     objective: Objective
     source: TaskSource
     verifier: Verifier
-    backend_line: str  # what the rollout backend is, for the console
+    backend_line: str  # what the rollout backend and the local objective are, and why, for the console
     retokenizer: Retokenizer
     pass_rates: PassRates
     sampling: SamplingContext
@@ -87,15 +89,36 @@ def build_parts(cfg: NodeConfig) -> NodeParts:
     policy = load_policy(warm_model_config(cfg.warm, cfg.model))
     model = apply_lora(policy.model, cfg.optim)
     source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed, cfg.tasks.peer_seeds)
-    generator, backend_line = make_generator(cfg.sampling.backend, policy)
+    generator, backend_line = make_generator(cfg.sampling.backend, policy, precision=cfg.sampling.precision)
+    objective, objective_line = local_objective(cfg.loss, generator.sampler_is_learner)
     params = SamplingParams(temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens)
     device = next(model.parameters()).device
-    sampling = SamplingContext(policy, generator, cfg.verifier, source, params,
-                               lambda: autocast_context(cfg.optim.autocast_bf16, device))
-    return NodeParts(cfg=cfg, policy=policy, model=model, objective=make_objective(cfg.loss.name, **cfg.loss.knobs),
-                     source=source, verifier=cfg.verifier, backend_line=backend_line,
+    autocast = ((lambda: autocast_context(cfg.optim.autocast_bf16, device)) if generator.sampler_is_learner
+                else contextlib.nullcontext)
+    sampling = SamplingContext(policy, generator, cfg.verifier, source, params, autocast)
+    return NodeParts(cfg=cfg, policy=policy, model=model, objective=objective,
+                     source=source, verifier=cfg.verifier, backend_line=f"{backend_line}; {objective_line}",
                      retokenizer=Retokenizer(policy, eos_token_ids(policy.model, policy.tokenizer)),
                      pass_rates=PassRates(cfg.allocation.posterior_decay), sampling=sampling)
+
+
+def local_objective(loss: LossConfig, sampler_is_learner: bool) -> tuple[Objective, str]:
+    """The objective for this node's own samples, and a line saying what it is and why.
+
+    When the rollouts were sampled by something other than the learner's own forward pass (a
+    lower-precision copy, vLLM), their behavior log-probs b differ from the learner's l^old and the
+    update is off-policy by that mismatch: loss.name is then wrapped in tis(...) (its default C = 2,
+    token level), unless it already weights its term by the behavior ratio (cispo, minpro, prefix,
+    ftis, or a tis(...) the config wrote), which corrects the same mismatch."""
+    objective = make_objective(loss.name, **loss.knobs)
+    if sampler_is_learner:
+        return objective, f"local objective {objective.spec}"
+    if objective.uses_behavior_ratio:
+        return objective, (f"local objective {objective.spec}: it weights by the behavior ratio, which corrects "
+                           "the sampler's mismatch to the learner")
+    wrapped = make_objective(f"tis({loss.name})", inner=dict(loss.knobs))
+    return wrapped, (f"local objective {wrapped.spec}: the sampler is not the learner, tis corrects its "
+                     "mismatch (policy/ALGORITHMS.md)")
 
 
 def saved_exchange_state(run_dir: Path) -> dict | None:

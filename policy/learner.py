@@ -41,6 +41,7 @@ import torch
 from policy.advantages import group_advantages, group_size_weight
 from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
+from policy.loss_terms import sampler_mismatch
 from policy.losses import LossInputs, Objective, apply_row_keep
 from policy.settings import OffPolicyConfig, OptimConfig
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
@@ -172,7 +173,8 @@ class Learner:
 
     def _loss(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """This node's rows through the local objective, each tier's peer rows through the external
-        one; one aggregation (the local objective's) over the whole minibatch."""
+        one; one aggregation (the local objective's) over the whole minibatch. Our rows also report
+        the sampler's mismatch to the learner (sampler_logp_diff, sampler_kl)."""
         term = torch.zeros_like(x.logp)  # [b, C]
         mask = x.mask.clone()  # [b, C]
         stats: dict[str, float] = {}
@@ -185,6 +187,8 @@ class Learner:
             part = _rows(x, rows)
             sub, filtered = apply_row_keep(objective, part)  # F-TIS: drops far off-policy negatives
             part_term, part_stats = objective.token_loss(sub)  # [b', C]
+            if code == LOCAL:  # our sampler against our learner (a sampling copy, vLLM: not 0)
+                part_stats.update(sampler_mismatch(part.old_logp, part.behavior_logp, part.mask))
             term[rows] = part_term
             mask[rows] = sub.mask
             if sub is not part:  # the objective filters rows
@@ -225,6 +229,13 @@ class Learner:
         if limit == 0 or rows * width <= limit:
             return 1
         return min(rows, math.ceil(rows * width / limit))
+
+    def _chunked_logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, n_completion: int) -> torch.Tensor:
+        """Log-probs [B, C] without grad, in the row chunks the backward uses: the logits of every
+        row at once (SmolLM2, 64 rows x 65 completion columns x 49,152: 0.8 GB in float32) never exist."""
+        chunks = self._backward_chunks(ids.shape)
+        rows = torch.arange(ids.shape[0], device=ids.device).chunk(chunks)
+        return torch.cat([self._logprobs(ids[r], attention_mask[r], n_completion) for r in rows])  # [B, C]
 
     def _backward_through_model(self, ids: torch.Tensor, attention_mask: torch.Tensor, n_completion: int,
                                 grad_logp: torch.Tensor, chunks: int) -> None:
@@ -315,7 +326,7 @@ class Learner:
         old_logp = None
         if n_steps > 1 or needs_prox:  # l^old must be frozen at the start of the update
             with torch.no_grad():
-                old_logp = self._logprobs(input_ids, attention_mask, n_completion)  # [B, C]
+                old_logp = self._chunked_logprobs(input_ids, attention_mask, n_completion)  # [B, C]
             self._resolve_behavior(samples, behavior, tier, old_logp.cpu())
         loss_mask, behavior, adv_t, tier, row_weight = (
             t.to(self.device) for t in (loss_mask, behavior, adv_t, tier, row_weight))
@@ -330,7 +341,7 @@ class Learner:
             logp = self._logprobs(ids, am, n_completion)  # [b, C]
         else:  # the loss sees every row at once; the model's backward runs chunk by chunk below
             with torch.no_grad():
-                logp = self._logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
+                logp = self._chunked_logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
         old = batch.old_logp[idx] if batch.old_logp is not None else logp.detach()  # [b, C]
         beh, old, bounded_frac = resolve_claims(batch.behavior[idx], old, batch.tier[idx], batch.loss_mask[idx],
                                                 self.off_policy.proximal)  # [b, C], [b, C]

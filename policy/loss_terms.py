@@ -137,3 +137,15 @@ def weight_stats(w: Tensor, mask: Tensor, prefix: str = "weight") -> dict[str, f
     vals = w.detach()[mask > 0]  # [N]
     mean = float(vals.mean()) if vals.numel() else 1.0
     return {f"{prefix}_mean": mean, f"{prefix}_ess": effective_sample_size(vals)}
+
+
+def sampler_mismatch(old_logp: Tensor, behavior_logp: Tensor, mask: Tensor) -> dict[str, float]:
+    """How far the sampler was from the learner on the tokens it sampled: mean |l^old - b| and the
+    k3 estimate of KL(sampler || learner), the token mean of (rho - 1) - log rho with
+    rho = exp(l^old - b) (unbiased under the sampler's tokens, >= 0 term by term)."""
+    log_ratio = masked_log_ratio(old_logp.detach(), behavior_logp.detach(), mask).detach()  # [B, T], 0 off-mask
+    vals = log_ratio[mask > 0]  # [N]
+    if vals.numel() == 0:
+        return {"sampler_logp_diff": 0.0, "sampler_kl": 0.0}
+    k3 = (torch.expm1(vals) - vals).clamp_min(0.0)  # [N]  expm1: no cancellation near rho = 1
+    return {"sampler_logp_diff": float(vals.abs().mean()), "sampler_kl": float(k3.mean())}

@@ -79,6 +79,8 @@ class VLLMGenerator:
     `min_new_tokens` forces completions to at least that length (benchmarks only: it masks eos, so
     the behavior log-probs are then not the policy's)."""
 
+    sampler_is_learner = False  # vLLM's kernels, not the learner's forward: the node corrects with tis
+
     def __init__(
         self,
         policy: LoadedPolicy,

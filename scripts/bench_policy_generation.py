@@ -1,12 +1,15 @@
 """Benchmark (1) of scripts/bench_policy.py: rollout generation, side by side in one process.
 
-Sides, all on the same model, prompts, temperature and completion length:
-- "hf":    our HFGenerator (policy/generation.py), in this process;
-- "vllm":  our VLLMGenerator (policy/vllm_backend.py), the vLLM engine in its own process;
-- "plain": one plain `model.generate` call doing the same work (the peer).
-At every batch size (rows = prompts x G) the calls are interleaved (hf, vllm, plain, hf, ...) after
-one warmup call each, and medians of wall-clock tok/s are compared. CPU time is not: the vLLM side
-works in another process.
+Sides, all on the same model, prompts, temperature and completion length, none under autocast:
+- "hf-fp32":  our HFGenerator (policy/generation.py) on the learner's float32 weights;
+- "hf-bf16", "hf-int8": our generator on a sampling copy at that precision (policy/sampling_copy.py);
+- "vllm":     our VLLMGenerator (policy/vllm_backend.py), the vLLM engine in its own process;
+- "plain":    one plain float32 `model.generate` call doing the same work (the peer).
+At every batch size (rows = prompts x G) the calls are interleaved (hf-fp32, hf-bf16, ..., plain,
+hf-fp32, ...) after one warmup call each, and medians of wall-clock tok/s are compared. CPU time is
+not: the vLLM side works in another process. Per precision it also measures the sampler's mismatch
+to the float32 learner (mean |l - b| at natural length) and the seconds of one weight refresh; and,
+at the largest batch, HF's static KV cache and torch.compile of the decode step (decode_variants).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import os
 import statistics
 import time
 
-SIDES = ("hf", "vllm", "plain")
+PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def median(values: list[float]) -> float:
@@ -34,37 +37,52 @@ def completion_length(tokens: list[int], eos_ids: set[int]) -> int:
     return next((i + 1 for i, t in enumerate(tokens) if t in eos_ids), len(tokens))
 
 
-def make_our_generator(policy, backend: str, force: bool, max_new_tokens: int):
-    """Our generator for `backend`, unchanged, except that (when forced) every row generates exactly
-    max_new_tokens tokens: the knob (min_new_tokens) the plain call and TRL get too."""
+def make_our_generator(policy, backend: str, force: bool, max_new_tokens: int, precision: str = "fp32",
+                       sampling_copy=None):
+    """Our generator for `backend` (and, for hf, `precision`: a sampling copy is built unless one is
+    given), unchanged, except that (when forced) every row generates exactly max_new_tokens tokens:
+    the knob (min_new_tokens) the plain call and TRL get too."""
     from policy.generation import HFGenerator
+    from policy.sampling_copy import CopySamplingGenerator, SamplingCopy
 
     if backend == "vllm":
         from policy.vllm_backend import VLLMGenerator
 
         return VLLMGenerator(policy, min_new_tokens=max_new_tokens if force else 0)
+    base = HFGenerator if precision == "fp32" else CopySamplingGenerator
 
-    class FullLengthHFGenerator(HFGenerator):
+    class FullLengthGenerator(base):
         def _generation_config(self, params):
             config = super()._generation_config(params)
             if force:
                 config.min_new_tokens = params.max_new_tokens
             return config
 
-    return FullLengthHFGenerator(policy.model, policy.tokenizer)
+    if precision == "fp32":
+        return FullLengthGenerator(policy.model, policy.tokenizer)
+    return FullLengthGenerator(sampling_copy or SamplingCopy(policy.model, precision), policy.tokenizer)
+
+
+def uptime() -> str:
+    """`uptime`'s load averages (1, 5, 15 min): how busy the machine was around a measurement."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
 
 
 def bench_generation(node, prompts: list[list[int]], batches: list[int], args, console, vllm=None) -> dict:
     """tok/s per side at each batch size; `prompts` holds enough prompts for the largest batch."""
     from policy.generation import eos_token_ids
-    from policy.learner import autocast_context
     from policy.logprobs import pad_batch
     from policy.types import SamplingParams
 
     model, tokenizer = node.policy.model, node.policy.tokenizer
     force = not args.natural_length
     G, L, T = args.group_size, args.max_new_tokens, args.temperature
-    hf = make_our_generator(node.policy, "hf", force, L)
+    ours_by_side = {f"hf-{p}": make_our_generator(node.policy, "hf", force, L, p) for p in args.precisions}
+    if vllm is not None:
+        ours_by_side["vllm"] = vllm
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     params = SamplingParams(temperature=T, max_new_tokens=L)
@@ -76,40 +94,136 @@ def bench_generation(node, prompts: list[list[int]], batches: list[int], args, c
     def plain(batch_prompts) -> int:
         repeated = [p for p in batch_prompts for _ in range(G)]
         input_ids, attention_mask, _ = pad_batch(repeated, [[] for _ in repeated], pad_id)  # [B, P]
-        kwargs = dict(do_sample=True, temperature=T, top_k=0, top_p=1.0, max_new_tokens=L,
-                      pad_token_id=pad_id, eos_token_id=eos_ids)
-        if force:
-            kwargs["min_new_tokens"] = L
+        kwargs = kwargs_for_plain(args, pad_id, eos_ids)
         out = model.generate(input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device),
                              **kwargs)  # [B, P+S]
         new = out[:, input_ids.shape[1]:].tolist()  # [B, S]
         return sum(completion_length(row, set(eos_ids)) for row in new)
 
-    sides = {"hf": lambda ps: ours(hf, ps), "plain": plain}
-    if vllm is not None:
-        sides["vllm"] = lambda ps: ours(vllm, ps)
+    sides = {name: (lambda ps, g=generator: ours(g, ps)) for name, generator in ours_by_side.items()}
+    sides["plain"] = plain
     result: dict = {"max_new_tokens": L, "group_size": G, "batches": {}}
     was_training = model.training
     model.eval()
     try:
-        with autocast_context(node.cfg.optim.autocast_bf16, node.learner.device):
-            for rows in batches:
-                batch_prompts = prompts[: max(1, rows // G)]
-                runs: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
-                for rep in range(1 + args.gen_reps):  # rep 0 = warmup of every side
-                    for name, fn in sides.items():
-                        t0 = time.perf_counter()
-                        tokens = fn(batch_prompts)
-                        seconds = time.perf_counter() - t0
-                        console.log(f"generation batch {len(batch_prompts) * G:3d} {name:5s} "
-                                    f"{'warmup' if rep == 0 else f'rep {rep}'}: {tokens} tokens in {seconds:.2f} s "
-                                    f"({tokens / seconds:.1f} tok/s) load {load_average()}")
-                        if rep > 0:
-                            runs[name].append((seconds, tokens))
-                result["batches"][str(len(batch_prompts) * G)] = summarize(runs)
+        for rows in batches:
+            batch_prompts = prompts[: max(1, rows // G)]
+            runs: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
+            for rep in range(1 + args.gen_reps):  # rep 0 = warmup of every side
+                for name, fn in sides.items():
+                    t0 = time.perf_counter()
+                    tokens = fn(batch_prompts)
+                    seconds = time.perf_counter() - t0
+                    console.log(f"generation batch {len(batch_prompts) * G:3d} {name:7s} "
+                                f"{'warmup' if rep == 0 else f'rep {rep}'}: {tokens} tokens in {seconds:.2f} s "
+                                f"({tokens / seconds:.1f} tok/s) load {load_average()}")
+                    if rep > 0:
+                        runs[name].append((seconds, tokens))
+            result["batches"][str(len(batch_prompts) * G)] = summarize(runs)
+        largest = prompts[: max(1, batches[-1] // G)]
+        result["precisions"] = precision_facts(node, ours_by_side, largest, args)
+        if args.decode_variants:
+            speeds = result["batches"][str(len(largest) * G)]
+            best = max((n for n in ours_by_side if n.startswith("hf-")), key=lambda n: speeds[n]["tok_s_median"])
+            result["decode_variants"] = {"model": best, **bench_decode_variants(
+                ours_by_side[best].model, tokenizer, largest, dict(kwargs_for_plain(args, pad_id, eos_ids)), args,
+                console)}
     finally:
         model.train(was_training)
     return result
+
+
+def kwargs_for_plain(args, pad_id: int, eos_ids: list[int]) -> dict:
+    """The plain `generate` call's sampling: temperature only, forced length unless --natural-length."""
+    kwargs = dict(do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0,
+                  max_new_tokens=args.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_ids)
+    if not args.natural_length:
+        kwargs["min_new_tokens"] = args.max_new_tokens
+    return kwargs
+
+
+def bench_decode_variants(model, tokenizer, prompts: list[list[int]], kwargs: dict, args, console) -> dict:
+    """Plain `generate` on `model` (our fastest sampler's weights) three ways, interleaved: HF's
+    dynamic KV cache (the default), its static cache, and the static cache with the forward pass
+    under torch.compile (static shapes). The first compiled call pays the compilation (reported
+    apart); a new prompt length or batch size compiles again."""
+    import torch
+
+    from policy.logprobs import pad_batch
+
+    repeated = [p for p in prompts for _ in range(args.group_size)]
+    input_ids, attention_mask, _ = pad_batch(repeated, [[] for _ in repeated], kwargs["pad_token_id"])  # [B, P]
+    compiled = torch.compile(model.forward, dynamic=False)
+
+    def call(variant: str) -> int:
+        extra = {} if variant == "dynamic" else {"cache_implementation": "static"}
+        if variant == "compiled":
+            model.forward = compiled  # an instance attribute: deleting it restores the class's forward
+        try:
+            with torch.no_grad():
+                out = model.generate(input_ids=input_ids.to(model.device),
+                                     attention_mask=attention_mask.to(model.device), **kwargs, **extra)
+        finally:
+            model.__dict__.pop("forward", None)
+        return (out.shape[1] - input_ids.shape[1]) * out.shape[0]
+
+    runs: dict[str, list[tuple[float, int]]] = {"dynamic": [], "static": [], "compiled": []}
+    first_call_s = {}
+    for rep in range(1 + args.gen_reps):
+        for variant in runs:
+            t0 = time.perf_counter()
+            tokens = call(variant)
+            seconds = time.perf_counter() - t0
+            console.log(f"decode variant {variant:8s} {'warmup' if rep == 0 else f'rep {rep}'}: {tokens} tokens "
+                        f"in {seconds:.2f} s ({tokens / seconds:.1f} tok/s) load {load_average()}")
+            if rep == 0:
+                first_call_s[variant] = seconds
+            else:
+                runs[variant].append((seconds, tokens))
+    summary = {name: {"tok_s_median": median([t / s for s, t in calls]), "tok_s": [t / s for s, t in calls]}
+               for name, calls in runs.items()}
+    dynamic = summary["dynamic"]["tok_s_median"]
+    return {"rows": len(repeated), "sides": summary, "first_call_s": first_call_s,
+            "ratio_vs_dynamic": {n: summary[n]["tok_s_median"] / dynamic for n in ("static", "compiled")}}
+
+
+def precision_facts(node, generators: dict, prompts: list[list[int]], args) -> dict:
+    """Per precision: the sampler's mismatch to the float32 learner on its own rollouts (natural
+    length: a forced length masks eos, which is not the policy's distribution), the seconds of one
+    weight refresh (median of 3) and the copy's weight MiB."""
+    import torch
+
+    from policy.logprobs import completion_logprobs, pad_batch
+    from policy.types import SamplingParams
+
+    policy = node.policy
+    facts = {}
+    for name, generator in generators.items():
+        if not name.startswith("hf-"):
+            continue
+        copy = getattr(generator, "sampling_copy", None)
+        params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=0)
+        natural = make_our_generator(policy, "hf", False, args.max_new_tokens, name[3:], sampling_copy=copy)
+        rollouts = [r for g in natural.generate(prompts, args.group_size, params) for r in g]
+        ids, mask, completion = pad_batch([r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts],
+                                          policy.tokenizer.pad_token_id)
+        with torch.no_grad():
+            learner = completion_logprobs(policy.model, ids, mask, completion.shape[1], args.temperature)  # [N, C]
+        behavior = torch.zeros_like(learner)  # [N, C]
+        for i, r in enumerate(rollouts):
+            behavior[i, : len(r.logprobs)] = torch.tensor(r.logprobs)
+        diff = (learner - behavior).abs() * completion  # [N, C]
+        refresh = []
+        for _ in range(3 if copy is not None else 0):
+            t0 = time.perf_counter()
+            copy.refresh(record=False)
+            refresh.append(time.perf_counter() - t0)
+        weights = copy.model if copy is not None else policy.model
+        facts[name] = {"mean_abs_logp_diff": float(diff.sum() / completion.sum()), "max_abs_logp_diff": float(diff.max()),
+                       "tokens": int(completion.sum()), "refresh_s": median(refresh) if refresh else 0.0,
+                       "weights_mib": sum(t.numel() * t.element_size() for t in (*weights.parameters(), *weights.buffers()))
+                       / 2**20}
+    return facts
 
 
 def summarize(runs: dict[str, list[tuple[float, int]]]) -> dict:

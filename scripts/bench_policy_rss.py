@@ -4,7 +4,7 @@ else (scripts/bench_policy.py runs it once per backend, after its own measuremen
 
     .venv/bin/python scripts/bench_policy_rss.py --backend hf --rounds 2 -- <config overrides...>
 
-Prints one JSON line: the trainer process's peak RSS (ru_maxrss, MiB) and, for the vLLM backend,
+Prints one JSON line: the trainer process's peak RSS (VmHWM, MiB) and, for the vLLM backend,
 the peak RSS of every process of the inference server (VmHWM, summed: an upper bound, since each
 process peaks at its own moment), plus the seconds of each round and weight refresh.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import sys
 import tempfile
 import time
@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.model, None, [*args.overrides, "sampling.backend=\"hf\""])
     with tempfile.TemporaryDirectory(prefix="bench-rss-") as run_dir:
         node = Node(cfg, Path(run_dir))
-        generator = make_our_generator(node.policy, args.backend, args.force_length, cfg.sampling.max_new_tokens)
+        copy = getattr(node.generator, "sampling_copy", None)  # the node's own, at sampling.precision
+        generator = make_our_generator(node.policy, args.backend, args.force_length, cfg.sampling.max_new_tokens,
+                                       copy.precision if copy is not None else "fp32", sampling_copy=copy)
         node.use_generator(generator)
         rounds = []
         for k in range(args.rounds):
@@ -71,8 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         server = 0.0
         if args.backend == "vllm":
             server = sum(peak_rss_mib(pid) for pid in process_tree(generator.process.pid))
-        trainer = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(json.dumps({"backend": args.backend, "trainer_peak_rss_mib": trainer, "server_peak_rss_mib": server,
+        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork + exec, so a child of a large process
+        # (scripts/bench_policy.py, holding TRL's model) would report its parent's size
+        trainer = peak_rss_mib(os.getpid())
+        print(json.dumps({"backend": args.backend, "precision": copy.precision if copy is not None else "fp32",
+                          "objective": node.objective.spec, "trainer_peak_rss_mib": trainer, "server_peak_rss_mib": server,
                           "total_peak_rss_mib": trainer + server, "round_seconds": rounds,
                           "refresh_seconds": getattr(generator, "refresh_seconds", [])}))
         node.close()

@@ -145,8 +145,11 @@ def run_trl(node, args, console, n_steps: int, run_ours) -> tuple[list[dict], di
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
         config = GRPOConfig(
             output_dir=tmp,
-            per_device_train_batch_size=P * G,  # one optimizer step = P prompts x G completions
-            gradient_accumulation_steps=1,
+            # one optimizer step = P prompts x G completions, generated at once and backpropagated in
+            # micro-batches of G rows (activations bounded, as our chunked backward bounds ours: all 64
+            # SmolLM2 rows at once would hold ~10 GB of activations)
+            per_device_train_batch_size=G,
+            gradient_accumulation_steps=P,
             num_generations=G,
             max_completion_length=L,
             temperature=cfg.sampling.temperature,
@@ -219,7 +222,8 @@ def run_trl(node, args, console, n_steps: int, run_ours) -> tuple[list[dict], di
         trainer.train()
     info = {"trl_dtypes": probe.summary(), "prompts_identical": prompts_identical,
             "trl_settings": {"version": trl.__version__, "loss_type": "grpo", "beta": 0.0, "num_iterations": 1,
-                             "per_device_train_batch_size": P * G, "gradient_accumulation_steps": 1,
+                             "per_device_train_batch_size": G, "gradient_accumulation_steps": P,
+                             "generation_batch_size": config.generation_batch_size,
                              "num_generations": G, "max_completion_length": L, "bf16": bool(config.bf16),
                              "gradient_checkpointing": False, "optim": "adamw_torch",
                              "min_new_tokens": L if force else None, "use_vllm": False,

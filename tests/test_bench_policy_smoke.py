@@ -17,15 +17,22 @@ def test_bench_policy_quick_writes_json_and_png(tmp_path):
     with_trl = importlib.util.find_spec("trl") is not None
     if not with_trl:
         args.append("--skip-trl")
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "bench_policy.json").read_text())
     assert (tmp_path / "bench_policy.png").stat().st_size > 0
     gen = result["generation"]["batches"]["8"]  # quick: 2 prompts x G=4
-    assert gen["ratio_vs_plain"]["hf"] > 0 and gen["hf"]["tokens"] == gen["plain"]["tokens"] == [8 * 8]
+    for side in ("hf-fp32", "hf-bf16", "hf-int8"):  # every sampling precision, the same work as plain generate
+        assert gen["ratio_vs_plain"][side] > 0 and gen[side]["tokens"] == gen["plain"]["tokens"] == [8 * 8]
     assert "vllm" not in gen  # the tiny model's head dim is not one vLLM's CPU attention supports
+    facts = result["generation"]["precisions"]
+    assert facts["hf-fp32"]["mean_abs_logp_diff"] < 1e-5 < facts["hf-int8"]["mean_abs_logp_diff"]
+    assert facts["hf-int8"]["refresh_s"] > 0 and facts["hf-fp32"]["refresh_s"] == 0
     memory = result["memory"]
-    assert [m["backend"] for m in memory] == ["hf"] and 100 < memory[0]["total_peak_rss_mib"] < 4096
+    assert [(m["config"], m["backend"]) for m in memory] == [("full", "hf"), ("lean", "hf")]
+    assert all(100 < m["total_peak_rss_mib"] < 4096 for m in memory)
+    assert memory[1]["objective"] == "grpo" and "optim.lora_rank=8" in memory[1]["overrides"]
+    assert result["training"]["precision"] == "fp32"  # auto on the tiny model: the learner's own weights
     ours = result["training"]["ours"]
     assert ours["tok_s_median"] > 0 and ours["tokens"] == [2 * 4 * 8]  # prompts x G x max_new_tokens
     assert ours["samples_trained"] == [2 * 4]  # zero-advantage groups are trained too, as TRL does

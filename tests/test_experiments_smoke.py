@@ -77,3 +77,13 @@ def test_exp_peer_failures_quick(tmp_path, monkeypatch):
     assert by["peer4-minpro"]["peer_weight_mean"] < 1.0  # weighted to the sender's policy
     assert all(len(r["pass_rate_by_window"]) == 1 for r in result["results"])
     assert len(list((tmp_path / "cache").glob("tiny-warm-*/warm_start.json"))) == 1  # one warm model, built once
+
+
+def test_exp_precision_quick(tmp_path):
+    result = run_script("exp_precision.py", tmp_path)
+    summary = result["summary"]
+    assert {arm: s["objective"] for arm, s in summary.items() if isinstance(s, dict)} == {
+        "fp32": "grpo", "int8_tis": "tis(grpo)", "int8_uncorrected": "grpo"}
+    assert summary["fp32"]["mean_sampler_logp_diff"] < 1e-5 < summary["int8_tis"]["mean_sampler_logp_diff"]
+    assert summary["int8_tis"]["mean_tis_weight_ess"] > 0 and summary["int8_uncorrected"]["mean_tis_weight_ess"] is None
+    assert all(len(r["rows"]) == result["rounds"] and 0 <= r["final_pass1"] <= 1 for r in result["runs"])
