@@ -116,13 +116,15 @@ class HFGenerator:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P-1]
         cache = DynamicCache(config=self.model.config)
         with torch.no_grad():
-            self.model(
+            # The decoder alone: the prefix's logits are never used, and the output layer on the
+            # sliced last position ([U, 1, d], not contiguous) went through a batched matmul that
+            # copied its whole weight U times (SmolLM2: 8 x 49,152 x 576, seconds per call).
+            self.model.get_decoder()(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
                 past_key_values=cache,
                 use_cache=True,
-                logits_to_keep=1,  # the logits are not needed; keep the [U, P-1, V] tensor from existing
             )
         slot = {index: position for position, index in enumerate(distinct)}
         cache.batch_select_indices(torch.tensor([slot[index] for index in owners], device=device))  # [B, heads, P-1, d] per layer

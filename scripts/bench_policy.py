@@ -307,8 +307,10 @@ def run_benchmarks(node, args, console, vllm, backend: str, round_precision: str
     probe = DtypeProbe(node.model)
     generation = None
     if not args.skip_generation:
-        prompts = [render_prompt(node.policy, t.question) for t in node.source.batch(0, args.prompts)]
-        generation = bench_generation(node, prompts, args.gen_batches, args, console, vllm)
+        tasks = node.source.batch(0, args.prompts)
+        prompts = [render_prompt(node.policy, t.question) for t in tasks]
+        longer = [render_prompt(node.policy, t.question * 2) for t in tasks]  # another prompt length
+        generation = bench_generation(node, prompts, args.gen_batches, args, console, vllm, longer)
         generation["vllm_start_s"] = vllm.start_seconds if vllm else None
         gen_dtypes = probe.summary()["generate"]
         probe.seen["generate"].clear()

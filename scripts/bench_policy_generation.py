@@ -71,8 +71,10 @@ def uptime() -> str:
         return "?"
 
 
-def bench_generation(node, prompts: list[list[int]], batches: list[int], args, console, vllm=None) -> dict:
-    """tok/s per side at each batch size; `prompts` holds enough prompts for the largest batch."""
+def bench_generation(node, prompts: list[list[int]], batches: list[int], args, console, vllm=None,
+                     other_prompts: list[list[int]] | None = None) -> dict:
+    """tok/s per side at each batch size; `prompts` holds enough prompts for the largest batch (and
+    `other_prompts`, as many of another length, for the decode variants)."""
     from policy.generation import eos_token_ids
     from policy.logprobs import pad_batch
     from policy.types import SamplingParams
@@ -125,9 +127,7 @@ def bench_generation(node, prompts: list[list[int]], batches: list[int], args, c
         if args.decode_variants:
             speeds = result["batches"][str(len(largest) * G)]
             best = max((n for n in ours_by_side if n.startswith("hf-")), key=lambda n: speeds[n]["tok_s_median"])
-            result["decode_variants"] = {"model": best, **bench_decode_variants(
-                ours_by_side[best].model, tokenizer, largest, dict(kwargs_for_plain(args, pad_id, eos_ids)), args,
-                console)}
+            result["decode_variants"] = bench_decode_variants(node, best[3:], largest, other_prompts, args, console)
     finally:
         model.train(was_training)
     return result
@@ -142,49 +142,74 @@ def kwargs_for_plain(args, pad_id: int, eos_ids: list[int]) -> dict:
     return kwargs
 
 
-def bench_decode_variants(model, tokenizer, prompts: list[list[int]], kwargs: dict, args, console) -> dict:
-    """Plain `generate` on `model` (our fastest sampler's weights) three ways, interleaved: HF's
-    dynamic KV cache (the default), its static cache, and the static cache with the forward pass
-    under torch.compile (static shapes). The first compiled call pays the compilation (reported
-    apart); a new prompt length or batch size compiles again."""
+def decode_variant(policy, precision: str, force: bool, max_new_tokens: int, static: bool, compiled: bool):
+    """Our generator at `precision` on weights of its own (a new copy; for fp32 a deep copy of the
+    learner, so compiling never touches the model that trains), with HF's static KV cache (the
+    shared prompt prefill needs the dynamic one, so it is off then) and/or a compiled forward."""
+    import copy
+
     import torch
 
-    from policy.logprobs import pad_batch
+    from policy.sampling_copy import SamplingCopy
 
-    repeated = [p for p in prompts for _ in range(args.group_size)]
-    input_ids, attention_mask, _ = pad_batch(repeated, [[] for _ in repeated], kwargs["pad_token_id"])  # [B, P]
-    compiled = torch.compile(model.forward, dynamic=False)
+    base = make_our_generator(policy, "hf", force, max_new_tokens, precision,
+                              sampling_copy=SamplingCopy(policy.model, precision) if precision != "fp32" else None)
 
-    def call(variant: str) -> int:
-        extra = {} if variant == "dynamic" else {"cache_implementation": "static"}
-        if variant == "compiled":
-            model.forward = compiled  # an instance attribute: deleting it restores the class's forward
-        try:
-            with torch.no_grad():
-                out = model.generate(input_ids=input_ids.to(model.device),
-                                     attention_mask=attention_mask.to(model.device), **kwargs, **extra)
-        finally:
-            model.__dict__.pop("forward", None)
-        return (out.shape[1] - input_ids.shape[1]) * out.shape[0]
+    class Variant(type(base)):
+        def _generation_config(self, params):
+            config = super()._generation_config(params)
+            if static:
+                config.cache_implementation = "static"
+            return config
 
-    runs: dict[str, list[tuple[float, int]]] = {"dynamic": [], "static": [], "compiled": []}
-    first_call_s = {}
-    for rep in range(1 + args.gen_reps):
-        for variant in runs:
+        def _shared_prefix_cache(self, prompts, owners):
+            return None if static else super()._shared_prefix_cache(prompts, owners)
+
+    if precision == "fp32":
+        generator = Variant(copy.deepcopy(policy.model), policy.tokenizer)
+    else:
+        generator = Variant(base.sampling_copy, policy.tokenizer)
+    if compiled:  # an instance attribute: generate() calls it; shapes first seen compile (dynamic after a change)
+        generator.model.forward = torch.compile(generator.model.forward)
+    return generator
+
+
+def bench_decode_variants(node, precision: str, prompts: list[list[int]], other_prompts: list[list[int]], args,
+                          console) -> dict:
+    """Our fastest sampler four ways, interleaved: as it runs (dynamic KV cache, shared prompt
+    prefill), with HF's static cache, with torch.compile of the forward pass, with both. The first
+    call pays the compilation; `other_prompts` (another prompt length) then shows what a new shape
+    costs, as a node meets one whenever its prompts are longer or shorter than before."""
+    from policy.types import SamplingParams
+
+    params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    force = not args.natural_length
+    variants = {name: decode_variant(node.policy, precision, force, args.max_new_tokens, static, compiled)
+                for name, static, compiled in (("ours", False, False), ("static", True, False),
+                                               ("compiled", False, True), ("static+compiled", True, True))}
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name in variants}
+    first_call_s, new_length_s = {}, {}
+    for rep in range(2 + args.gen_reps):  # rep 0: first call (compiles), last: another prompt length
+        for name, generator in variants.items():
+            batch = other_prompts if rep == 1 + args.gen_reps else prompts
             t0 = time.perf_counter()
-            tokens = call(variant)
+            tokens = sum(len(r.completion_ids) for g in generator.generate(batch, args.group_size, params) for r in g)
             seconds = time.perf_counter() - t0
-            console.log(f"decode variant {variant:8s} {'warmup' if rep == 0 else f'rep {rep}'}: {tokens} tokens "
-                        f"in {seconds:.2f} s ({tokens / seconds:.1f} tok/s) load {load_average()}")
+            label = "first call" if rep == 0 else "new prompt length" if batch is other_prompts else f"rep {rep}"
+            console.log(f"decode variant {name:15s} {label}: {tokens} tokens in {seconds:.2f} s "
+                        f"({tokens / seconds:.1f} tok/s) load {load_average()}")
             if rep == 0:
-                first_call_s[variant] = seconds
+                first_call_s[name] = seconds
+            elif batch is other_prompts:
+                new_length_s[name] = seconds
             else:
-                runs[variant].append((seconds, tokens))
+                runs[name].append((seconds, tokens))
     summary = {name: {"tok_s_median": median([t / s for s, t in calls]), "tok_s": [t / s for s, t in calls]}
                for name, calls in runs.items()}
-    dynamic = summary["dynamic"]["tok_s_median"]
-    return {"rows": len(repeated), "sides": summary, "first_call_s": first_call_s,
-            "ratio_vs_dynamic": {n: summary[n]["tok_s_median"] / dynamic for n in ("static", "compiled")}}
+    ours = summary["ours"]["tok_s_median"]
+    return {"precision": precision, "rows": len(prompts) * args.group_size, "sides": summary,
+            "first_call_s": first_call_s, "new_prompt_length_s": new_length_s,
+            "ratio_vs_ours": {n: summary[n]["tok_s_median"] / ours for n in summary if n != "ours"}}
 
 
 def precision_facts(node, generators: dict, prompts: list[list[int]], args) -> dict:

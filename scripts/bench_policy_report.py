@@ -30,11 +30,12 @@ def generation_rows(gen: dict, goals: dict) -> list[tuple]:
         rows.append(("    vLLM engine start s (once per node, excluded)", f"{gen['vllm_start_s']:.1f}", "", "", ""))
     variants = gen.get("decode_variants")
     if variants:
-        for name in ("static", "compiled"):
-            rows.append((f"    decode variant on {variants['model']} weights, batch {variants['rows']}: {name} / dynamic "
-                         "cache", f"{variants['sides'][name]['tok_s_median']:.1f}",
-                         f"{variants['sides']['dynamic']['tok_s_median']:.1f}",
-                         f"{variants['ratio_vs_dynamic'][name]:.2f}", f"first call {variants['first_call_s'][name]:.0f} s"))
+        ours = variants["sides"]["ours"]["tok_s_median"]
+        for name, ratio in variants["ratio_vs_ours"].items():
+            rows.append((f"    our {variants['precision']} sampler, batch {variants['rows']}: {name} / as it runs",
+                         f"{variants['sides'][name]['tok_s_median']:.1f}", f"{ours:.1f}", f"{ratio:.2f}",
+                         f"1st call {variants['first_call_s'][name]:.0f} s, new length "
+                         f"{variants['new_prompt_length_s'][name]:.0f} s"))
     return rows
 
 
