@@ -155,10 +155,10 @@ class SwarmConfig(Section):
                                    "flood_cut_rate applies (an honest node publishes at most 100 at once)")
     flood_cut_s: float = Field(300.0, gt=0, description="p2pd: how long a cut origin stays cut (disconnected "
                                "again whenever it reconnects or sends, and never dialed)")
-    conn_low: int = Field(8, ge=1, description="p2pd: below this many connections the node looks for peers "
+    conn_low: int = Field(6, ge=1, description="p2pd: below this many connections the node looks for peers "
                           "(dials its --peers and cached peers, asks the DHT); from it on it does neither, so a "
                           "swarm of thousands costs each node about conn_low..conn_high connections")
-    conn_high: int = Field(16, ge=0, description="p2pd: above this many connections the node closes connections "
+    conn_high: int = Field(12, ge=0, description="p2pd: above this many connections the node closes connections "
                            "down to conn_low (gossip-only peers first, then the newest; GossipSub needs a mesh of "
                            "6); 0 = unbounded: stay connected to every peer met, dial every known peer and ask the "
                            "DHT every round")

@@ -2,7 +2,7 @@
 """Gossip benchmark: three variants side by side, N protocol-only nodes (no model), each a SEPARATE
 PROCESS (scripts/bench_gossip_node.py) on 127.0.0.1, wired through bootstrap addresses (every node
 dials node 0, and from node 2 on one random earlier node). Variants: p2pd (the go-libp2p daemon
-with its default connection bounds, conn_low..conn_high = 8..16), p2pd-unbounded (conn_high=0:
+with its default connection bounds, conn_low..conn_high = 6..12), p2pd-unbounded (conn_high=0:
 connected to every peer it meets, as before the bounds), libp2p (py-libp2p). For every variant
 and every N it measures
 

@@ -98,8 +98,8 @@ def per_node_load(row: dict, pace: float, envelope_bytes: int, hop_ms: float) ->
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, nargs="+", default=[64, 1000, 10000])
-    p.add_argument("--conn-low", type=int, default=8)
-    p.add_argument("--conn-high", type=int, default=16)
+    p.add_argument("--conn-low", type=int, default=6)
+    p.add_argument("--conn-high", type=int, default=12)
     p.add_argument("--samples", type=int, default=50, help="messages (random sources) per size")
     p.add_argument("--pace", type=float, default=4 / 18.0,
                    help="groups/s each node publishes (default: the smollm2 preset, 4 a round of ~18 s)")

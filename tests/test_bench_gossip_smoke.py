@@ -52,5 +52,5 @@ def test_bench_gossip_every_variant_three_nodes(tmp_path: Path) -> None:
         ratios = result["ratios"]["bounded/unbounded"]["3"]
         assert ratios["connections per node: max"] == 1.0  # below the bound both hold every peer
         assert ratios["burst: reach-all p50 ms"] > 0 and ratios["flood: delivery ratio"] == pytest.approx(1.0)
-    assert result["conditions"]["p2pd_bounds"]["conn_high"] == 16
+    assert result["conditions"]["p2pd_bounds"]["conn_high"] == 12
     assert 0 < result["wire"]["ratio_envelope_to_json"] < 1

@@ -62,10 +62,10 @@ def test_bad_bounds_are_named_in_options_and_config():
     with pytest.raises(ValueError, match="conn_high=-1"):
         P2pdOptions(conn_high=-1)
     P2pdOptions(conn_low=9, conn_high=0)  # unbounded: conn_low only matters with a bound
-    with pytest.raises(ConfigError, match="conn_low = 20 exceeds conn_high = 16"):
+    with pytest.raises(ConfigError, match="conn_low = 20 exceeds conn_high = 12"):
         load_config(overrides=["swarm.conn_low=20"])
     cfg = load_config(overrides=["swarm.conn_high=0"])
-    assert (cfg.swarm.conn_low, cfg.swarm.conn_high, cfg.swarm.conn_grace_s) == (8, 0, 20.0)
+    assert (cfg.swarm.conn_low, cfg.swarm.conn_high, cfg.swarm.conn_grace_s) == (6, 0, 20.0)
 
 
 def _connections(transports: list[P2pdTransport]) -> list[int]:

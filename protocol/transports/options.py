@@ -136,8 +136,8 @@ class P2pdOptions:
     flood_cut_rate: float = 80.0
     flood_cut_burst: float = 200.0
     flood_cut_s: float = 300.0
-    conn_low: int = 8
-    conn_high: int = 16
+    conn_low: int = 6
+    conn_high: int = 12
     conn_grace_s: float = 20.0
 
     def __post_init__(self) -> None:
