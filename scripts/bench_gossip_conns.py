@@ -27,9 +27,9 @@ def connection_figures(statuses: dict[int, dict]) -> dict[str, Any]:
             "rss_mb_mean": statistics.fmean(rss), "rss_mb_max": max(rss)}
 
 
-# Seen at N=64 in 2 of 4 runs measured 45 s after the start: every group of the last node to join
-# reached all in ~0.55 s instead of ~0.1 s, as if its mesh were empty and its groups left through
-# gossip (IHAVE/IWANT at the next 1 s heartbeat). The likely cause: GossipSub (go-libp2p-pubsub
+# Seen at N=64 in 3 of 5 runs measured 45 s after the start (bounds 8..16): every group of the
+# last node to join reached all in ~0.55 s instead of ~0.1 s, as if its mesh were empty and its
+# groups left through gossip (IHAVE/IWANT at the next 1 s heartbeat). The likely cause: GossipSub (go-libp2p-pubsub
 # 0.10) backs a pruned mesh link off for a minute on both sides and keeps the backoff across
 # reconnects; during the join churn, grafts to peers whose mesh is full are pruned, and a node
 # left connected only to such peers cannot graft until the minute is over. So the settled mesh is
