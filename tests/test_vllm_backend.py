@@ -164,12 +164,12 @@ def test_bench_policy_measures_the_vllm_backend(tmp_path):
     env = {**os.environ, "SWARM_NODE_VLLM_PYTHON": str(VLLM_PYTHON)}
     command = [sys.executable, str(ROOT / "scripts" / "bench_policy.py"), "--prompts", "1", "--group-size", "2",
                "--max-new-tokens", "4", "--steps", "1", "--gen-reps", "1", "--skip-trl", "--skip-rss", "--backend", "vllm",
-               "--out", str(tmp_path)]
+               "--precisions", "fp32", "--no-decode-variants", "--out", str(tmp_path)]
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads((tmp_path / "bench_policy.json").read_text())
     gen = result["generation"]["batches"]["2"]
-    assert gen["vllm"]["tokens"] == gen["hf"]["tokens"] == gen["plain"]["tokens"] == [2 * 4]
+    assert gen["vllm"]["tokens"] == gen["hf-fp32"]["tokens"] == gen["plain"]["tokens"] == [2 * 4]
     assert gen["ratio_vs_plain"]["vllm"] > 0 and result["generation"]["vllm_start_s"] > 0
     training = result["training"]
     assert training["backend"] == "vllm" and training["ours"]["tokens"] == [2 * 4]
