@@ -162,7 +162,9 @@ class TokenSampler(LogitsProcessor):
         self.per_step: list[Tensor] = []  # one [B] tensor per generated column
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        scaled = scores.float() * self.inverse_temperature  # [B, V], a new tensor
+        scaled = scores.float()  # [B, V]; HF hands over float32 logits of its own: no copy
+        if self.inverse_temperature != 1.0:
+            scaled = scaled * self.inverse_temperature  # [B, V], a new tensor
         log_normalizer = scaled.logsumexp(-1, keepdim=True)  # [B, 1]
         if self.temperature > 0:
             cumulative = (scaled - log_normalizer).exp_().cumsum_(-1)  # [B, V]
@@ -173,7 +175,8 @@ class TokenSampler(LogitsProcessor):
         else:
             token = scaled.argmax(-1, keepdim=True)  # [B, 1]
         self.per_step.append((scaled.gather(1, token) - log_normalizer).squeeze(1))  # [B]
-        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)  # [B, V]
+        # in place (scaled may be scores itself, it is read no more): no new [B, V] tensor per step
+        return scores.fill_(float("-inf")).scatter_(1, token, 0.0)  # [B, V]
 
     def finish(self, new_tokens: Tensor) -> Tensor:
         """Log-probs [B, S] for the generated tokens [B, S] returned by `generate` (rows that

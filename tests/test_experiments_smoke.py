@@ -81,9 +81,10 @@ def test_exp_peer_failures_quick(tmp_path, monkeypatch):
 
 def test_exp_precision_quick(tmp_path):
     result = run_script("exp_precision.py", tmp_path)
-    summary = result["summary"]
-    assert {arm: s["objective"] for arm, s in summary.items() if isinstance(s, dict)} == {
+    summary = result["summary"]["arms"]
+    assert {arm: s["objective"] for arm, s in summary.items()} == {
         "fp32": "grpo", "int8_tis": "tis(grpo)", "int8_uncorrected": "grpo"}
+    assert set(result["summary"]["within_one_std_of_fp32"]) == {"int8_tis", "int8_uncorrected"}
     assert summary["fp32"]["mean_sampler_logp_diff"] < 1e-5 < summary["int8_tis"]["mean_sampler_logp_diff"]
     assert summary["int8_tis"]["mean_tis_weight_ess"] > 0 and summary["int8_uncorrected"]["mean_tis_weight_ess"] is None
     assert all(len(r["rows"]) == result["rounds"] and 0 <= r["final_pass1"] <= 1 for r in result["runs"])

@@ -223,12 +223,12 @@ def test_model_generation_defaults_do_not_change_sampling():
     assert not generator._generation_config(params).do_sample  # TokenSampler draws: HF's warpers (top_k=50) never run
 
 
-def test_token_sampler_draws_exactly_from_the_tempered_softmax():
+@pytest.mark.parametrize("temperature", [0.7, 1.0])  # 1.0: the path that scales nothing
+def test_token_sampler_draws_exactly_from_the_tempered_softmax(temperature):
     """The inverse-CDF draw is the categorical distribution softmax(logits / T): 200,000 rows of one
     fixed 50-entry distribution (one entry at probability 0) against its probabilities, chi-square
     with 48 degrees of freedom (p = 0.001 quantile: 84.0); each recorded log-prob is its token's."""
     torch.manual_seed(0)
-    temperature = 0.7
     logits = torch.randn(50) * 2
     logits[7] = float("-inf")
     sampler = TokenSampler(temperature)
