@@ -169,187 +169,236 @@ def cpu_s_with_children() -> float:
     return time.process_time() + sum(_proc_cpu_s(p) for p in _descendants(os.getpid()))
 
 
-def main(cfg_path: str) -> int:
-    t_proc = time.time()
-    cfg = json.loads(Path(cfg_path).read_text())
-    # Control channel = the real stdout; anything a library prints goes to stderr (the log file).
-    ctl = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    out_lock = threading.Lock()
+class ControlChannel:
+    """JSON lines to the coordinator on the real stdout; anything a library prints goes to stderr
+    (the node's log file)."""
 
-    def emit(**event: Any) -> None:
+    def __init__(self) -> None:
+        self.out = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        self.lock = threading.Lock()
+
+    def emit(self, **event: Any) -> None:
         line = json.dumps(event, separators=(",", ":"))
-        with out_lock:
+        with self.lock:
             try:
-                ctl.write(line + "\n")
-                ctl.flush()
+                self.out.write(line + "\n")
+                self.out.flush()
             except (BrokenPipeError, ValueError):
                 os._exit(4)  # coordinator gone
 
-    def watchdog() -> None:  # hard deadline: never outlive the benchmark
-        time.sleep(max(1.0, cfg["deadline"] - time.time()))
+
+def start_watchdog(deadline: float) -> None:
+    """Hard deadline: the node never outlives the benchmark."""
+    def watchdog() -> None:
+        time.sleep(max(1.0, deadline - time.time()))
         sys.stderr.write("bench_gossip node: hard deadline reached, exiting\n")
         sys.stderr.flush()
         os._exit(3)
 
     threading.Thread(target=watchdog, daemon=True).start()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format=f"%(asctime)s node{cfg['index']} %(name)s %(levelname)s %(message)s")
 
-    from protocol import Ingress, NodeIdentity, Outbox, RateLimits
 
-    t_imported = time.time()
-    roll_topic, flood_topic = topics()
-    identity = NodeIdentity.from_seed(bytes.fromhex(cfg["seed"]))
-    my_topics = [roll_topic] + ([flood_topic] if cfg["flood_target"] else [])
-    try:
-        transport = make_transport(cfg["transport"], identity.private_seed(), cfg["listen"], cfg["bootstrap"],
-                                   my_topics)
-        transport.start()
-    except Exception as e:  # noqa: BLE001 - reported to the coordinator, which names the node and its log
-        emit(ev="error", error=f"{type(e).__name__}: {e}")
-        return 2
-    t_listening = time.time()
+class FloodCounters:
+    """What the flood phase received and verified, guarded by one lock (drain thread vs commands)."""
 
-    outbox = Outbox(identity)
-    base = cfg["index"] * 100
-    templates = [build_group(base + k, base + k) for k in range(N_TEMPLATES)]
-    flood_templates = [build_group(base + k, base + k, FLOOD_COMPLETIONS) for k in range(N_TEMPLATES)]
-    ingress = Ingress()  # production defaults (rate limits included) for the latency phases
-    lifted = RateLimits(messages_per_s=1e9, message_burst=1e9, bytes_per_s=1e12, byte_burst=1e12)
-    flood_ingress = Ingress(rate_limits=lifted)  # as protocol/bench.py: the cost, not the policy
-    poll = cfg["poll_ms"] / 1000.0
-    stop = threading.Event()
-    flood_lock = threading.Lock()
-    flood: dict[str, Any] = {}
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.values: dict[str, Any] = {}
+        self.reset()
 
-    def flood_reset() -> None:
-        with flood_lock:
-            flood.clear()
-            flood.update(ok=0, bad=0, rx=0, first_rx=None, last_rx=None, first_done=None, last_done=None,
-                         busy_s=0.0, max_backlog=0, batches=0)
+    def reset(self) -> None:
+        with self.lock:
+            self.values = dict(ok=0, bad=0, rx=0, first_rx=None, last_rx=None, first_done=None, last_done=None,
+                               busy_s=0.0, max_backlog=0, batches=0)
 
-    flood_reset()
+    def received(self, items: list) -> None:
+        first, last = min(it.received_at for it in items), max(it.received_at for it in items)
+        with self.lock:
+            v = self.values
+            v["max_backlog"] = max(v["max_backlog"], len(items))
+            v["batches"] += 1
+            v["rx"] += len(items)
+            v["first_rx"] = min(v["first_rx"] or first, first)
+            v["last_rx"] = max(v["last_rx"] or last, last)
 
-    def drain_loop() -> None:
-        while not stop.is_set():
+    def verified(self, ok: bool, seconds: float) -> None:
+        now = time.time()
+        with self.lock:
+            v = self.values
+            v["busy_s"] += seconds
+            v["ok" if ok else "bad"] += 1
+            v["first_done"] = v["first_done"] or now
+            v["last_done"] = now
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return dict(self.values)
+
+
+class BenchNode:
+    """The transport, its verifying ingresses and the coordinator's commands (one method each)."""
+
+    def __init__(self, cfg: dict, transport: Any, identity: Any, control: ControlChannel) -> None:
+        from protocol import Ingress, Outbox, RateLimits
+
+        self.cfg, self.transport, self.emit = cfg, transport, control.emit
+        self.roll_topic, self.flood_topic = topics()
+        self.my_topics = [self.roll_topic] + ([self.flood_topic] if cfg["flood_target"] else [])
+        self.outbox = Outbox(identity)
+        base = cfg["index"] * 100
+        self.templates = [build_group(base + k, base + k) for k in range(N_TEMPLATES)]
+        self.flood_templates = [build_group(base + k, base + k, FLOOD_COMPLETIONS) for k in range(N_TEMPLATES)]
+        self.ingress = Ingress()  # production defaults (rate limits included) for the latency phases
+        lifted = RateLimits(messages_per_s=1e9, message_burst=1e9, bytes_per_s=1e12, byte_burst=1e12)
+        self.flood_ingress = Ingress(rate_limits=lifted)  # as protocol/bench.py: the cost, not the policy
+        self.flood = FloodCounters()
+        self.flood_sealed: list[bytes] = []
+        self.stop = threading.Event()
+
+    def drain_loop(self) -> None:
+        poll = self.cfg["poll_ms"] / 1000.0
+        while not self.stop.is_set():
             got = 0
-            for item in transport.drain(roll_topic):
+            for item in self.transport.drain(self.roll_topic):
                 got += 1
-                if ingress.accept_received(item) is not None:
-                    emit(ev="rx", d=digest(item.data), t=time.time(), tr=item.received_at)
-            if cfg["flood_target"]:
-                items = transport.drain(flood_topic)
+                if self.ingress.accept_received(item) is not None:
+                    self.emit(ev="rx", d=digest(item.data), t=time.time(), tr=item.received_at)
+            if self.cfg["flood_target"]:
+                items = self.transport.drain(self.flood_topic)
                 if items:
                     got += len(items)
-                    with flood_lock:
-                        flood["max_backlog"] = max(flood["max_backlog"], len(items))
-                        flood["batches"] += 1
-                        flood["rx"] += len(items)
-                        first, last = min(it.received_at for it in items), max(it.received_at for it in items)
-                        flood["first_rx"] = min(flood["first_rx"] or first, first)
-                        flood["last_rx"] = max(flood["last_rx"] or last, last)
+                    self.flood.received(items)
                     for item in items:
                         t0 = time.perf_counter()
-                        ok = flood_ingress.accept_received(item) is not None
-                        dt = time.perf_counter() - t0
-                        now = time.time()
-                        with flood_lock:
-                            flood["busy_s"] += dt
-                            flood["ok" if ok else "bad"] += 1
-                            flood["first_done"] = flood["first_done"] or now
-                            flood["last_done"] = now
+                        ok = self.flood_ingress.accept_received(item) is not None
+                        self.flood.verified(ok, time.perf_counter() - t0)
             if not got:
-                stop.wait(poll)
+                self.stop.wait(poll)
 
-    def status() -> dict[str, Any]:
+    def status(self) -> dict[str, Any]:
         mesh: dict[str, int] | None = None
         muxers: dict[str, int] = {}
-        if cfg["transport"] == "libp2p":  # read-only peeks into py-libp2p, best effort from another thread
+        if self.cfg["transport"] == "libp2p":  # read-only peeks into py-libp2p, best effort from another thread
             try:
-                router = transport._router
-                mesh = {t: len(router.mesh.get(t, ())) for t in my_topics}
-                for conns in list(transport._host.get_network().connections.values()):
+                router = self.transport._router
+                mesh = {t: len(router.mesh.get(t, ())) for t in self.my_topics}
+                for conns in list(self.transport._host.get_network().connections.values()):
                     for conn in list(conns):
                         name = str(getattr(getattr(conn, "muxed_conn", conn), "negotiated_muxer_protocol", "?"))
                         muxers[name] = muxers.get(name, 0) + 1
             except Exception:  # noqa: BLE001
                 pass
-        return dict(peers=len(transport.peers()), mesh=mesh, stats=transport.stats(), cpu=cpu_s_with_children(),
-                    muxers=muxers, rss_mb=rss_mb_with_children())
+        return dict(peers=len(self.transport.peers()), mesh=mesh, stats=self.transport.stats(),
+                    cpu=cpu_s_with_children(), muxers=muxers, rss_mb=rss_mb_with_children())
 
-    def publish_job(topic: str, n: int, spacing: float, tag: str) -> None:
-        sealed = [outbox.seal(templates[k % N_TEMPLATES]) for k in range(n)]
+    def publish_job(self, topic: str, n: int, spacing: float, tag: str) -> None:
+        sealed = [self.outbox.seal(self.templates[k % N_TEMPLATES]) for k in range(n)]
         records = []
         for k, data in enumerate(sealed):
             t = time.time()
-            transport.publish(topic, data)
+            self.transport.publish(topic, data)
             records.append([digest(data), t])
             if spacing and k + 1 < n:
                 time.sleep(spacing)
-        emit(ev="published", tag=tag, items=records, size=len(sealed[0]) if sealed else 0)
+        self.emit(ev="published", tag=tag, items=records, size=len(sealed[0]) if sealed else 0)
 
-    flood_sealed: list[bytes] = []
-
-    def flood_job() -> None:
-        base_published = transport.stats().get("published", 0)
+    def flood_job(self) -> None:
+        stats = self.transport.stats
+        base_published = stats().get("published", 0)
         t0 = time.time()
-        for data in flood_sealed:
-            transport.publish(flood_topic, data)
+        for data in self.flood_sealed:
+            self.transport.publish(self.flood_topic, data)
         t_queued = time.time()
         deadline = time.monotonic() + 60.0
-        while (transport.stats().get("published", 0) < base_published + len(flood_sealed)
-               and time.monotonic() < deadline):
+        while stats().get("published", 0) < base_published + len(self.flood_sealed) and time.monotonic() < deadline:
             time.sleep(0.005)
-        emit(ev="flood_sent", n=len(flood_sealed), t0=t0, t_queued=t_queued, t_pumped=time.time(),
-             pumped=transport.stats().get("published", 0) - base_published)
+        self.emit(ev="flood_sent", n=len(self.flood_sealed), t0=t0, t_queued=t_queued, t_pumped=time.time(),
+                  pumped=stats().get("published", 0) - base_published)
 
-    threading.Thread(target=drain_loop, daemon=True).start()
-    emit(ev="ready", peer_id=transport.peer_id, addrs=transport.listen_addrs(), t=time.time(), t_proc=t_proc,
-         import_s=t_imported - t_proc, listen_s=t_listening - t_imported)
-    code = 0
-    try:
-        for line in sys.stdin:  # EOF (coordinator gone) ends the node
-            cmd = json.loads(line)
-            c = cmd["cmd"]
-            if c == "status":
-                emit(ev="status", **status())
-            elif c == "publish":
-                topic = flood_topic if cmd.get("topic") == FLOOD_KIND else roll_topic
-                threading.Thread(target=publish_job, daemon=True,
-                                 args=(topic, int(cmd["n"]), float(cmd.get("spacing", 0)), cmd.get("tag", ""))
-                                 ).start()
-            elif c == "flood_prepare":
-                flood_sealed[:] = [outbox.seal(flood_templates[k % N_TEMPLATES]) for k in range(int(cmd["n"]))]
-                emit(ev="flood_ready", n=len(flood_sealed), size=len(flood_sealed[0]) if flood_sealed else 0)
-            elif c == "flood_go":
-                threading.Thread(target=flood_job, daemon=True).start()
-            elif c == "flood_reset":
-                flood_reset()
-                emit(ev="flood_reset")
-            elif c == "flood_report":
-                with flood_lock:
-                    snap = dict(flood)
-                emit(ev="flood_report", **snap, rejected=dict(flood_ingress.snapshot().rejected_by_reason))
-            elif c == "report":
-                snap = ingress.snapshot()
-                emit(ev="report", accepted=snap.accepted, rejected=dict(snap.rejected_by_reason), **status())
-            elif c == "dial":
-                emit(ev="dialed", error=dial(transport, cmd["addr"]))
-            elif c == "quit":
-                break
-    except Exception as e:  # noqa: BLE001
-        sys.stderr.write(f"node command loop failed: {type(e).__name__}: {e}\n")
-        code = 5
-    finally:
-        stop.set()
-        t0 = time.time()
-        transport.close()
+    # the coordinator's commands; "quit" and EOF end the loop in serve()
+    def cmd_status(self, cmd: dict) -> None:
+        self.emit(ev="status", **self.status())
+
+    def cmd_publish(self, cmd: dict) -> None:
+        topic = self.flood_topic if cmd.get("topic") == FLOOD_KIND else self.roll_topic
+        args = (topic, int(cmd["n"]), float(cmd.get("spacing", 0)), cmd.get("tag", ""))
+        threading.Thread(target=self.publish_job, daemon=True, args=args).start()
+
+    def cmd_flood_prepare(self, cmd: dict) -> None:
+        self.flood_sealed = [self.outbox.seal(self.flood_templates[k % N_TEMPLATES]) for k in range(int(cmd["n"]))]
+        size = len(self.flood_sealed[0]) if self.flood_sealed else 0
+        self.emit(ev="flood_ready", n=len(self.flood_sealed), size=size)
+
+    def cmd_flood_go(self, cmd: dict) -> None:
+        threading.Thread(target=self.flood_job, daemon=True).start()
+
+    def cmd_flood_reset(self, cmd: dict) -> None:
+        self.flood.reset()
+        self.emit(ev="flood_reset")
+
+    def cmd_flood_report(self, cmd: dict) -> None:
+        self.emit(ev="flood_report", **self.flood.snapshot(),
+                  rejected=dict(self.flood_ingress.snapshot().rejected_by_reason))
+
+    def cmd_report(self, cmd: dict) -> None:
+        snap = self.ingress.snapshot()
+        self.emit(ev="report", accepted=snap.accepted, rejected=dict(snap.rejected_by_reason), **self.status())
+
+    def cmd_dial(self, cmd: dict) -> None:
+        self.emit(ev="dialed", error=dial(self.transport, cmd["addr"]))
+
+    def serve(self) -> int:
+        """Run commands from stdin until quit or EOF (coordinator gone); close the transport."""
+        code = 0
         try:
-            emit(ev="bye", close_s=time.time() - t0)
-        except Exception:  # noqa: BLE001
-            pass
-    return code
+            for line in sys.stdin:
+                cmd = json.loads(line)
+                if cmd["cmd"] == "quit":
+                    break
+                handler = getattr(self, f"cmd_{cmd['cmd']}", None)
+                if handler is not None:
+                    handler(cmd)
+        except Exception as e:  # noqa: BLE001
+            sys.stderr.write(f"node command loop failed: {type(e).__name__}: {e}\n")
+            code = 5
+        finally:
+            self.stop.set()
+            t0 = time.time()
+            self.transport.close()
+            try:
+                self.emit(ev="bye", close_s=time.time() - t0)
+            except Exception:  # noqa: BLE001
+                pass
+        return code
+
+
+def main(cfg_path: str) -> int:
+    t_proc = time.time()
+    cfg = json.loads(Path(cfg_path).read_text())
+    control = ControlChannel()
+    start_watchdog(cfg["deadline"])
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s node{cfg['index']} %(name)s %(levelname)s %(message)s")
+
+    from protocol import NodeIdentity
+
+    t_imported = time.time()
+    identity = NodeIdentity.from_seed(bytes.fromhex(cfg["seed"]))
+    roll_topic, flood_topic = topics()
+    try:
+        transport = make_transport(cfg["transport"], identity.private_seed(), cfg["listen"], cfg["bootstrap"],
+                                   [roll_topic] + ([flood_topic] if cfg["flood_target"] else []))
+        transport.start()
+    except Exception as e:  # noqa: BLE001 - reported to the coordinator, which names the node and its log
+        control.emit(ev="error", error=f"{type(e).__name__}: {e}")
+        return 2
+    t_listening = time.time()
+    node = BenchNode(cfg, transport, identity, control)
+    threading.Thread(target=node.drain_loop, daemon=True).start()
+    control.emit(ev="ready", peer_id=transport.peer_id, addrs=transport.listen_addrs(), t=time.time(), t_proc=t_proc,
+                 import_s=t_imported - t_proc, listen_s=t_listening - t_imported)
+    return node.serve()
 
 
 if __name__ == "__main__":
