@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork + exec, so a child of a large process
         # (scripts/bench_policy.py, holding TRL's model) would report its parent's size
         trainer = peak_rss_mib(os.getpid())
-        print(json.dumps({"backend": args.backend, "precision": copy.precision if copy is not None else "fp32",
+        # no copy: the learner's own weights sample, at the model's dtype
+        sampler = copy.precision if copy is not None else f"learner {cfg.model.dtype}"
+        print(json.dumps({"backend": args.backend, "precision": sampler,
                           "objective": node.objective.spec, "trainer_peak_rss_mib": trainer, "server_peak_rss_mib": server,
                           "total_peak_rss_mib": trainer + server, "round_seconds": rounds,
                           "refresh_seconds": getattr(generator, "refresh_seconds", [])}))
