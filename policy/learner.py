@@ -12,6 +12,9 @@ One call of `Learner.update` is one round's training:
   4. `epochs` passes over `minibatches` shuffled minibatches, one optimizer step each, so ratios
      really leave 1 after the first step. This node's samples get the local objective, peers'
      samples the external one (per tier, for the statistics); one aggregation over both.
+     A minibatch above `backward_chunk_tokens` trains in row chunks, each backpropagating its
+     share of the loss at once (every aggregation is linear in the per-token term): one forward
+     per row, the activations of one chunk alive at a time.
 
 A peer's claimed log-probs are bounded before any objective sees them: b >= l^old token by token
 (`bound_claims`), so no claim can weigh a peer's token more than the ratio-1 treatment of the same
@@ -172,9 +175,15 @@ class Learner:
             behavior[row, :n] = apply_alignment(sample.alignment, prox[row, :n])  # [n]
 
     def _loss(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """This node's rows through the local objective, each tier's peer rows through the external
-        one; one aggregation (the local objective's) over the whole minibatch. Our rows also report
-        the sampler's mismatch to the learner (sampler_logp_diff, sampler_kl)."""
+        """One aggregation (the local objective's) of every row's per-token term over the whole
+        minibatch x, rows tiered by `tier` [b]; the statistics."""
+        term, mask, stats = self._terms(x, tier)  # [b, C], [b, C]
+        return self.objective.aggregate(term, dataclasses.replace(x, mask=mask)), stats
+
+    def _terms(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """Per-token terms [b, C]: this node's rows through the local objective, each tier's peer rows
+        through the external one; the mask [b, C] after row filters; statistics. Our rows also
+        report the sampler's mismatch to the learner (sampler_logp_diff, sampler_kl)."""
         term = torch.zeros_like(x.logp)  # [b, C]
         mask = x.mask.clone()  # [b, C]
         stats: dict[str, float] = {}
@@ -194,7 +203,7 @@ class Learner:
             if sub is not part:  # the objective filters rows
                 part_stats["filtered_frac"] = filtered
             stats.update({prefix + k: v for k, v in part_stats.items()})
-        return self.objective.aggregate(term, dataclasses.replace(x, mask=mask)), stats
+        return term, mask, stats
 
     def _fits(self, sample: TrainSample, prompt_cap: int) -> bool:
         """Can a peer's sample join the batch without growing it beyond what our own could be?"""
@@ -335,30 +344,80 @@ class Learner:
 
     def _step(self, batch: _Batch, idx: torch.Tensor) -> dict[str, float]:
         """One optimizer step on the batch rows `idx` [b]; the step's statistics."""
-        ids, am, n_completion = batch.input_ids[idx], batch.attention_mask[idx], batch.n_completion  # [b, P+C]
-        chunks = self._backward_chunks(ids.shape)
-        if chunks == 1:
-            logp = self._logprobs(ids, am, n_completion)  # [b, C]
-        else:  # the loss sees every row at once; the model's backward runs chunk by chunk below
-            with torch.no_grad():
-                logp = self._chunked_logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
+        chunks = self._backward_chunks(batch.input_ids[idx].shape)
+        self.optimizer.zero_grad(set_to_none=True)
+        if chunks > 1 and not (self.objective.filters_rows or self.external_objective.filters_rows):
+            loss, step_stats = self._backward_by_chunk(batch, idx, chunks)
+        else:
+            loss, step_stats = self._backward_whole(batch, idx, chunks)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+        self.optimizer.step()
+        self.policy_version += 1
+        return {**step_stats, "loss": loss, "grad_norm": float(grad_norm)}
+
+    def _inputs(self, batch: _Batch, idx: torch.Tensor, logp: torch.Tensor) -> tuple[LossInputs, float | None]:
+        """The loss inputs of the batch rows `idx` [b] with their log-probs logp [b, C]; the fraction
+        of peers' claimed tokens bounded (None: none claimed)."""
         old = batch.old_logp[idx] if batch.old_logp is not None else logp.detach()  # [b, C]
         beh, old, bounded_frac = resolve_claims(batch.behavior[idx], old, batch.tier[idx], batch.loss_mask[idx],
                                                 self.off_policy.proximal)  # [b, C], [b, C]
         x = LossInputs(logp=logp, old_logp=old, behavior_logp=beh, mask=batch.loss_mask[idx],
                        advantages=batch.advantages[idx], completion_budget=self.completion_budget,
                        row_weight=batch.row_weight[idx])
-        loss, step_stats = self._loss(x, batch.tier[idx])
+        return x, bounded_frac
+
+    def _backward_whole(self, batch: _Batch, idx: torch.Tensor, chunks: int) -> tuple[float, dict[str, float]]:
+        """The loss over all rows `idx` [b] at once, then the model's backward in `chunks` row chunks
+        (more than 1: every row's log-probs first without grad, then again with grad per chunk: an
+        extra forward, the price of a row filter that reads the whole batch). Returns (loss, stats)."""
+        ids, am, n_completion = batch.input_ids[idx], batch.attention_mask[idx], batch.n_completion  # [b, P+C]
+        if chunks == 1:
+            logp = self._logprobs(ids, am, n_completion)  # [b, C]
+        else:
+            with torch.no_grad():
+                logp = self._chunked_logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
+        x, bounded_frac = self._inputs(batch, idx, logp)
+        loss, stats = self._loss(x, batch.tier[idx])
         if bounded_frac is not None:
-            step_stats["ext_claims_bounded_frac"] = bounded_frac
-        self.optimizer.zero_grad(set_to_none=True)
+            stats["ext_claims_bounded_frac"] = bounded_frac
         loss.backward()
         if chunks > 1:
             self._backward_through_model(ids, am, n_completion, logp.grad, chunks)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
-        self.optimizer.step()
-        self.policy_version += 1
-        return {**step_stats, "loss": float(loss.detach()), "grad_norm": float(grad_norm)}
+        return float(loss.detach()), stats
+
+    def _backward_by_chunk(self, batch: _Batch, idx: torch.Tensor, chunks: int) -> tuple[float, dict[str, float]]:
+        """The loss and the model's backward chunk by chunk, one forward per row: every aggregation is
+        linear in the per-token term, with weights dL/dterm that depend only on the masks, row weights
+        and budget, so each chunk's share of the loss is known before any log-prob is. The sum of the
+        shares is the loss over all rows, and so are the accumulated gradients (to float rounding).
+        Statistics are averaged over the chunks, weighted by their trainable tokens."""
+        weights = self._aggregation_weights(batch, idx)  # [b, C]
+        loss, sums, norms = 0.0, {}, {}
+        for rows in torch.arange(idx.shape[0], device=idx.device).chunk(chunks):
+            sub = idx[rows]  # [b']
+            logp = self._logprobs(batch.input_ids[sub], batch.attention_mask[sub], batch.n_completion)  # [b', C]
+            x, bounded_frac = self._inputs(batch, sub, logp)
+            term, mask, stats = self._terms(x, batch.tier[sub])  # [b', C], [b', C]
+            share = (weights[rows] * torch.where(mask > 0, term, torch.zeros_like(term))).sum()  # []
+            share.backward()
+            loss += float(share.detach())
+            if bounded_frac is not None:
+                stats["ext_claims_bounded_frac"] = bounded_frac
+            tokens = float(mask.sum())
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + value * tokens
+                norms[key] = norms.get(key, 0.0) + tokens
+        return loss, {key: sums[key] / norms[key] for key in sums if norms[key] > 0}
+
+    def _aggregation_weights(self, batch: _Batch, idx: torch.Tensor) -> torch.Tensor:
+        """dL/dterm [b, C] of the local objective's aggregation over the rows `idx` [b] (0 off the mask)."""
+        mask = batch.loss_mask[idx]  # [b, C]
+        probe = torch.zeros_like(mask, requires_grad=True)  # [b, C] stands for the per-token term
+        x = LossInputs(logp=probe.detach(), old_logp=probe.detach(), behavior_logp=probe.detach(), mask=mask,
+                       advantages=batch.advantages[idx], completion_budget=self.completion_budget,
+                       row_weight=batch.row_weight[idx])
+        self.objective.aggregate(probe, x).backward()
+        return probe.grad  # [b, C]
 
 
 @dataclasses.dataclass

@@ -138,6 +138,12 @@ class Objective(ObjectiveKnobs):
         """Reduce the per-token term to a scalar; token-mean unless the objective says otherwise."""
         return masked_token_mean(term, x.mask, x.row_weight)
 
+    @property
+    def filters_rows(self) -> bool:
+        """Does row_keep ever drop a row? Then the aggregation's denominators depend on every row's
+        current log-probs (the learner cannot aggregate row chunks independently)."""
+        return False
+
     def row_keep(self, x: LossInputs) -> Tensor | None:
         """Rows to train on, [B] bool, or None to keep every row. A dropped row's mask is zeroed
         before aggregation (see apply_row_keep), so it gets no gradient and leaves every
@@ -339,6 +345,10 @@ class FTis(FTisKnobs, Objective):
         k3 = torch.where(x.mask > 0, k3, torch.zeros_like(k3))  # [B, T]
         return k3.sum(-1) / x.mask.sum(-1).clamp_min(1.0)  # [B]
 
+    @property
+    def filters_rows(self) -> bool:
+        return True
+
     def row_keep(self, x: LossInputs) -> Tensor | None:
         """Drop rows with A_i < 0 and k_i > kl_max; keep the rest [B]."""
         return ~((x.advantages < 0) & (self.sequence_kl(x) > self.kl_max))  # [B]
@@ -373,6 +383,10 @@ class Wrapper(WrapperKnobs, Objective):
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
         return self.inner.aggregate(term, x)
+
+    @property
+    def filters_rows(self) -> bool:
+        return self.inner.filters_rows
 
     def row_keep(self, x: LossInputs) -> Tensor | None:
         return self.inner.row_keep(x)

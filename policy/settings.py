@@ -48,8 +48,8 @@ class OptimConfig(BaseModel):
     skip_zero_advantage: bool = Field(True, description="drop groups whose advantages are all 0 (no signal)")
     backward_chunk_tokens: int = Field(1024, ge=0, description="a minibatch above this many tokens (rows x padded "
                                        "length) backpropagates in row chunks of at most this size: the same "
-                                       "gradient with bounded activation memory, for one extra no-grad forward "
-                                       "pass; 0 = never chunk")
+                                       "gradient with bounded activation memory (an objective that filters rows, "
+                                       "ftis, pays one extra no-grad forward pass for it); 0 = never chunk")
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning; > 0 wraps the model with peft LoRA")
     lora_alpha: int = Field(16, description="LoRA scaling")
     lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],

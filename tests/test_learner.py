@@ -98,13 +98,27 @@ def test_tiny_preset_learns_from_scratch(tmp_path):
     assert last >= max(3 * first, 0.5), (first, last)
 
 
-@pytest.mark.parametrize("objective", ["grpo", "dapo", "gspo"])
-def test_chunked_backward_gives_the_same_step(objective):
-    """backward_chunk_tokens splits the model's backward into row chunks after the loss saw the
-    whole minibatch: same loss, same statistics and (to float rounding) the same weights after the
-    step as one backward over all rows."""
+def peer_group(rewards, completion_len=3, tier=0):
+    """A peer's group (tier 0: its claimed log-probs, which the learner bounds by ours)."""
+    return TrainGroup(samples=[
+        TrainSample(prompt_ids=PROMPT, completion_ids=[4 + (i + t) % 9 for t in range(completion_len)],
+                    behavior_logprobs=[-1.5 - 0.5 * t for t in range(completion_len)], reward=r, tier=tier)
+        for i, r in enumerate(rewards)])
+
+
+# ftis filters rows (its denominators read every row's current log-probs): the loss sees the whole
+# minibatch, then the backward runs chunk by chunk; every other objective aggregates chunk by chunk
+@pytest.mark.parametrize("objective,external", [("grpo", None), ("dapo", None), ("gspo", None), ("dr_grpo", None),
+                                                ("cispo", None), ("minpro", None), ("prefix", None),
+                                                ("tis(grpo)", None), ("ftis", None), ("grpo", "minpro"),
+                                                ("dr_grpo", "ftis")])
+def test_chunked_backward_gives_the_same_step(objective, external):
+    """backward_chunk_tokens splits the backward into row chunks: same loss and (to float rounding)
+    the same gradient as one backward over all rows, with peers' rows (external objective) too."""
     groups = [group([1.0, 0.0, 0.0, 1.0], completion_len=4), group([0.0, 1.0, 1.0, 1.0], completion_len=2),
               group([0.5, 0.0, 1.0, 0.0], completion_len=3)]
+    if external is not None:
+        groups.append(peer_group([1.0, 0.0, 0.0, 0.0], completion_len=3))
     grads = {}
 
     def recording(lrn, key):  # the gradient each optimizer step is about to apply
@@ -116,10 +130,22 @@ def test_chunked_backward_gives_the_same_step(objective):
         lrn.optimizer.step = wrapped
         return lrn
 
-    whole = recording(learner(objective, backward_chunk_tokens=0)[0], "whole")
-    chunked = recording(learner(objective, backward_chunk_tokens=20)[0], "chunked")  # 84 tokens -> 5 chunks
+    def build(chunk_tokens):
+        lrn = learner(objective, backward_chunk_tokens=chunk_tokens)[0]
+        lrn.completion_budget = 8  # dr_grpo's L_norm (the node passes max_new_tokens)
+        if external is not None:
+            lrn.external_objective = make_objective(external)
+        return lrn
+
+    whole = recording(build(0), "whole")
+    chunked = recording(build(20), "chunked")  # 84 tokens -> 5 chunks
     assert chunked._backward_chunks(torch.Size([12, 7])) == 5
+    by_chunk = []
+    chunked._backward_by_chunk = lambda *a, f=chunked._backward_by_chunk: by_chunk.append(1) or f(*a)
     stats_whole, stats_chunked = whole.update(groups), chunked.update(groups)
+    assert bool(by_chunk) == (external != "ftis" and objective != "ftis")  # which path ran
+    if external is not None:
+        assert stats_chunked["ext_t0_samples"] == stats_whole["ext_t0_samples"] == 4
     assert stats_chunked["loss"] == pytest.approx(stats_whole["loss"], abs=1e-7)
     assert stats_chunked["grad_norm"] == pytest.approx(stats_whole["grad_norm"], rel=1e-5)
     assert grads["whole"].keys() == grads["chunked"].keys() and grads["whole"]
