@@ -3,6 +3,7 @@ own, the options and config that carry it, and real go-libp2p daemons on 127.0.0
 the bound, still deliver every message to everyone, and do not all stay on their bootstrap node."""
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -105,13 +106,19 @@ def test_fourteen_daemons_that_know_only_the_first_stay_bounded_and_deliver_to_a
                 t.stats().get(f"topic_peers:{TOPIC}", 0) >= 1 for t in nodes)
 
         _wait(settled, f"every node at 1..{high} connections", timeout=90)
-        for _ in range(3):  # and it holds: nobody redials what was trimmed
-            time.sleep(1.0)
-            assert max(_connections(nodes)) <= high + 1, _connections(nodes)
+        # and it holds: nobody redials what was trimmed. Another node's DHT lookup briefly connects
+        # to peers it then lets go (and a newcomer has its grace period), so a node may be above
+        # `high` for a moment (CI once saw the first node at high + 2): each node's median over 3 s
+        samples = []
+        for _ in range(7):
+            time.sleep(0.5)
+            samples.append(_connections(nodes))
+        medians = [statistics.median(column) for column in zip(*samples)]
+        assert max(medians) <= high, samples
         counts = _connections(nodes)
         # all 13 joiners dialed the first node, which kept at most `high`: trimmed by the daemon's
         # connection manager or by ours (which one depends on timing, so no counter is asserted)
-        assert counts[0] <= high < n - 1
+        assert medians[0] <= high < n - 1
 
         for t in nodes:
             t.drain(TOPIC)
