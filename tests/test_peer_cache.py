@@ -1,9 +1,11 @@
 """The p2pd peer cache (protocol/transports/p2pd/peer_cache.py) on a fake clock: ranking by usefulness,
-eviction of dead and silent entries, the per-address-group and never-useful bounds, and the
-Dialer's rank order and bounded redials (issue 16: departed attacker hosts filled peers.json)."""
+eviction of dead and silent entries, the per-address-group, dead-per-group and never-useful bounds,
+and the Dialer's rank order and bounded redials (issue 16: departed attacker hosts filled peers.json;
+then a wave of them, each useful or answering once, held an address group's slots for an hour)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from protocol.transports.p2pd.addrs import peer_id_bytes
 from protocol.transports.p2pd.control import ControlError
@@ -23,6 +25,13 @@ def addr(i: int, net: str = "10.0") -> str:
 def make(tmp_path, **limits) -> tuple[PeerCache, FakeClock]:
     clock = FakeClock(1_000_000.0)
     return PeerCache(tmp_path / "peers.json", PeerCacheLimits(**limits), clock=clock), clock
+
+
+def dead_per_group(cache: PeerCache) -> Counter:
+    """address group -> dead entries (failed `max_dial_failures` dials in a row) it holds."""
+    lim = cache.limits
+    return Counter(g for rec in cache.load().values() if rec.failures >= lim.max_dial_failures
+                   for g in {address_group(a, lim.ipv4_prefix, lim.ipv6_prefix) for a in rec.addrs})
 
 
 def test_address_groups_are_ipv4_16_and_ipv6_32_and_configurable():
@@ -181,8 +190,105 @@ def test_a_bad_entry_in_the_file_is_skipped_and_times_from_the_future_are_clampe
         "future": {"addrs": [addr(1)], "seen": clock.now + 10 * HOUR, "useful": 1e300},
         "torn": {"addrs": "/ip4/10.0.0.9/tcp/1", "seen": clock.now},
         "nan": {"addrs": [addr(2)], "seen": "nan"},
+        "infinite": {"addrs": [addr(4)], "seen": clock.now, "failures": float("inf"), "useful_marks": 1},
         "fine": {"addrs": [addr(3)], "seen": clock.now - 5},
     }}))
     kept = PeerCache(tmp_path / "peers.json", clock=clock).load()
     assert set(kept) == {"future", "fine"}
     assert kept["future"].seen == kept["future"].useful == clock.now  # not ranked first forever
+
+
+def test_a_wave_of_short_lived_hosts_cannot_hold_the_honest_peers_address_group(tmp_path):
+    """Issue 16 again: 64 hosts in the honest peer's /16, each connected, useful or answering once,
+    then gone (dead after 3 failed dials). The old cache kept 7 of them for an hour, filling 7 of
+    the group's 8 slots, and ranked the latest one useful above the honest peer."""
+    cache, clock = make(tmp_path)  # the defaults: 8 per group, dead after 3 failures, an hour's grace
+    net, honest = "10.1", "honest"
+    for _ in range(20):  # the node used the honest peer's groups for 20 rounds before the wave
+        clock.advance(10)
+        cache.remember({honest: [addr(0, net)]})
+        cache.note_useful([honest])
+    for i in range(1, 65):
+        attacker = f"attacker{i}"
+        clock.advance(10)
+        cache.remember({honest: [addr(0, net)], attacker: [addr(i, net)]})
+        cache.note_useful([honest])  # still useful, every round
+        clock.advance(1)
+        if i % 2:
+            cache.note_useful([attacker])  # after the honest peer's mark: the most recently useful
+        else:
+            cache.record_dial(attacker, answered=True)
+        assert next(iter(cache.dial_targets())) == honest, i  # a node that crashed now dials it first
+        for _ in range(3):  # it left: our redials fail
+            clock.advance(1)
+            cache.record_dial(attacker, answered=False)
+        assert max(dead_per_group(cache).values()) <= 4, i
+    kept = cache.load()
+    assert list(kept)[0] == honest and list(cache.dial_targets())[0] == honest
+    assert dead_per_group(cache) == {"ip4:10.1.0.0/16": 4}  # half the group's 8 slots, not 7
+    assert set(kept) == {honest, "attacker63", "attacker61", "attacker59", "attacker57"}  # the best dead
+    cache.save()
+    assert next(iter(json.loads((tmp_path / "peers.json").read_text())["peers"])) == honest
+
+
+def test_an_address_group_holds_at_most_half_its_slots_of_dead_entries(tmp_path):
+    cache, clock = make(tmp_path, max_per_group=8, max_dial_failures=3)
+    proven = [f"proven{i}" for i in range(8)]
+    for i, pid in enumerate(proven):
+        clock.advance(1)
+        cache.remember({pid: [addr(i)]})
+        cache.note_useful([pid])
+    cache.note_useful(["proven0"])  # used in a second round: the best of them
+    for _ in range(2):  # a short outage: two failed dials each, none dead yet
+        for pid in proven:
+            cache.record_dial(pid, answered=False)
+    assert set(cache.load()) == set(proven)
+    for pid in proven[1:]:  # the third failure: dead, all but proven0
+        cache.record_dial(pid, answered=False)
+    assert set(cache.load()) == {"proven0", "proven7", "proven6", "proven5", "proven4"}  # 4 dead: the best
+    cache.record_dial("proven0", answered=False)  # dead too, and the best-ranked dead one
+    assert set(cache.load()) == {"proven0", "proven7", "proven6", "proven5"}  # still 4 dead: proven4 goes
+    cache.remember({f"live{i}": [addr(20 + i)] for i in range(4)})  # the group's other 4 slots
+    assert len(cache.load()) == 8 and dead_per_group(cache) == {"ip4:10.0.0.0/16": 4}
+    cache.remember({"another": [addr(30)]})  # live: it outranks every dead one, and the worst goes
+    assert "another" in cache.load() and "proven5" not in cache.load() and len(cache.load()) == 8
+    assert dead_per_group(cache) == {"ip4:10.0.0.0/16": 3}
+    # half the group's slots, rounded down, and at least one: a lone proven peer survives an outage
+    assert [PeerCacheLimits(max_per_group=n).dead_per_group for n in (1, 2, 3, 8, 9)] == [1, 1, 1, 4, 4]
+
+def test_a_dead_peer_ranks_below_live_ones_whatever_it_did(tmp_path):
+    cache, clock = make(tmp_path, max_dial_failures=3)
+    cache.remember({"was_useful": [addr(1)], "answering": [addr(2)]})
+    clock.advance(1)
+    cache.remember({"recent": [addr(3, "10.9")]})
+    for _ in range(5):
+        cache.note_useful(["was_useful"])
+    cache.record_dial("answering", answered=True)
+    for _ in range(2):
+        cache.record_dial("was_useful", answered=False)
+    assert list(cache.load()) == ["was_useful", "answering", "recent"]  # two failures: an outage, still first
+    cache.record_dial("was_useful", answered=False)
+    assert list(cache.dial_targets()) == ["answering", "recent", "was_useful"]  # dead: kept, dialed last
+    cache.remember({"was_useful": [addr(1)]})  # back
+    assert list(cache.load())[0] == "was_useful"
+
+
+def test_peers_useful_in_more_rounds_rank_first_and_files_without_marks_still_load(tmp_path):
+    cache, clock = make(tmp_path)
+    cache.note_useful(["pending", "pending"])  # one round, however many of its groups
+    cache.note_useful(["pending"])
+    cache.remember({"long": [addr(1)], "pending": [addr(2)]})
+    for _ in range(3):
+        clock.advance(10)
+        cache.note_useful(["long"])
+    clock.advance(10)
+    cache.remember({"once": [addr(3)]})
+    cache.note_useful(["once"])  # the most recent mark, but the fewest
+    assert [(p, r.useful_marks) for p, r in cache.load().items()] == [("long", 3), ("pending", 2), ("once", 1)]
+    cache.save()
+    assert PeerCache(tmp_path / "peers.json", clock=clock).load() == cache.load()
+    old = {"used": {"addrs": [addr(1)], "seen": clock.now, "useful": clock.now - 5},
+           "never": {"addrs": [addr(2)], "seen": clock.now}}  # written before `useful_marks`
+    (tmp_path / "peers.json").write_text(json.dumps({"peers": old}))
+    assert {p: r.useful_marks for p, r in PeerCache(tmp_path / "peers.json", clock=clock).load().items()} \
+        == {"used": 1, "never": 0}

@@ -2,16 +2,23 @@
 which connect and leave (free for an attacker) cannot fill it.
 
 Per peer it records when it was last connected (`seen`), when a dial of ours last reached it
-(`answered`), when the node last used a verified group it signed (`useful`), and its consecutive
-failed dials. Ranking (the file's order, and the dial order): useful peers first, then peers that
-answered a dial, then the rest; within each, the most recently in contact first. Bounds, as
-Bitcoin's address manager keeps them: at most `max_per_group` entries per address group (/16 of
-IPv4, /32 of IPv6), at most `max_unproven` entries that were never useful nor answered, at most
-`max_peers` in all; the best-ranked win. An entry that failed `max_dial_failures` dials in a row
-is evicted (a useful or answering one only once it has also been silent `proven_grace_s`: a
-short outage on either side must not erase the peers worth having), and so is one silent for
-`max_age_s`. Written atomically and durably (protocol/files.py); a missing or corrupt file is an empty
-cache, never an error. Thread-safe: the discovery thread and the node's thread both use it."""
+(`answered`), when the node last used a verified group it signed (`useful`) and in how many rounds
+it did (`useful_marks`: one per `note_useful` call), and its consecutive failed dials. An entry is
+dead once `max_dial_failures` dials in a row failed (nothing since then reached it or connected);
+until then it is live, whatever its age: a peer we are connected to, or have not tried, is not
+known to be gone. Ranking (the file's order, and the dial order): live entries before dead ones;
+within each, useful peers first, the one used in the most rounds first (a host that was useful
+once during an attack does not outrank a peer useful for hours), then peers that answered a dial,
+then the rest; ties go to the most recently in contact. Bounds, as Bitcoin's address manager keeps
+them: at most `max_per_group` entries per address group (/16 of IPv4, /32 of IPv6), of which at
+most `dead_per_group` (half of it, at least 1) dead, at most `max_unproven` entries that were never
+useful nor answered, at most `max_peers` in all; the best-ranked win. A dead entry is evicted at
+once if it never proved anything, else once it has also been silent `proven_grace_s` (a short
+outage on either side must not erase the peers worth having) or is beyond its group's dead bound
+(a wave of short-lived hosts, each useful or answering once, cannot hold a group's slots for the
+grace); any entry silent `max_age_s` goes. Written atomically and durably (protocol/files.py); a
+missing or corrupt file is an empty cache, never an error (a file without `useful_marks` counts one
+mark per useful peer). Thread-safe: the discovery thread and the node's thread both use it."""
 from __future__ import annotations
 
 import dataclasses
@@ -43,6 +50,12 @@ class PeerCacheLimits:
     ipv4_prefix: int = 16          # leading bits that make an IPv4 address group
     ipv6_prefix: int = 32
 
+    @property
+    def dead_per_group(self) -> int:
+        """Dead entries an address group may hold: half its slots, at least one (a lone proven peer
+        survives an outage)."""
+        return max(1, self.max_per_group // 2)
+
 
 @dataclasses.dataclass
 class PeerRecord:
@@ -51,6 +64,7 @@ class PeerRecord:
     answered: float = 0.0  # last time one of our dials reached it (0: never)
     useful: float = 0.0    # last time the node used a verified group it signed (0: never)
     failures: int = 0      # failed dials since it last answered or was seen connected
+    useful_marks: int = 0  # rounds in which the node used its verified groups
 
     @property
     def proven(self) -> bool:
@@ -60,8 +74,12 @@ class PeerRecord:
     def last_contact(self) -> float:
         return max(self.seen, self.answered)
 
-    def rank_key(self) -> tuple:
-        return (self.useful > 0, self.answered > 0, max(self.last_contact, self.useful))
+    def dead(self, max_dial_failures: int) -> bool:
+        return self.failures >= max_dial_failures
+
+    def rank_key(self, max_dial_failures: int) -> tuple:
+        return (not self.dead(max_dial_failures), self.useful > 0, self.useful_marks, self.answered > 0,
+                max(self.last_contact, self.useful))
 
 
 def _parse_record(entry: dict, now: float) -> PeerRecord:
@@ -74,8 +92,10 @@ def _parse_record(entry: dict, now: float) -> PeerRecord:
     addrs = entry["addrs"]
     if not isinstance(addrs, list):
         raise TypeError("addrs is not a list")
+    useful = when("useful")  # a file from before `useful_marks` existed: one mark per useful peer
+    marks = max(1, int(entry.get("useful_marks", 1))) if useful > 0 else 0
     return PeerRecord([str(a) for a in addrs][:MAX_ADDRS_PER_PEER], when("seen"), when("answered"),
-                      when("useful"), max(0, int(entry.get("failures", 0))))
+                      useful, max(0, int(entry.get("failures", 0))), marks)
 
 
 def address_group(addr: str, ipv4_prefix: int = 16, ipv6_prefix: int = 32) -> str:
@@ -92,6 +112,10 @@ def address_group(addr: str, ipv4_prefix: int = 16, ipv6_prefix: int = 32) -> st
     return f"{kind}:{host}"
 
 
+def _full(counts: dict[str, int], groups: set[str], bound: int) -> bool:
+    return any(counts.get(g, 0) >= bound for g in groups)
+
+
 class PeerCache:
     def __init__(self, path: Path, limits: PeerCacheLimits = PeerCacheLimits(),
                  clock: Callable[[], float] = time.time) -> None:
@@ -101,7 +125,7 @@ class PeerCache:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()  # one writer at a time: the newest state is written last
         self._peers: dict[str, PeerRecord] | None = None  # read on first use
-        self._pending_useful: dict[str, float] = {}
+        self._pending_useful: dict[str, tuple[float, int]] = {}  # peer id -> (last mark, marks)
         self._changed = False
 
     # ------------------------------------------------------------------ reading
@@ -134,7 +158,7 @@ class PeerCache:
         for pid, entry in entries:
             try:
                 peers[str(pid)] = _parse_record(entry, now)
-            except (ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, OverflowError, KeyError, TypeError, AttributeError):
                 bad += 1  # a hand-edited or torn entry: the others still count
         if bad:
             log.warning("ignored %d unreadable entries of the peer cache %s", bad, self.path)
@@ -153,7 +177,8 @@ class PeerCache:
                 rec = peers.get(pid) or PeerRecord([])
                 rec.addrs = list(dict.fromkeys(addrs))[:MAX_ADDRS_PER_PEER]
                 rec.seen, rec.failures = now, 0
-                rec.useful = max(rec.useful, self._pending_useful.pop(pid, 0.0))
+                useful, marks = self._pending_useful.pop(pid, (0.0, 0))
+                rec.useful, rec.useful_marks = max(rec.useful, useful), rec.useful_marks + marks
                 peers[pid] = rec
             self._settle()
 
@@ -174,12 +199,13 @@ class PeerCache:
         now = self.clock()
         with self._lock:
             peers = self._records()
-            for pid in peer_ids:
+            for pid in dict.fromkeys(peer_ids):  # one mark per peer per call (a round)
                 if pid in peers:
                     peers[pid].useful = now
-                else:
-                    self._pending_useful.pop(pid, None)  # re-insert: the newest survive the bound
-                    self._pending_useful[pid] = now
+                    peers[pid].useful_marks += 1
+                else:  # re-inserted: the newest survive the bound
+                    marks = self._pending_useful.pop(pid, (0.0, 0))[1]
+                    self._pending_useful[pid] = (now, marks + 1)
             while len(self._pending_useful) > MAX_PENDING_USEFUL:
                 self._pending_useful.pop(next(iter(self._pending_useful)))
             self._settle()
@@ -195,24 +221,29 @@ class PeerCache:
         lim, now = self.limits, self.clock()
         alive = {pid: rec for pid, rec in peers.items()
                  if now - rec.last_contact <= lim.max_age_s
-                 and not (rec.failures >= lim.max_dial_failures
+                 and not (rec.dead(lim.max_dial_failures)
                           and (not rec.proven or now - rec.last_contact > lim.proven_grace_s))}
         kept: dict[str, PeerRecord] = {}
         per_group: dict[str, int] = {}
+        dead_per_group: dict[str, int] = {}
         unproven = 0
-        for pid, rec in sorted(alive.items(), key=lambda pr: pr[1].rank_key(), reverse=True):
+        ranked = sorted(alive.items(), key=lambda pr: pr[1].rank_key(lim.max_dial_failures), reverse=True)
+        for pid, rec in ranked:
             if len(kept) >= lim.max_peers:
                 break
             # an entry counts against the group of every address it gives (more addresses cost more)
             groups = {address_group(a, lim.ipv4_prefix, lim.ipv6_prefix) for a in rec.addrs}
-            if not groups or any(per_group.get(g, 0) >= lim.max_per_group for g in groups):
+            dead = rec.dead(lim.max_dial_failures)
+            if not groups or _full(per_group, groups, lim.max_per_group) \
+                    or (dead and _full(dead_per_group, groups, lim.dead_per_group)):
                 continue
             if not rec.proven:
                 if unproven >= lim.max_unproven:
                     continue
                 unproven += 1
-            for g in groups:
-                per_group[g] = per_group.get(g, 0) + 1
+            for counts in (per_group, dead_per_group) if dead else (per_group,):
+                for g in groups:
+                    counts[g] = counts.get(g, 0) + 1
             kept[pid] = rec
         return kept
 
