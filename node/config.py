@@ -130,13 +130,15 @@ class SwarmConfig(Section):
                                           "node.json), so several nodes share a host without conflicts")
     peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
     peer_cache: bool = Field(True, description="p2pd: remember connected peers in <run_dir>/peers.json and dial "
-                             "them at start (best first: peers whose verified groups we used, then peers that "
-                             "answered our dials, then the rest; most recent first), so a restarted node "
-                             "rejoins without --peers")
+                             "them at start (best first: live peers before dead ones, i.e. ones whose last "
+                             "peer_cache_max_dial_failures dials failed; within each, peers whose verified groups "
+                             "we used in the most rounds, then peers that answered our dials, then the rest; most "
+                             "recent first), so a restarted node rejoins without --peers")
     peer_cache_max_peers: int = Field(64, ge=1, description="p2pd peer cache: entries at most")
     peer_cache_max_per_group: int = Field(8, ge=1, description="p2pd peer cache: entries per address group at most "
                                           "(a /16 of IPv4, a /32 of IPv6; see the prefixes below), so one network "
-                                          "range cannot fill the cache; best-ranked kept")
+                                          "range cannot fill the cache; best-ranked kept; at most half of them "
+                                          "dead, so a wave of short-lived hosts cannot hold a group for an hour")
     peer_cache_ipv4_prefix: int = Field(16, ge=0, le=32, description="p2pd peer cache: IPv4 addresses sharing this "
                                         "many leading bits form one address group (32: one group per IP)")
     peer_cache_ipv6_prefix: int = Field(32, ge=0, le=128, description="p2pd peer cache: IPv6 address group prefix")
@@ -167,7 +169,10 @@ class SwarmConfig(Section):
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
     pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")
-    pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group older than this many rounds is dropped")
+    pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group is dropped this many rounds after it was "
+                                     "verified (its behaviour log-probs grow stale as we train)")
+    pool_max_age_s: float = Field(60.0, gt=0, description="join (background ingest): a pooled group is also dropped "
+                                  "this many seconds after it was verified, whichever comes first")
     pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
     young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together hold at most this share of "
                                    "the external mix (of the J slots in a round with no established group; keys are "
@@ -177,8 +182,18 @@ class SwarmConfig(Section):
                               "(0 with young_rounds 0: no key is young)")
     young_rounds: int = Field(20, ge=0, description="a key also stays young until this many rounds after its first "
                               "verified group")
+    young_seconds: float = Field(300.0, ge=0, description="join (background ingest): a key also stays young until "
+                                 "this many seconds after its first verified group (rounds alone mean nothing at 50 "
+                                 "rounds/s), except the first key established in a new swarm (the bootstrap window)")
+    establish_interval_s: float = Field(60.0, ge=0, description="join (background ingest): after the first, at most "
+                                        "one key becomes established per this many seconds, the most senior first, "
+                                        "however many keys (hosts, address groups) are waiting: fresh keys cannot "
+                                        "buy weight faster")
     dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was credited "
                               "(trained on) within this many rounds is refused as duplicate_content, whoever signed it")
+    dedup_seconds: float = Field(600.0, ge=0, description="join (background ingest): credited content is also "
+                                 "remembered at least this many seconds (1000 rounds are 20 s at 50 rounds/s), "
+                                 "200,000 digests at most")
     max_external_tokens: int | None = Field(None, ge=1, description="refuse a peer completion longer than this in "
                                             "our tokens (None = sampling.max_new_tokens plus an eighth: what we "
                                             "would generate, re-encoded); "
@@ -190,6 +205,9 @@ class SwarmConfig(Section):
     ingest_max_messages: int = Field(64, ge=1, description="background ingest: messages verified per round at most")
     ingest_max_share: float = Field(0.05, gt=0, le=1, description="background ingest: share of wall time spent "
                                     "verifying at most (it competes with training for the GIL)")
+    ingest_max_wait_s: float = Field(30.0, gt=0, description="background ingest: a message staged longer than "
+                                     "this is dropped unverified when its sender's turn comes (that turn verifies "
+                                     "the sender's next fresh one)")
     ingest_staged_per_sender: int = Field(64, ge=1, description="messages waiting per delivering peer; beyond it "
                                           "that peer's oldest are dropped (counted)")
     ingest_staged_max: int = Field(2048, ge=1, description="messages waiting in all; beyond it the heaviest "

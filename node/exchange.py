@@ -51,6 +51,7 @@ from proto import swarm_pb2
 from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, Verified, topic_name
 
 log = logging.getLogger(__name__)
+MAX_KEYS_SHOWN = 64  # status: the most recently established keys listed
 
 @dataclass(frozen=True)
 class ReceivedHint:
@@ -96,7 +97,9 @@ class SwarmExchange:
         self._topic_kinds = {self.topics["rollouts"]: {Kind.ROLLOUT_GROUP}, self.topics["hints"]: {Kind.HINT},
                              self.topics["hint-requests"]: {Kind.HINT_REQUEST}}  # anything else: wrong_topic
         self.rejected: Counter[str] = Counter()  # node-level reasons (Ingress counts its own)
-        self.pool = GroupPool.from_config(cfg, rejected=self.rejected)  # counts duplicate_content there
+        # windows in time where they protect a real node (background ingest, `join`); the inline
+        # in-process testnet runs in virtual time and keeps them in rounds (node/admission.py)
+        self.pool = GroupPool.from_config(cfg, self.rejected, time.time if ingest == "background" else None)
         self.observed: Counter[str] = Counter()  # things worth counting that are not rejections
         self.used_by_sender: Counter[str] = Counter()
         self.tiers_used: Counter[str] = Counter()  # behavior tier -> external rollouts trained on
@@ -116,15 +119,19 @@ class SwarmExchange:
         for topic in self.topics.values():
             transport.subscribe(topic)
         self.ingest_mode = ingest
-        self._worker: IngestWorker | None = None
-        if ingest == "background":
-            self._worker = IngestWorker(transport, list(self.topics.values()), self._verify_staged, budget,
-                                        self._sender_class, name=f"ingest-{self.peer_id[-8:]}",
-                                        max_wait_rounds=cfg.pool_max_age_rounds,
-                                        young_capped=lambda: self.pool.admission.any_established)
+        self._worker = self._make_worker(ingest, budget)
+        if self._worker is not None:  # started once assigned: its callback reads self._worker
             self._worker.start()
-        elif ingest != "inline":
+
+    def _make_worker(self, ingest: str, budget: IngestBudget) -> IngestWorker | None:
+        if ingest == "inline":
+            return None
+        if ingest != "background":
             raise ValueError(f"ingest must be 'inline' or 'background', got {ingest!r}")
+        return IngestWorker(self.transport, list(self.topics.values()), self._verify_staged, budget,
+                            self._sender_class, name=f"ingest-{self.peer_id[-8:]}",
+                            max_wait_s=self.cfg.ingest_max_wait_s,
+                            young_capped=lambda: self.pool.admission.any_established)
 
     def state_dict(self) -> dict:
         """What a restart must not forget (saved with each checkpoint, node/loop.py): admission's
@@ -132,6 +139,14 @@ class SwarmExchange:
         are rounds old by then, and a replayed group that was trained is still duplicate_content."""
         with self._lock:
             return {"admission": self.pool.admission.state_dict()}
+
+    def admission_status(self) -> dict:
+        """Keys established (with when, unix time; 0 in round-only mode) and how many are young."""
+        with self._lock:
+            admission = self.pool.admission
+            established = admission.established()
+            return {"established": [[key, at] for key, at in established[-MAX_KEYS_SHOWN:]],
+                    "established_count": len(established), "young_count": len(admission.keys) - len(established)}
 
     def _load_state(self, state: dict) -> None:
         try:
@@ -193,7 +208,7 @@ class SwarmExchange:
         item = staged.item
         kinds = self._topic_kinds[staged.topic]
         self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item, kinds),
-                                                         staged.round_index))
+                                                         self._worker.round_index))  # ages from verification
 
     def _guarded(self, from_peer: str, work: Callable[[], None]) -> None:
         try:
@@ -203,17 +218,17 @@ class SwarmExchange:
                         extra={"event": "verify_error", "peer_id": from_peer, "error": repr(err)})
             self._count(self.rejected, VERIFY_ERROR)
 
-    def _take(self, topic: str, verified: Verified | None, arrived_round: int) -> None:
+    def _take(self, topic: str, verified: Verified | None, round_index: int) -> None:
         if verified is None:
             return
         if topic == self.topics["rollouts"]:
-            self._take_rollout(verified, arrived_round)
+            self._take_rollout(verified, round_index)
         elif topic == self.topics["hints"]:
             self._take_hint(verified)
         else:
             self._take_hint_request(verified)
 
-    def _take_rollout(self, verified: Verified, arrived_round: int) -> None:
+    def _take_rollout(self, verified: Verified, round_index: int) -> None:
         if verified.sender == self.peer_id:
             self._refuse(verified.sender, Refusal(OWN))
             return
@@ -225,7 +240,7 @@ class SwarmExchange:
             self._arrived["flat"] += group.flat
             if group.flat and self.cfg.composition != "cross_actor" and not self.pool.wants_flat(group.origin):
                 return  # SAPO: zero-variance groups carry no signal on their own (a young key's earns it credit)
-            if self.pool.add(PoolEntry(group, arrived_round)):
+            if self.pool.add(PoolEntry(group, round_index, self.pool.now())):
                 self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
 
     def _ingest_inline(self, round_index: int) -> None:
@@ -355,6 +370,7 @@ class SwarmExchange:
             ingest.update(self._worker.snapshot(), alive=self._worker.alive)
         if self.sandbox is not None:
             ingest["scorer_sandbox"] = self.sandbox.snapshot()
+        admission = self.admission_status()
         transport = {"transport": {**self.transport.stats(), **self.outbox.counters}, "connected": self.transport.peers(),
                      "listen_addrs": self.transport.listen_addrs()}
         with self._lock:
@@ -371,4 +387,5 @@ class SwarmExchange:
                 "tiers_used": dict(self.tiers_used),
                 "observed": dict(self.observed),
                 "ingest": ingest,
+                "admission": admission,
             }

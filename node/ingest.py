@@ -14,8 +14,12 @@ what young ones leave unused. Within a lane, peers are served round-robin, oldes
 When more arrives than the worker may verify, a lane drops from its heaviest sender (the peer with
 the most staged messages loses its oldest; protocol/inbox.py's FairBuffer, the rule every bounded
 per-sender buffer follows), never oldest-first across everyone: a flooder fills only its own queue.
-A message that waited more than `max_wait_rounds` rounds is dropped unverified when its turn comes
-(it could no longer be pooled). Drops are counted by reason and sender class ("expired/young").
+A message that waited more than `max_wait_s` seconds is dropped unverified when its sender's turn
+comes, and that same turn verifies the sender's next fresh message (protocol/inbox.py
+`take_fresh`): an expired message never costs its sender the turn, so a sender served one turn in N
+is verified one time in N, not never. The limit is in seconds, not rounds: 5 rounds were 0.1 s at a
+node running 50 rounds/s (hundreds of honest messages expired unverified) and 5 minutes at a slow
+one. Drops are counted by reason and sender class ("expired/young").
 The budget bounds what the worker verifies per round (messages, bytes, and its share of wall time,
 since verification holds the GIL the training thread also needs).
 """
@@ -35,6 +39,7 @@ from protocol.inbox import FULL, QUOTA, FairBuffer
 
 log = logging.getLogger(__name__)
 
+MAX_PEERS_COUNTED, MAX_PEERS_SHOWN = 1024, 64  # verified_by_peer: kept, and shown in status
 IDLE_SLEEP_S = 0.02  # nothing to verify now: poll again after this long (each wake-up wants the GIL)
 ESTABLISHED, YOUNG = "established", "young"  # sender classes (young: young and unknown origins)
 CLASSES = (ESTABLISHED, YOUNG)
@@ -55,7 +60,7 @@ class IngestBudget:
 class Staged:
     topic: str
     item: Received
-    round_index: int  # the round during which it arrived: pooled groups age from there
+    staged_at: float = 0.0  # time.monotonic() when staged: it expires `max_wait_s` later
 
 
 class Staging:
@@ -87,11 +92,11 @@ class Staging:
     def queued(self, peer: str) -> int:
         return sum(lane.queued(peer) for lane in self.lanes.values())
 
-    def add(self, topic: str, items: list[Received], round_index: int = 0) -> None:
+    def add(self, topic: str, items: list[Received], now: float = 0.0) -> None:
         for item in items:
             peer = item.from_peer
             cls = self._classify(peer)
-            for reason in self.lanes[cls].put(peer, Staged(topic, item, round_index)):
+            for reason in self.lanes[cls].put(peer, Staged(topic, item, now)):
                 self.dropped[f"{_REASONS[reason]}/{cls}"] += 1
             young = self.lanes[YOUNG]
             while len(young) > self.young_max:  # (a queue that changed lanes can bring several)
@@ -117,21 +122,18 @@ class Staging:
         self.lanes[cls].evict()
         self.dropped[f"staging_full/{cls}"] += 1
 
-    def take(self, cls: str, oldest_round: int = 0) -> Staged | None:
-        """The oldest message, not older than `oldest_round`, of the `cls` peer whose turn it is;
-        older ones met on the way are dropped as expired."""
-        lane = self.lanes[cls]
-        while len(lane):
-            (staged,) = lane.take(1)
-            if staged.round_index >= oldest_round:
-                return staged
-            self.dropped[f"expired/{cls}"] += 1
-        return None
+    def take(self, cls: str, not_before: float = float("-inf")) -> Staged | None:
+        """The oldest message staged at or after `not_before` of the `cls` peer whose turn it is;
+        that peer's older ones are dropped as expired on the way, in the same turn."""
+        staged, expired = self.lanes[cls].take_fresh(lambda s: s.staged_at >= not_before)
+        if expired:
+            self.dropped[f"expired/{cls}"] += expired
+        return staged
 
-    def take_fair(self, oldest_round: int = 0) -> Staged | None:
+    def take_fair(self, not_before: float = float("-inf")) -> Staged | None:
         """Established senders' first, then young ones' (no budget: tests and simple callers)."""
         for cls in CLASSES:
-            staged = self.take(cls, oldest_round)
+            staged = self.take(cls, not_before)
             if staged is not None:
                 return staged
         return None
@@ -140,8 +142,8 @@ class Staging:
 class IngestWorker:
     """Drains `topics` of `transport` into staging and verifies within `budget` per round, on its own
     thread. `verify(staged)` does the work; an exception from it drops that message (counted).
-    `sender_class(peer)` says ESTABLISHED or YOUNG; a message staged more than `max_wait_rounds`
-    rounds ago is dropped unverified. `young_capped()` says whether young senders are held to their
+    `sender_class(peer)` says ESTABLISHED or YOUNG; a message staged more than `max_wait_s` seconds
+    ago is dropped unverified. `young_capped()` says whether young senders are held to their
     share: only once some key is established is there anyone to protect. In a new swarm every peer
     is young, and a quarter of the budget let whole rounds of honest groups expire unverified, so
     peers could not earn the credits that would establish them (a demo node used 2 peer groups in
@@ -149,15 +151,16 @@ class IngestWorker:
 
     def __init__(self, transport: Transport, topics: list[str], verify: Callable[[Staged], None],
                  budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest",
-                 max_wait_rounds: int = 5, young_capped: Callable[[], bool] = lambda: True):
+                 max_wait_s: float = 30.0, young_capped: Callable[[], bool] = lambda: True):
         self.transport = transport
         self.topics = topics
         self.verify = verify
         self.budget = budget
-        self.max_wait_rounds = max_wait_rounds
+        self.max_wait_s = max_wait_s
         self.young_capped = young_capped
         self.staging = Staging(budget.per_sender_staged, budget.max_staged, sender_class, budget.young_share)
         self.counters: Counter[str] = Counter()
+        self.verified_by_peer: Counter[str] = Counter()  # delivering peer -> messages verified (bounded)
         self._lock = threading.Lock()  # guards counters and the round's budget, read by status()
         self._round_started = time.monotonic()
         self._round = self._fresh_usage()
@@ -182,7 +185,8 @@ class IngestWorker:
     def snapshot(self) -> dict:
         with self._lock:
             return {**self.counters, "staged": self.staging.total, "staged_by_class": self.staging.staged(),
-                    "dropped": dict(self.staging.dropped)}
+                    "dropped": dict(self.staging.dropped),
+                    "verified_by_peer": dict(self.verified_by_peer.most_common(MAX_PEERS_SHOWN))}
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
@@ -209,13 +213,14 @@ class IngestWorker:
     def step(self) -> bool:
         """Drain, stage, verify what the budget allows; True if it verified anything."""
         with self._lock:
+            now = time.monotonic()
             for topic in self.topics:
-                self.staging.add(topic, self.transport.drain(topic), self.round_index)
+                self.staging.add(topic, self.transport.drain(topic), now)
         verified_any = False
         while not self._stop.is_set():
             with self._lock:
                 cls = self._class_to_serve()
-                staged = None if cls is None else self.staging.take(cls, self.round_index - self.max_wait_rounds)
+                staged = None if cls is None else self.staging.take(cls, time.monotonic() - self.max_wait_s)
             if staged is None:
                 break
             started = time.monotonic()
@@ -231,8 +236,16 @@ class IngestWorker:
                 self._round[cls].update(messages=1, bytes=len(staged.item.data), seconds=spent)
                 self.counters["verified"] += 1
                 self.counters[f"verified/{cls}"] += 1
+                self._count_peer(staged.item.from_peer)
             verified_any = True
         return verified_any
+
+    def _count_peer(self, peer: str) -> None:
+        """Per-peer verification counts for status; bounded: past the bound the least-verified
+        half is forgotten (a flood of fresh origins cannot grow it)."""
+        self.verified_by_peer[peer] += 1
+        if len(self.verified_by_peer) > MAX_PEERS_COUNTED:
+            self.verified_by_peer = Counter(dict(self.verified_by_peer.most_common(MAX_PEERS_COUNTED // 2)))
 
     def _class_to_serve(self) -> str | None:
         """Which lane the next message comes from, or None: the round's budget is spent (or nothing

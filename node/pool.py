@@ -1,6 +1,11 @@
 """The bounded pool of verified peer groups, and the samplers that pick the J external groups.
 
-Bounds: age in rounds, total size, and groups per sender (a flooding peer evicts only its own).
+Bounds: age, total size, and groups per sender (a flooding peer evicts only its own). A group ages
+from its verification, not its arrival: a node that verifies a busy peer's backlog late must still
+get to sample what it verified (aged from arrival, a paced node's honest peer had every group
+verified at the age limit and evicted before any sampling: trained in 0 of 120 rounds). It goes
+after `max_age_rounds` of our rounds (its behaviour log-probs grow stale as we train) or, with a
+clock, `max_age_s` seconds, whichever comes first.
 Over the size bound, young keys' groups go first, and within young or established keys the rule of
 every bounded per-sender buffer (protocol/inbox.py): the sender holding the most groups loses its
 oldest. Oldest-first would be safe enough here (every pooled group passed the Ingress, staging's
@@ -39,25 +44,34 @@ MIN_WEIGHT = 0.05  # weak_tasks: a family we already master still gets an occasi
 @dataclass
 class PoolEntry:
     group: ScoredGroup
-    received_round: int
+    verified_round: int  # the round during which it was verified: it ages from there
+    verified_at: float = 0.0  # the pool's clock then (0 without a clock)
     digest: str = field(default="", compare=False)  # set by GroupPool.add when admission is on
 
 
 class GroupPool:
     def __init__(self, max_groups: int, max_age_rounds: int, max_per_sender: int,
-                 admission: Admission | None = None, rejected: Counter | None = None):
+                 admission: Admission | None = None, rejected: Counter | None = None, *,
+                 max_age_s: float = float("inf"), clock: Callable[[], float] | None = None):
         self.max_groups = max_groups
         self.max_age_rounds = max_age_rounds
+        self.max_age_s = max_age_s
+        self.clock = clock  # None: ages in rounds only
         self.max_per_sender = max_per_sender
         self.admission = admission  # None: a plain bounded pool (no dedup, no young-key share)
         self.rejected = rejected if rejected is not None else Counter()  # reasons for refused groups
         self.entries: deque[PoolEntry] = deque()
 
     @classmethod
-    def from_config(cls, cfg, rejected: Counter | None = None) -> GroupPool:
-        """The pool of a node from its SwarmConfig, admission on."""
+    def from_config(cls, cfg, rejected: Counter | None = None, clock: Callable[[], float] | None = None) -> GroupPool:
+        """The pool of a node from its SwarmConfig, admission on; with `clock` (wall seconds) the
+        windows in time apply too (node/admission.py)."""
         return cls(cfg.pool_max_groups, cfg.pool_max_age_rounds, cfg.pool_max_per_sender,
-                   Admission.from_config(cfg), rejected)
+                   Admission.from_config(cfg, clock), rejected, max_age_s=cfg.pool_max_age_s, clock=clock)
+
+    def now(self) -> float:
+        """The pool's clock (0.0 without one): what a new entry's `verified_at` should be."""
+        return 0.0 if self.clock is None else self.clock()
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -67,7 +81,7 @@ class GroupPool:
         whose content is already pooled or was used is refused (counted as `duplicate_content`)."""
         if self.admission is not None:
             entry.digest = self.admission.digest(entry.group)
-            if not self.admission.admit(entry.group.origin, entry.digest, entry.received_round):
+            if not self.admission.admit(entry.group.origin, entry.digest, entry.verified_round):
                 self.rejected[DUPLICATE] += 1  # no blame: honest peers can produce the same group
                 return False
         mine = [e for e in self.entries if e.group.origin == entry.group.origin]
@@ -79,7 +93,9 @@ class GroupPool:
 
     def evict(self, round_index: int) -> None:
         """Drops groups too old or over the size bound; also starts round `round_index` for admission."""
-        while self.entries and round_index - self.entries[0].received_round > self.max_age_rounds:
+        now = self.now()
+        while self.entries and (round_index - self.entries[0].verified_round > self.max_age_rounds
+                                or (self.clock is not None and now - self.entries[0].verified_at > self.max_age_s)):
             self._remove(self.entries[0])
         if self.admission is not None:
             self.admission.start_round(round_index)
@@ -145,7 +161,7 @@ class GroupPool:
         for entry in young:
             by_key[entry.group.origin].append(entry)
         for entries in by_key.values():  # popped from the end: its newest trainable group first
-            entries.sort(key=lambda e: (not e.group.flat, e.received_round))
+            entries.sort(key=lambda e: (not e.group.flat, e.verified_round))
         order = sorted(by_key, key=self.admission.seniority)
         chosen: list[PoolEntry] = []
         while len(chosen) < slots and order:

@@ -60,14 +60,14 @@ def test_cross_actor_never_merges_a_peer_group_into_a_hinted_group():
 def test_pool_keeps_flat_groups_only_for_merging_and_samples_those_with_variance():
     task = SOURCE.batch(0, 1)[0]
     pool = GroupPool(max_groups=10, max_age_rounds=3, max_per_sender=5)
-    pool.add(PoolEntry(group(task, [1, 1, 1, 1], origin="a"), received_round=0))  # flat
-    pool.add(PoolEntry(group(SOURCE.batch(1, 1)[0], [1, 0, 0, 0], origin="a"), received_round=0))
+    pool.add(PoolEntry(group(task, [1, 1, 1, 1], origin="a"), verified_round=0))  # flat
+    pool.add(PoolEntry(group(SOURCE.batch(1, 1)[0], [1, 0, 0, 0], origin="a"), verified_round=0))
     chosen = pool.sample(5, "uniform", random.Random(0))
     assert len(chosen) == 1 and not chosen[0].flat and len(pool) == 1  # the flat group stays pooled
     flat = pool.entries[0].group
     assert pool.take_matching({SOURCE.batch(9, 1)[0].prompt_key}) == [] and len(pool) == 1
     assert pool.take_matching({task.prompt_key}) == [flat] and len(pool) == 0
-    pool.add(PoolEntry(group(task, [1, 0, 0, 0], origin="a"), received_round=0))
+    pool.add(PoolEntry(group(task, [1, 0, 0, 0], origin="a"), verified_round=0))
     pool.evict(4)  # older than max_age_rounds
     assert len(pool) == 0
 

@@ -3,9 +3,11 @@ real tiny node, and a flood of valid peer messages that must not lengthen a roun
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -53,16 +55,16 @@ def test_staging_keeps_room_for_established_senders_and_drops_what_expired():
     classes = {"honest": ESTABLISHED}
     staging = Staging(per_sender=64, max_total=12, sender_class=lambda peer: classes.get(peer, YOUNG),
                       young_share=0.25)
-    staging.add("t", [Received(f"sybil{i}", b"s", 0.0) for i in range(100)], round_index=0)
+    staging.add("t", [Received(f"sybil{i}", b"s", 0.0) for i in range(100)], now=0.0)
     assert staging.staged() == {ESTABLISHED: 0, YOUNG: 3}  # young and unknown origins: a quarter at most
     assert staging.dropped == {"staging_full/young": 97}
-    staging.add("t", [Received("honest", b"h%d" % i, 0.0) for i in range(12)], round_index=1)
+    staging.add("t", [Received("honest", b"h%d" % i, 0.0) for i in range(12)], now=1.0)
     assert staging.staged() == {ESTABLISHED: 9, YOUNG: 3}  # the rest is the established senders'
     assert staging.dropped["staging_full/established"] == 3  # a full lane drops its own heaviest
-    assert staging.take(YOUNG, oldest_round=1) is None  # every young message waited too long
+    assert staging.take(YOUNG, not_before=1.0) is None  # every young message waited too long
     assert staging.dropped["expired/young"] == 3 and staging.staged()[YOUNG] == 0
     classes["sybil0"] = ESTABLISHED  # earned weight at admission: its next message stages established
-    staging.add("t", [Received("sybil0", b"s", 0.0)], round_index=2)
+    staging.add("t", [Received("sybil0", b"s", 0.0)], now=2.0)
     assert [staging.take(ESTABLISHED).item.from_peer for _ in range(2)] == ["honest", "sybil0"]
 
 
@@ -246,3 +248,63 @@ def test_a_flood_of_valid_messages_does_not_lengthen_rounds(tmp_path):
     assert sum(ingest["dropped"].values()) > 0  # and more arrived than the budget allowed
     assert cpu_ratio <= MAX_SLOWDOWN, phases
     assert wall_ratio <= MAX_WALL_SLOWDOWN, phases
+
+
+def _serve(rates: dict[str, float], served_per_s: float, max_wait_s: float, seconds: float = 120.0,
+           per_sender: int = 64) -> tuple[Counter, Counter]:
+    """Senders put `rates[s]` messages/s into one staging lane; a verifier takes `served_per_s` a
+    second, expiring what waited more than `max_wait_s`. Returns (sent, verified) per sender."""
+    staging = Staging(per_sender=per_sender, max_total=100_000, sender_class=lambda peer: ESTABLISHED)
+    sent, verified, owed, credit = Counter(), Counter(), Counter(), 0.0
+    tick = 0.05
+    for step in range(int(seconds / tick)):
+        now = step * tick
+        for sender, rate in rates.items():
+            owed[sender] += rate * tick
+            while owed[sender] >= 1:
+                owed[sender] -= 1
+                sent[sender] += 1
+                staging.add("t", [Received(sender, b"m", now)], now=now)
+        credit += served_per_s * tick
+        while credit >= 1:
+            credit -= 1
+            staged = staging.take(ESTABLISHED, not_before=now - max_wait_s)
+            if staged is not None:
+                verified[staged.item.from_peer] += 1
+    return sent, verified
+
+
+SPREAD_FLOOD = {**{f"key{i}": 60.0 for i in range(32)}, "honest": 10.0}  # the issue's attack, msg/s
+
+
+@pytest.mark.parametrize("case", ["flood-8/s", "flood-40/s", "flood-200/s", *[f"random-{i}" for i in range(6)]])
+def test_no_sender_starves_each_gets_at_least_its_fair_share_of_verifications(case):
+    """Property (issue 31): N senders at different rates, the verifier slower than all of them
+    together. Every sender is verified at least min(what it sent, its fair share) within 5% (fair
+    share: max-min fairness of the verifier's capacity). The old take passed the turn on when it met
+    an expired message, so a backlogged sender served one turn in N met nothing but expired ones:
+    beside 32 keys at 60 msg/s, an honest peer at 10 msg/s was verified once in 120 s at 8/s, where
+    its share is 29."""
+    if case.startswith("flood"):
+        rates, served, max_wait = SPREAD_FLOOD, float(case.split("-")[1].split("/")[0]), 5.0
+    else:
+        rng = random.Random(case)
+        rates = {f"s{i}": rng.choice([0.5, 2.0, 10.0, 60.0]) for i in range(rng.randint(3, 34))}
+        rates["honest"] = 10.0
+        served, max_wait = rng.uniform(0.05, 0.8) * sum(rates.values()), rng.choice([2.0, 5.0])
+    sent, verified = _serve(rates, served, max_wait)
+    fair = _max_min_share(rates, served)
+    for sender, rate in rates.items():
+        expected = min(sent[sender], fair[sender] * 120.0)
+        assert verified[sender] >= 0.95 * expected - 2, (sender, rate, verified[sender], expected)
+
+
+def _max_min_share(rates: dict[str, float], capacity: float) -> dict[str, float]:
+    """Max-min fair rates: each sender gets min(its rate, an equal split of what the others leave)."""
+    share, left, todo = {}, capacity, sorted(rates, key=rates.get)
+    while todo:
+        equal = left / len(todo)
+        sender = todo.pop(0)
+        share[sender] = min(rates[sender], equal)
+        left -= share[sender]
+    return share

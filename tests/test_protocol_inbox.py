@@ -142,3 +142,24 @@ def test_nonsense_bounds_are_refused():
             FairBuffer(**kwargs)
     with pytest.raises(ValueError, match="max_bytes needs size"):
         FairBuffer(5, max_bytes=100)
+
+
+def test_take_fresh_drops_a_senders_expired_items_and_takes_its_next_fresh_one_in_the_same_turn():
+    buffer = FairBuffer(capacity=100)
+    for i in range(3):
+        buffer.put("slow", ("old", i))
+    buffer.put("slow", ("new", 3))
+    buffer.put("other", ("new", 0))
+    item, expired = buffer.take_fresh(lambda it: it[0] == "new")
+    assert (item, expired) == (("new", 3), 3)  # the expired ones did not cost "slow" its turn
+    assert buffer.take_fresh(lambda it: it[0] == "new") == (("new", 0), 0)  # then the next sender
+    assert buffer.take_fresh(lambda it: True) == (None, 0) and len(buffer) == 0 and not buffer.dropped
+
+
+def test_take_fresh_passes_the_turn_on_from_a_sender_with_nothing_fresh():
+    buffer = FairBuffer(capacity=100)
+    buffer.put("stale", "s0")
+    buffer.put("stale", "s1")
+    buffer.put("live", "l0")
+    assert buffer.take_fresh(lambda it: it.startswith("l")) == ("l0", 2)
+    assert len(buffer) == 0
