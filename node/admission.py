@@ -17,7 +17,7 @@ sends mostly such groups, and would otherwise stay young forever). Young keys to
 most `young_share_max` of the external mix (with J = 4: one young group beside three established
 ones, and fewer when established keys offer fewer; a fraction carries over), and in a round with
 no established group at most that share of the J slots (0.25 of J = 2 is one slot every other
-round), trained or credited alike. They are served in order of first appearance (keys still short
+round) while no established key was heard from lately (`split`), trained or credited alike. They are served in order of first appearance (keys still short
 of `young_groups` credits first), so a burst of fresh keys queues behind earlier newcomers.
 
 Windows in time (with a `clock`: `swarm-node join`'s background ingest). Rounds alone mean nothing
@@ -100,6 +100,7 @@ class Admission:
         self.establish_interval_s = establish_interval_s
         self.remember_seconds = remember_seconds
         self._last_promotion = float("-inf")
+        self._established_heard = (-(10**18), float("-inf"))  # (round, time) an established key was last heard
         self.keys: OrderedDict[str, KeyRecord] = OrderedDict()  # in order of first appearance
         self._pooled: set[str] = set()
         self._credited: OrderedDict[str, tuple[int, float]] = OrderedDict()  # digest -> (round, time) credited
@@ -207,11 +208,14 @@ class Admission:
     def split(self, k: int, young: int, established: int) -> tuple[int, int]:
         """This round's (young, established) slots out of k, given how many groups of each are
         eligible. Young keys hold at most `young_share_max` of the mix: each established group taken
-        earns them share / (1 - share) of a slot. In a round with no established group (a new swarm)
-        they earn share * k slots instead. Fractions carry over, capped so that quiet rounds never
-        bank a burst; established keys fill what young ones leave."""
+        earns them share / (1 - share) of a slot. In a round with no established group they earn
+        share * k slots instead, but only while no established key was heard from lately (a new
+        swarm, or established peers gone: nobody to protect). At a node running 50 rounds/s beside
+        an established peer sending a few groups a second, most rounds have no established group,
+        and that allowance gave 32 flooding keys 0.63 of the mix. Fractions carry over, capped so
+        that quiet rounds never bank a burst; established keys fill what young ones leave."""
         share = self.young_share_max
-        if established == 0 or share >= 1.0:
+        if share >= 1.0 or (established == 0 and not self.established_heard_lately()):
             credit = self._earn(share * k)
             taken = min(young, k, math.floor(credit + 1e-9))
             self._slot_credit = credit
@@ -223,6 +227,18 @@ class Admission:
                 self._slot_credit = credit
                 return taken, min(established, k - taken)
         raise AssertionError("unreachable: no young slot is always earned")
+
+    def heard(self, origin: str) -> None:
+        """A verified group of `origin` arrived (pooled or not, flat or not)."""
+        if not self.is_young(origin):
+            self._established_heard = (self._round, self._now())
+
+    def established_heard_lately(self) -> bool:
+        """An established key sent a verified group within `young_rounds` rounds or (with a clock)
+        `establish_interval_s` seconds."""
+        heard_round, heard_at = self._established_heard
+        return (self._round - heard_round <= self.young_rounds
+                or (self.clock is not None and self._now() - heard_at <= self.establish_interval_s))
 
     def _earn(self, earned: float) -> float:
         return min(self._slot_credit + earned, max(1.0, earned))

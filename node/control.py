@@ -39,6 +39,9 @@ def status_reply(s: dict) -> swarm_pb2.StatusReply:
     reply.hint_counters.update({k: int(v) for k, v in s.get("hints", {}).items()})
     reply.observed.update({k: int(v) for k, v in s.get("observed", {}).items()})
     reply.ingest.update(flat_counts(s.get("ingest", {})))
+    admission = s.get("admission", {})
+    reply.established.update({key: float(at) for key, at in admission.get("established", [])})
+    reply.young_keys, reply.established_keys = admission.get("young_count", 0), admission.get("established_count", 0)
     connected = set(s["connected"])
     for info in s["peers"]:
         reply.peers.add(**dataclasses.asdict(info), connected=info.peer_id in connected)

@@ -169,7 +169,7 @@ class SwarmExchange:
             if group.hint is not None:  # conditioned on context peers would not see
                 continue
             data = self._publish(to_wire(group, round_index, self.model_card, self.sampling, self.verifier.digest),
-                                 group.task.ref.key)
+                                 group.task.ref.key, low_priority=group.flat)  # peers train varied ones first
             if data is not None:
                 self._shared["wire_bytes"] += len(data)
                 self._shared["wire_tokens"] += sum(len(r.completion_ids) for r in group.rollouts)
@@ -183,10 +183,11 @@ class SwarmExchange:
             self._publish(swarm_pb2.Hint(task_ref=wire_task_ref(task.ref), level=LEVEL_CODES[level], text=text),
                           task.ref.key)
 
-    def _publish(self, message, what: str) -> bytes | None:
-        """The signed bytes sent, or None when our own message breaks a limit peers enforce."""
+    def _publish(self, message, what: str, low_priority: bool = False) -> bytes | None:
+        """The signed bytes sent now, or None (it waits in the paced outbox, or breaks a limit peers
+        enforce)."""
         try:
-            return self.outbox.publish(self.transport, self.cfg.name, message)
+            return self.outbox.publish(self.transport, self.cfg.name, message, low_priority=low_priority)
         except ValueError as err:  # skip it and say why
             log.warning("not sharing a %s for %s: %s", type(message).__name__, what, err)
             self._count(self.rejected, OUTBOUND_INVALID)
@@ -238,6 +239,7 @@ class SwarmExchange:
         with self._lock:
             self._arrived["received"] += 1
             self._arrived["flat"] += group.flat
+            self.pool.admission.heard(group.origin)
             if group.flat and self.cfg.composition != "cross_actor" and not self.pool.wants_flat(group.origin):
                 return  # SAPO: zero-variance groups carry no signal on their own (a young key's earns it credit)
             if self.pool.add(PoolEntry(group, round_index, self.pool.now())):

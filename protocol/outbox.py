@@ -17,7 +17,10 @@ per origin, 200 burst). The tiny preset produces about 320 groups/s (16 a round,
 so the Outbox sends through its own token bucket, `PACE` (10 messages/s, 100 burst: half the
 peers' limit, leaving room for hints and clock jitter). What does not fit waits in a short queue
 (`max_queued`) and goes out on a later `publish` or `flush`; when the queue is full the OLDEST
-waiting message is dropped (counted as `dropped_paced`): fresh rollouts are worth more. Messages
+waiting message is dropped (counted as `dropped_paced`): fresh rollouts are worth more. A message
+published with `low_priority` (a rollout group without reward variance: peers cannot train on it)
+is dropped before any other and sent only when nothing else waits: a fast node that solves most of
+its tasks offered its peers 397 such groups of 400, and they had nothing of it to train. Messages
 are sealed when they leave, so their timestamps and sequence numbers are those of sending.
 Pacing rather than batching several groups into one message: no wire change, and it holds for any
 preset whatever it produces.
@@ -99,7 +102,7 @@ class Outbox:
         self.sequencer = sequencer or Sequencer(clock=clock)
         self.counters: Counter[str] = Counter()  # paced_queued, paced_sent, dropped_paced
         self._bucket = TokenBucket(pace.messages_per_s, pace.burst, self._pace_clock()) if pace else None
-        self._queue: deque[tuple[str, Message]] = deque()
+        self._queue: deque[tuple[str, Message, bool]] = deque()  # (topic, message, low priority)
         self._lock = threading.Lock()
 
     def _validate(self, message: Message) -> None:
@@ -119,22 +122,31 @@ class Outbox:
         return seal(self.identity, kind_of(message), message.SerializeToString(), self.sequencer.next(),
                     int(self._clock() * 1000))
 
-    def publish(self, transport: Transport, swarm: str, message: Message) -> bytes | None:
+    def publish(self, transport: Transport, swarm: str, message: Message, *, low_priority: bool = False
+                ) -> bytes | None:
         """Validates `message` (ValueError if peers would refuse it) and queues it for its kind's
-        topic of `swarm`, then sends what the pace allows, oldest first. Returns the bytes sent for
-        `message` if it went out now, else None (it waits, or was dropped by the pace later)."""
+        topic of `swarm`, then sends what the pace allows, oldest first (low-priority ones after all
+        others). Returns the bytes sent for `message` if it went out now, else None (it waits, or
+        was dropped by the pace later: the oldest low-priority message first)."""
         self._validate(message)
         topic = topic_name(swarm, KIND_SPECS[kind_of(message)].topic)
         with self._lock:
             if self.pace is None:
                 return self._send(transport, topic, message)
-            self._queue.append((topic, message))
+            self._queue.append((topic, message, low_priority))
             self.counters["paced_queued"] += 1
             sent = self._release(transport)
             while len(self._queue) > self.pace.max_queued:
-                self._queue.popleft()
+                del self._queue[self._next_index(low_priority=True)]
                 self.counters["dropped_paced"] += 1
             return sent.get(id(message))
+
+    def _next_index(self, low_priority: bool) -> int:
+        """The oldest waiting message of that priority if any waits, else the oldest of the other."""
+        for i, (_, _, low) in enumerate(self._queue):
+            if low == low_priority:
+                return i
+        return 0
 
     def flush(self, transport: Transport) -> int:
         """Sends whatever waiting messages the pace allows now; returns how many."""
@@ -150,7 +162,9 @@ class Outbox:
         self._bucket.refill(self._pace_clock())
         sent: dict[int, bytes] = {}
         while self._queue and self._bucket.take():
-            topic, message = self._queue.popleft()
+            index = self._next_index(low_priority=False)
+            topic, message, _ = self._queue[index]
+            del self._queue[index]
             sent[id(message)] = self._send(transport, topic, message)
         return sent
 

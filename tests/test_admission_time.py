@@ -141,3 +141,28 @@ def test_the_state_keeps_promotions_and_reads_a_version_1_state():
     old = timed_admission(clock)
     old.load_state_dict(v1)
     assert not old.is_young("honest")  # it had earned its credits and rounds: established
+
+
+def test_at_a_fast_node_flooding_young_keys_hold_at_most_the_young_share_beside_a_slower_established_peer():
+    """A node at 50 rounds/s whose established peer offers a group every 10 rounds (5/s), while 32
+    young keys offer a group each every round. The young slots of rounds without an established
+    group used to be free (share * J each): the young keys held about 0.9 of the mix. Now they are
+    free only while no established key was heard from lately."""
+    clock = Clock()
+    pool = GroupPool.from_config(load_config("tiny").swarm, Counter(), clock)
+    admission = pool.admission
+    pool.evict(0)
+    earn(admission, "honest", 0)
+    used, index = Counter(), 0
+    for round_index in range(20, 2020):
+        clock.now += 1.0 / ROUNDS_PER_S
+        pool.evict(round_index)
+        arrivals = [f"sybil{i}" for i in range(32)] + (["honest"] if round_index % 10 == 0 else [])
+        for origin in arrivals:
+            index += 1
+            admission.heard(origin)
+            pool.add(PoolEntry(distinct(index, origin), round_index, pool.now()))
+        for chosen in pool.sample(4, "per_sender", random.Random(round_index)):
+            used["honest" if chosen.origin == "honest" else "young"] += 1
+    assert not admission.is_young("honest") and used["honest"] == 200  # every group of the established peer
+    assert used["young"] <= admission.young_share_max / (1 - admission.young_share_max) * used["honest"] + 1

@@ -145,3 +145,7 @@ def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_s
     assert ingest["verified/young"] > 0 and sum(ingest["dropped"].values()) > 0, summary  # a real flood
     assert reply.ingest["verified/established"] == ingest["verified/established"] > 0
     assert {k for k in reply.ingest if k.startswith("dropped/")} == {f"dropped/{k}" for k in ingest["dropped"]}
+    # `swarm-node status` names the established peer (promoted by the bootstrap window) and how often
+    # each peer was verified
+    assert list(reply.established) == [honest.peer_id] and reply.established_keys == 1
+    assert reply.young_keys >= 1 and reply.ingest[f"verified_by_peer/{honest.peer_id}"] >= ATTACK_ROUNDS

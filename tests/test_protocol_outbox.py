@@ -72,6 +72,23 @@ def test_waiting_messages_leave_on_flush_newest_kept_and_sealed_when_sent():
     assert verified[1].envelope.timestamp_ms == int((NOW + 1.0) * 1000)  # sealed when it left
 
 
+def test_low_priority_messages_are_dropped_first_and_sent_last():
+    """A fast node that solves most tasks offers mostly groups without reward variance (low
+    priority): the pace must still carry its trainable ones, whatever their order."""
+    clock = FakeClock(NOW)
+    sender, receiver = pair(clock)
+    outbox = Outbox(NodeIdentity.generate(), clock=clock, pace=Pace(messages_per_s=2, burst=1, max_queued=4))
+    for i in range(40):  # one trainable group in ten, each followed by nine flat ones
+        outbox.publish(sender, "t", make_rollout_group(1, 2, index=i), low_priority=i % 10 != 0)
+    assert outbox.queued == 4 and outbox.counters["dropped_paced"] == 40 - 1 - 4
+    for _ in range(4):  # one token every 0.5 s
+        clock.now += 0.5
+        assert outbox.flush(sender) == 1
+    sent = [v.body.task_ref.index for v in Ingress(clock=clock).accept_many(receiver.drain(TOPIC))]
+    assert sent[0] == 0 and sent[1:4] == [10, 20, 30]  # every trainable group went out, oldest first
+    assert sent[4] == 39  # then the newest flat one: low-priority drops go oldest first too
+
+
 def test_unpaced_outbox_sends_everything_and_invalid_messages_still_raise():
     clock = FakeClock(NOW)
     sender, receiver = pair(clock)

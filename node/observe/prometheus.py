@@ -94,6 +94,10 @@ class NodeCollector(Collector):
         yield _gauge("peers_banned", "tracked peers serving a ban now", sum(p.banned for p in peers))
         yield _score_histogram([p.score for p in peers])
         yield from _ingest(status.get("ingest", {}))
+        admission = status.get("admission", {})
+        yield _gauge("keys_established", "peer keys established at admission (no longer young)",
+                     admission.get("established_count", 0))
+        yield _gauge("keys_young", "peer keys still young at admission", admission.get("young_count", 0))
         yield from _transport(status.get("transport", {}))
 
 
