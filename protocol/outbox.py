@@ -17,10 +17,12 @@ per origin, 200 burst). The tiny preset produces about 320 groups/s (16 a round,
 so the Outbox sends through its own token bucket, `PACE` (10 messages/s, 100 burst: half the
 peers' limit, leaving room for hints and clock jitter). What does not fit waits in a short queue
 (`max_queued`) and goes out on a later `publish` or `flush`; when the queue is full the OLDEST
-waiting message is dropped (counted as `dropped_paced`): fresh rollouts are worth more. A message
-published with `low_priority` (a rollout group without reward variance: peers cannot train on it)
-is dropped before any other and sent only when nothing else waits: a fast node that solves most of
-its tasks offered its peers 397 such groups of 400, and they had nothing of it to train. Messages
+waiting message is dropped (counted as `dropped_paced`): fresh rollouts are worth more. Each
+message has a `priority` (higher first): the pace sends the oldest message of the highest priority
+waiting, and a full queue drops the oldest of the lowest. The node (node/exchange.py) ranks the
+groups peers can train on first, hints and hint requests next, and groups without reward variance
+(nothing to train) last: a fast node that solved most of its tasks spent its pace on 397 such
+groups of 400 and on hints, and its paced peer had almost nothing of it to train. Messages
 are sealed when they leave, so their timestamps and sequence numbers are those of sending.
 Pacing rather than batching several groups into one message: no wire change, and it holds for any
 preset whatever it produces.
@@ -31,7 +33,7 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from google.protobuf.message import Message
 
@@ -102,7 +104,7 @@ class Outbox:
         self.sequencer = sequencer or Sequencer(clock=clock)
         self.counters: Counter[str] = Counter()  # paced_queued, paced_sent, dropped_paced
         self._bucket = TokenBucket(pace.messages_per_s, pace.burst, self._pace_clock()) if pace else None
-        self._queue: deque[tuple[str, Message, bool]] = deque()  # (topic, message, low priority)
+        self._queue: deque[tuple[str, Message, int]] = deque()  # (topic, message, priority)
         self._lock = threading.Lock()
 
     def _validate(self, message: Message) -> None:
@@ -122,31 +124,28 @@ class Outbox:
         return seal(self.identity, kind_of(message), message.SerializeToString(), self.sequencer.next(),
                     int(self._clock() * 1000))
 
-    def publish(self, transport: Transport, swarm: str, message: Message, *, low_priority: bool = False
-                ) -> bytes | None:
+    def publish(self, transport: Transport, swarm: str, message: Message, *, priority: int = 0) -> bytes | None:
         """Validates `message` (ValueError if peers would refuse it) and queues it for its kind's
-        topic of `swarm`, then sends what the pace allows, oldest first (low-priority ones after all
-        others). Returns the bytes sent for `message` if it went out now, else None (it waits, or
-        was dropped by the pace later: the oldest low-priority message first)."""
+        topic of `swarm`, then sends what the pace allows: the highest priority first, oldest first
+        within one. Returns the bytes sent for `message` if it went out now, else None (it waits,
+        or was dropped by the pace later: the oldest of the lowest priority first)."""
         self._validate(message)
         topic = topic_name(swarm, KIND_SPECS[kind_of(message)].topic)
         with self._lock:
             if self.pace is None:
                 return self._send(transport, topic, message)
-            self._queue.append((topic, message, low_priority))
+            self._queue.append((topic, message, priority))
             self.counters["paced_queued"] += 1
             sent = self._release(transport)
             while len(self._queue) > self.pace.max_queued:
-                del self._queue[self._next_index(low_priority=True)]
+                del self._queue[self._oldest_of(min)]
                 self.counters["dropped_paced"] += 1
             return sent.get(id(message))
 
-    def _next_index(self, low_priority: bool) -> int:
-        """The oldest waiting message of that priority if any waits, else the oldest of the other."""
-        for i, (_, _, low) in enumerate(self._queue):
-            if low == low_priority:
-                return i
-        return 0
+    def _oldest_of(self, pick: Callable[[Iterable[int]], int]) -> int:
+        """Index of the oldest waiting message whose priority is `pick` (min or max) of those waiting."""
+        wanted = pick(priority for _, _, priority in self._queue)
+        return next(i for i, (_, _, priority) in enumerate(self._queue) if priority == wanted)
 
     def flush(self, transport: Transport) -> int:
         """Sends whatever waiting messages the pace allows now; returns how many."""
@@ -162,7 +161,7 @@ class Outbox:
         self._bucket.refill(self._pace_clock())
         sent: dict[int, bytes] = {}
         while self._queue and self._bucket.take():
-            index = self._next_index(low_priority=False)
+            index = self._oldest_of(max)
             topic, message, _ = self._queue[index]
             del self._queue[index]
             sent[id(message)] = self._send(transport, topic, message)

@@ -7,6 +7,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from node.child_env import stop_processes as stop  # noqa: F401 (the tests' name for it)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -14,18 +16,6 @@ def repo_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, s
     """The environment of a child process that imports this checkout: `base` (default os.environ)
     with PYTHONPATH set to the repository root, then `extra` on top."""
     return {**(os.environ if base is None else base), "PYTHONPATH": str(ROOT), **extra}
-
-
-def stop(procs: list[subprocess.Popen], timeout: float = 20.0) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=timeout)
 
 
 def wait_for(predicate, what: str, procs: list[subprocess.Popen], timeout: float = 120.0) -> None:

@@ -98,6 +98,8 @@ def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_s
     honest = Sender(relay)
     honest_groups, attack_groups = GroupMaker(receiver, 1), GroupMaker(receiver, 2)
     admission = exchange.pool.admission
+    noted_useful: set[str] = set()  # what p2pd would keep connected and rank first in its peer cache
+    exchange._note_useful = noted_useful.update
     try:
         # A earns weight: one group a round, used in the young slot, then enough rounds pass
         for round_index in range(WARMUP_ROUNDS):
@@ -149,3 +151,5 @@ def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_s
     # each peer was verified
     assert list(reply.established) == [honest.peer_id] and reply.established_keys == 1
     assert reply.young_keys >= 1 and reply.ingest[f"verified_by_peer/{honest.peer_id}"] >= ATTACK_ROUNDS
+    # the attackers' groups trained in young slots buy them neither a kept connection nor cache rank
+    assert noted_useful == {honest.peer_id}, noted_useful - {honest.peer_id}

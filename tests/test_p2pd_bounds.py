@@ -133,3 +133,27 @@ def test_fourteen_daemons_that_know_only_the_first_stay_bounded_and_deliver_to_a
     finally:
         for t in nodes:
             t.close()
+
+
+def test_the_peers_whose_groups_the_node_uses_are_never_trimmed():
+    """32 flooding hosts connected after the honest peer push the node over `high`; before, the
+    daemon's manager or our trimmer could close the honest connection (both nodes then went 15-20 s
+    without each other's groups). A kept peer is never a victim, however new it is."""
+    bounds = ConnectionBounds(low=6, high=12, grace_s=0.0)
+    honest, flood = "honest", [f"flooder{i}" for i in range(32)]
+    bounds.observe(flood, now=0.0)
+    bounds.observe([*flood, honest], now=1.0)  # the honest peer is the newest connection
+    victims = bounds.victims([*flood, honest], {honest, *flood}, now=2.0, keep=frozenset({honest}))
+    assert honest not in victims and len(victims) == 33 - 6
+    assert honest in bounds.victims([*flood, honest], {honest, *flood}, now=2.0)  # without keep: first to go
+
+
+def test_the_kept_peers_are_the_most_recently_useful_ones_within_the_window():
+    from protocol.transports.p2pd.shared import VALUED_WINDOW_S, Shared
+
+    shared = Shared("self", P2pdOptions(topics=(TOPIC,), conn_low=2, conn_high=4))
+    shared.note_useful(["old"], now=0.0)
+    shared.note_useful(["a", "b"], now=10.0)
+    shared.note_useful(["a"], now=20.0)
+    assert shared.valued_peers(now=30.0) == {"a", "b"}  # conn_low of them, the most recent
+    assert shared.valued_peers(now=10.0 + VALUED_WINDOW_S + 1) == {"a"}  # b's use is too old now

@@ -292,3 +292,18 @@ def test_peers_useful_in_more_rounds_rank_first_and_files_without_marks_still_lo
     (tmp_path / "peers.json").write_text(json.dumps({"peers": old}))
     assert {p: r.useful_marks for p, r in PeerCache(tmp_path / "peers.json", clock=clock).load().items()} \
         == {"used": 1, "never": 0}
+
+
+def test_the_dialer_redials_a_kept_peer_whatever_the_budget(tmp_path):
+    """A node at `conn_low` or more dials nobody (dial budget 0), so a kept peer (its groups used)
+    whose connection dropped under a flood was not redialed until the flood ended."""
+    ids = [NodeIdentity.generate().peer_id() for _ in range(3)]
+    honest, other, own = ids
+    cache, _ = make(tmp_path)
+    cache.remember({honest: [addr(1)], other: [addr(2)]})
+    control = FakeControl({peer_id_bytes(honest), peer_id_bytes(other)})
+    dialer = Dialer(own, {}, cache, control_timeout_s=2.0, backoff_initial_s=0.0, backoff_max_s=0.0)
+    assert dialer.dial_missing(control, connected=set(), count=lambda k: None, budget=0) == 0
+    assert dialer.dial_missing(control, connected=set(), count=lambda k: None, budget=0,
+                               must=frozenset({honest})) == 1
+    assert control.dialed == [peer_id_bytes(honest)]

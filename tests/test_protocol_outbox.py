@@ -72,14 +72,14 @@ def test_waiting_messages_leave_on_flush_newest_kept_and_sealed_when_sent():
     assert verified[1].envelope.timestamp_ms == int((NOW + 1.0) * 1000)  # sealed when it left
 
 
-def test_low_priority_messages_are_dropped_first_and_sent_last():
+def test_the_highest_priority_is_sent_first_and_the_lowest_dropped_first():
     """A fast node that solves most tasks offers mostly groups without reward variance (low
     priority): the pace must still carry its trainable ones, whatever their order."""
     clock = FakeClock(NOW)
     sender, receiver = pair(clock)
     outbox = Outbox(NodeIdentity.generate(), clock=clock, pace=Pace(messages_per_s=2, burst=1, max_queued=4))
     for i in range(40):  # one trainable group in ten, each followed by nine flat ones
-        outbox.publish(sender, "t", make_rollout_group(1, 2, index=i), low_priority=i % 10 != 0)
+        outbox.publish(sender, "t", make_rollout_group(1, 2, index=i), priority=1 if i % 10 == 0 else 0)
     assert outbox.queued == 4 and outbox.counters["dropped_paced"] == 40 - 1 - 4
     for _ in range(4):  # one token every 0.5 s
         clock.now += 0.5

@@ -71,7 +71,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _write_json(path: str | None, data: dict) -> None:
+def write_json(path: str | None, data: dict) -> None:
+    """`data` as sorted JSON to `path`, atomically (stdout without a path)."""
     text = json.dumps(data, indent=2, sort_keys=True)
     if path is None:
         print(text, flush=True)
@@ -84,7 +85,7 @@ def _write_json(path: str | None, data: dict) -> None:
 def _refuse(out: str | None, summary: dict, stage: str, err: Exception) -> int:
     """Exit status 2 for a bad config or address, with the summary written and the error named."""
     summary["error"] = f"{stage}: {err}"
-    _write_json(out, summary)
+    write_json(out, summary)
     print(f"hostile: {err}", file=sys.stderr)
     return 2
 
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["connected_peers"] = transport.peers()
         transport.close()
         summary["transport"] = transport.stats()
-        _write_json(args.out, summary)
+        write_json(args.out, summary)
     return code
 
 

@@ -76,12 +76,15 @@ class ConnectionBounds:
     def over(self, n_connected: int) -> bool:
         return self.bounded and n_connected > self.high
 
-    def victims(self, connected: Iterable[str], on_our_topics: set[str], now: float) -> list[str]:
+    def victims(self, connected: Iterable[str], on_our_topics: set[str], now: float,
+                keep: frozenset[str] = frozenset()) -> list[str]:
         """The peers to disconnect now: none at or below `high`; above it, down to `low`, the
-        peers off our topics first, then the newest, each connected for at least `grace_s`."""
+        peers off our topics first, then the newest, each connected for at least `grace_s`, never
+        one of `keep` (the peers whose groups the node uses)."""
         connected = list(connected)
         if not self.over(len(connected)):
             return []
-        eligible = [pid for pid in connected if now - self._first_seen.get(pid, now) >= self.grace_s]
+        eligible = [pid for pid in connected
+                    if pid not in keep and now - self._first_seen.get(pid, now) >= self.grace_s]
         eligible.sort(key=lambda pid: (pid in on_our_topics, -self._first_seen[pid]))
         return eligible[:len(connected) - self.low]

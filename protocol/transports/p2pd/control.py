@@ -134,6 +134,12 @@ def disconnect_request(peer_id: bytes) -> pb.Request:
     return pb.Request(type=pb.Request.DISCONNECT, disconnect=pb.DisconnectRequest(peer=peer_id))
 
 
+def tag_request(peer_id: bytes, tag: str, weight: int) -> pb.Request:
+    """The daemon's connection manager values `peer_id`'s connection by `weight` (kept when it trims)."""
+    return pb.Request(type=pb.Request.CONNMANAGER, connManager=pb.ConnManagerRequest(
+        type=pb.ConnManagerRequest.TAG_PEER, peer=peer_id, tag=tag, weight=weight))
+
+
 def trim_request() -> pb.Request:
     """The daemon's connection manager closes its least valuable connections (if over its high mark)."""
     return pb.Request(type=pb.Request.CONNMANAGER, connManager=pb.ConnManagerRequest(type=pb.ConnManagerRequest.TRIM))

@@ -39,17 +39,19 @@ class Dialer:
         self.failures.clear()
 
     def dial_missing(self, conn: ControlConnection, connected: set[str], count: Callable[[str], None],
-                     skip: frozenset[str] = frozenset(), budget: int | None = None) -> int:
+                     skip: frozenset[str] = frozenset(), budget: int | None = None,
+                     must: frozenset[str] = frozenset()) -> int:
         """One pass, never dialing `skip` (origins cut for flooding), ending once `budget` dials
-        answered (None: no end); `count("dial_attempts" | "dial_failures" | "dial_given_up")` for
-        the transport's stats. Returns how many dials answered."""
+        answered (None: no end), except that the `must` peers (whose groups the node uses) are
+        dialed first and whatever the budget; `count("dial_attempts" | "dial_failures" |
+        "dial_given_up")` for the transport's stats. Returns how many dials answered."""
         now, answered = time.monotonic(), 0
-        for pid, addrs in self._wanted().items():
+        for pid, addrs in sorted(self._wanted().items(), key=lambda item: item[0] not in must):
             if pid in connected:
                 self.backoff.pop(pid, None)
                 self.failures.pop(pid, None)
                 continue
-            if budget is not None and answered >= budget:
+            if budget is not None and answered >= budget and pid not in must:
                 continue  # enough answered: the rest only get their backoff cleared if connected
             if pid in skip or not self._due(pid, now):
                 continue

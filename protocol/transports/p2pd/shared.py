@@ -44,6 +44,9 @@ STAT_KEYS = (
 )
 
 
+MAX_USEFUL_TRACKED = 256  # peers whose last useful time is kept
+VALUED_WINDOW_S = 600.0  # a peer useful within this long is kept connected (up to conn_low of them)
+
 class Shared:
     """The fields below are read and written under `lock` (the events need no lock). `generation`
     counts daemon runs: a reader or connection made for one run stops when it is no longer current."""
@@ -67,6 +70,7 @@ class Shared:
         self.dht_peers = 0
         self.subscriptions: dict[str, ControlConnection] = {}
         self.threads: list[threading.Thread] = []
+        self.useful_at: dict[str, float] = {}  # peer id -> monotonic time the node last used its groups
 
     def spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=f"{name}-{self.peer_id[-6:]}", daemon=True)
@@ -84,6 +88,23 @@ class Shared:
             if self.generation != generation or self.state != STATE_RUNNING or self.daemon is None:
                 return None
             return self.daemon.socket_path
+
+    def note_useful(self, peer_ids: list[str], now: float) -> None:
+        with self.lock:
+            for pid in peer_ids:
+                self.useful_at.pop(pid, None)  # re-inserted: the most recently useful last
+                self.useful_at[pid] = now
+            while len(self.useful_at) > MAX_USEFUL_TRACKED:
+                self.useful_at.pop(next(iter(self.useful_at)))
+
+    def valued_peers(self, now: float) -> set[str]:
+        """The peers kept connected whatever the bounds (upkeep.py): the `conn_low` most recently
+        useful ones, used within `VALUED_WINDOW_S`. A flood of connecting hosts pushed a node over
+        `conn_high`, the trimming closed its honest peer's connection, and a node at `conn_low` or
+        more dials nobody: both nodes went 15-20 s without each other's groups, twice in 2 minutes."""
+        with self.lock:
+            recent = [pid for pid, at in self.useful_at.items() if now - at <= VALUED_WINDOW_S]
+        return set(recent[-self.options.conn_low:])
 
     def topics(self) -> list[str]:
         with self.lock:

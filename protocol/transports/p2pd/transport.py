@@ -162,7 +162,9 @@ class P2pdTransport:
         return out
 
     def note_useful_peers(self, peer_ids: list[str]) -> None:
-        """The node used verified groups signed by these peers: the peer cache ranks them first."""
+        """The node used verified groups signed by these peers: they are kept connected (upkeep.py)
+        and the peer cache ranks them first."""
+        self._shared.note_useful(peer_ids, time.monotonic())
         if self.peer_cache is not None:
             self.peer_cache.note_useful(peer_ids)
 

@@ -8,10 +8,12 @@ import time
 
 from .addrs import peer_id_bytes, peer_id_text
 from .bounds import ConnectionBounds
-from .control import ControlConnection, ControlError, disconnect_request, list_peers_request, trim_request
+from .control import (ControlConnection, ControlError, disconnect_request, list_peers_request, tag_request,
+                      trim_request)
 from .shared import Shared
 
 log = logging.getLogger(__name__)
+KEEP_TAG, KEEP_WEIGHT = "swarm-node/useful", 1000  # the daemon's connection manager keeps these longest
 
 
 def connected_peers(conn: ControlConnection) -> set[str]:
@@ -25,16 +27,20 @@ class Trimmer:
         self.shared, self.bounds = shared, bounds
         self._rng = random.Random()
 
-    def trim(self, conn: ControlConnection, connected: set[str], members: dict[str, set[str]]) -> set[str]:
+    def trim(self, conn: ControlConnection, connected: set[str], members: dict[str, set[str]],
+             keep: frozenset[str] = frozenset()) -> set[str]:
         """Above the bound: the daemon's connection manager trims first (it knows the GossipSub
-        mesh), then we disconnect what it could not (bounds.victims). Returns the peers let go."""
+        mesh; the `keep` peers are tagged so that it values them above any other), then we
+        disconnect what it could not (bounds.victims), never a `keep` peer. Returns the peers let go."""
         now = time.monotonic()
         self.bounds.observe(connected, now)
+        for pid in sorted(keep & connected):  # every pass: the daemon forgets a peer's tags when it leaves
+            conn.request(tag_request(peer_id_bytes(pid), KEEP_TAG, KEEP_WEIGHT))
         if not self.bounds.over(len(connected)):
             return set()
         conn.request(trim_request())
         left = connected_peers(conn) & connected
-        victims = self.bounds.victims(left, set().union(*members.values()), now)
+        victims = self.bounds.victims(left, set().union(*members.values()), now, keep)
         self._disconnect(conn, victims)
         self.shared.bump("trimmed_by_daemon", len(connected - left))
         self.shared.bump("trimmed_by_us", len(victims))

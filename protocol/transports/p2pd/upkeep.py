@@ -1,6 +1,8 @@
 """The p2pd transport's peer upkeep, two threads: discovery keeps the connections within their
 bounds (bounds.py: it trims above `conn_high`; below `conn_low` it dials bootstrap and cached
-peers and asks the DHT for more, discovery.py), refreshes the peer/topic counts that `peers()` and
+peers and asks the DHT for more, discovery.py) except for the peers whose groups the node uses
+(shared.py `valued_peers`: never trimmed, tagged for the daemon's connection manager, redialed at
+once when they drop, whatever the bounds), refreshes the peer/topic counts that `peers()` and
 `stats()` return and writes the peer cache; the guard disconnects origins cut for flooding
 (flood_guard.py)."""
 from __future__ import annotations
@@ -65,7 +67,8 @@ class PeerUpkeep:
         try:
             with ControlConnection(socket_path, timeout) as conn:
                 connected, members = self._census(conn)
-                connected -= self.trimmer.trim(conn, connected, members)
+                keep = frozenset(s.valued_peers(time.monotonic()))
+                connected -= self.trimmer.trim(conn, connected, members, keep)
                 with s.lock:
                     s.connected = sorted(connected)
                     s.topic_peers.update({topic: len(peers) for topic, peers in members.items()})
@@ -75,7 +78,7 @@ class PeerUpkeep:
                 if cut:
                     s.wake_guard.set()
                 dialed = self.dialer.dial_missing(conn, connected, s.bump, skip=cut,
-                                                  budget=self.bounds.dial_budget(len(connected)))
+                                                  budget=self.bounds.dial_budget(len(connected)), must=keep)
                 if not self.bounds.wants_more(len(connected) + dialed):
                     return  # a bounded node with enough peers asks nobody
                 before = connected_peers(conn) if self.bounds.bounded else set()
