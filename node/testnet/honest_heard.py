@@ -68,6 +68,7 @@ def start_flooders(out: Path, swarm: str, peers: list[str], keys: int, procs: in
     started = []
     for i, k in enumerate(split_keys(keys, procs)):
         summary = out / f"flooder-{i}.json"
+        summary.unlink(missing_ok=True)  # an earlier run's summary would date this flood's start
         log = open(out / f"flooder-{i}.log", "ab")
         cmd = [sys.executable, "-m", "node.testnet.flood_origins", "--keys", str(k), "--rate", str(rate),
                "--peers", *peers, "--swarm", swarm, "--seconds", str(seconds), "--preset", "tiny",
