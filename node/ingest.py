@@ -21,7 +21,11 @@ is verified one time in N, not never. The limit is in seconds, not rounds: 5 rou
 node running 50 rounds/s (hundreds of honest messages expired unverified) and 5 minutes at a slow
 one. Drops are counted by reason and sender class ("expired/young").
 The budget bounds what the worker verifies per round (messages, bytes, and its share of wall time,
-since verification holds the GIL the training thread also needs).
+since verification holds the GIL the training thread also needs), with one floor: while established
+senders have messages waiting, one of theirs is verified at least every `heard_every_s` (1 s)
+whatever the budget. Under a flood on a saturated machine (load 16 on 2 cores) a verification took
+so long that the share of wall time was spent for seconds at a time, and the honest peer went 2-3 s
+unheard; the floor costs at most one verification a second.
 """
 from __future__ import annotations
 
@@ -54,6 +58,7 @@ class IngestBudget:
     per_sender_staged: int = 64      # staged messages per delivering peer
     max_staged: int = 2048           # staged messages in all
     young_share: float = 0.25        # of the budget and of staging that young senders share at most
+    heard_every_s: float = 1.0       # an established sender's message is verified this often at least, budget or not
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,7 @@ class IngestWorker:
         self._lock = threading.Lock()  # guards counters and the round's budget, read by status()
         self._round_started = time.monotonic()
         self._round = self._fresh_usage()
+        self._established_heard_at = float("-inf")  # when an established sender's message was last verified
         self.round_index = 0  # the training loop's current round
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -236,6 +242,8 @@ class IngestWorker:
                 self._round[cls].update(messages=1, bytes=len(staged.item.data), seconds=spent)
                 self.counters["verified"] += 1
                 self.counters[f"verified/{cls}"] += 1
+                if cls == ESTABLISHED:
+                    self._established_heard_at = time.monotonic()
                 self._count_peer(staged.item.from_peer)
             verified_any = True
         return verified_any
@@ -256,6 +264,10 @@ class IngestWorker:
                   "seconds": self.budget.max_share * (time.monotonic() - self._round_started)}
         used = self._round[ESTABLISHED] + self._round[YOUNG]
         if not all(used[k] < limit or (k == "seconds" and used[k] <= limit) for k, limit in limits.items()):
+            if (len(self.staging.lanes[ESTABLISHED])
+                    and time.monotonic() - self._established_heard_at >= self.budget.heard_every_s):
+                self.counters["heard_floor"] += 1  # beyond the budget: established peers are heard every second
+                return ESTABLISHED
             self.counters["budget_waits"] += 1
             return None
         share = self.budget.young_share if self.young_capped() else 1.0

@@ -98,7 +98,7 @@ def test_a_group_re_signed_by_100_keys_is_trained_at_most_once_at_50_rounds_a_se
         pool.evict(round_index)
         pool.add(PoolEntry(group(0, f"resigner{i}"), round_index, pool.now()))
         trained += len(pool.sample(4, "uniform", random.Random(i)))
-    assert trained == 1 and pool.rejected["duplicate_content"] == 99
+    assert (trained, pool.rejected["duplicate_content"]) == (1, 99)
 
 
 def test_pooled_groups_age_from_their_verification_in_rounds_and_in_seconds():

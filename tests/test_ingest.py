@@ -308,3 +308,18 @@ def _max_min_share(rates: dict[str, float], capacity: float) -> dict[str, float]
         share[sender] = min(rates[sender], equal)
         left -= share[sender]
     return share
+
+
+def test_an_established_sender_is_heard_every_second_even_when_the_budget_is_spent():
+    items = [Received("honest", b"h%d" % i, 0.0) for i in range(10)] + [Received("sybil", b"s", 0.0)] * 10
+    verified = []
+    budget = IngestBudget(max_messages=1, max_share=1.0, young_share=0.25, heard_every_s=1.0)
+    worker = IngestWorker(_Staged(items), ["t"], lambda staged: verified.append(staged.item.from_peer), budget,
+                          lambda peer: ESTABLISHED if peer == "honest" else YOUNG)
+    worker.step()  # the round's budget of one goes to a young sender (its share, served early)...
+    assert verified == ["sybil", "honest"] and worker.counters["heard_floor"] == 1  # ...the floor to honest
+    worker.step()
+    assert len(verified) == 2 and worker.counters["budget_waits"] > 0  # within the second: nothing more
+    worker._established_heard_at -= 1.0  # a second passes with the budget still spent
+    worker.step()
+    assert verified[2:] == ["honest"] and worker.counters["heard_floor"] == 2  # heard again, once
