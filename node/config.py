@@ -205,7 +205,7 @@ class SwarmConfig(Section):
     ingest_max_messages: int = Field(64, ge=1, description="background ingest: messages verified per round at most")
     ingest_max_share: float = Field(0.05, gt=0, le=1, description="background ingest: share of wall time spent "
                                     "verifying at most (it competes with training for the GIL)")
-    ingest_max_wait_s: float = Field(30.0, gt=0, description="background ingest: a message staged longer than "
+    ingest_max_wait_s: float = Field(10.0, gt=0, description="background ingest: a message staged longer than "
                                      "this is dropped unverified when its sender's turn comes (that turn verifies "
                                      "the sender's next fresh one)")
     ingest_staged_per_sender: int = Field(64, ge=1, description="messages waiting per delivering peer; beyond it "

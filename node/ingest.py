@@ -156,7 +156,7 @@ class IngestWorker:
 
     def __init__(self, transport: Transport, topics: list[str], verify: Callable[[Staged], None],
                  budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest",
-                 max_wait_s: float = 30.0, young_capped: Callable[[], bool] = lambda: True):
+                 max_wait_s: float = 10.0, young_capped: Callable[[], bool] = lambda: True):
         self.transport = transport
         self.topics = topics
         self.verify = verify

@@ -195,8 +195,8 @@ def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path
             self.noted.append(list(peer_ids))
 
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
-                                     "swarm.young_share_max=1.0"])
-    parts = build_parts(cfg)
+                                     "swarm.young_groups=0", "swarm.young_rounds=0"])  # nobody young: only
+    parts = build_parts(cfg)  # established keys are named (tests/test_ingest_sybil.py: young ones are not)
     transport = NotingTransport(bus, "receiver")
     transport.start()
     n = Node(cfg, tmp_path, build_exchange(parts, NodeIdentity.generate(), transport, ingest="inline"), parts=parts)

@@ -23,7 +23,7 @@ from protocol.transports.impairment import Impairment, parse_netem, write_impair
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0
-STARTUP_S_PER_WAVE = 4.0  # what a node takes to import and listen on 2 busy cores, roughly
+STARTUP_S_PER_WAVE = 10.0  # what a node takes to import and listen on 2 busy cores: 7-15 s measured (libp2p)
 STARTUP_S_PER_NODE = 1.5
 POLL_S = 0.5
 STATUS_EVERY_S = 3.0
