@@ -176,7 +176,7 @@ class Admission:
         """The most senior key that has earned its credits, rounds and `young_seconds` becomes
         established, if `establish_interval_s` passed since the last promotion; in the bootstrap
         window (no key established) the first key with its credits and rounds, time waived."""
-        bootstrap = not any(r.established_at for r in self.keys.values())
+        bootstrap = not self.any_established  # as of the last start_round: only _promote changes it
         if not bootstrap and now - self._last_promotion < self.establish_interval_s:
             return
         ready = [key for key, r in self.keys.items() if not r.established_at and self._earned(r)
