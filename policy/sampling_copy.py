@@ -112,7 +112,9 @@ class SamplingCopy:
         started = time.perf_counter()
         sources = dict(self.source.named_modules())
         dtype = COPY_DTYPES[self.precision]
-        converted: dict[int, nn.Parameter] = {}  # id of a learner tensor -> its copy (tied weights)
+        # id of a learner tensor -> (that tensor, its copy): tied weights stay tied. The tensor is
+        # held so a LoRA layer's merged weight (a temporary) cannot free its id for the next layer's.
+        converted: dict[int, tuple[Tensor, nn.Parameter]] = {}
         for name, module in self.model.named_modules():
             source = sources[name]
             if isinstance(module, Int8Linear):
@@ -130,14 +132,14 @@ class SamplingCopy:
 
     @staticmethod
     def _converted(value: Tensor, current: nn.Parameter, dtype: torch.dtype,
-                   converted: dict[int, nn.Parameter]) -> nn.Parameter:
+                   converted: dict[int, tuple[Tensor, nn.Parameter]]) -> nn.Parameter:
         """`current` (resized on the first call) holding `value` at `dtype`; one copy per learner tensor."""
         if id(value) in converted:
-            return converted[id(value)]
+            return converted[id(value)][1]
         if current.shape != value.shape:  # the placeholder of the first refresh
             current = nn.Parameter(torch.empty(value.shape, dtype=dtype, device=value.device), requires_grad=False)
         current.copy_(value)
-        converted[id(value)] = current
+        converted[id(value)] = (value, current)
         return current
 
 

@@ -115,6 +115,17 @@ def test_refresh_merges_lora_adapters(tiny):
     merged = lora_layer.base_layer.weight + lora_layer.get_delta_weight("default")
     torch.testing.assert_close(q_proj.weight.float(), merged.to(torch.bfloat16).float())
     assert not torch.allclose(merged, lora_layer.base_layer.weight)
+    # every adapted layer gets its own merged weight (the merged weights are temporaries: a copy
+    # keyed by a freed tensor's id once gave one layer another layer's weight)
+    sources = dict(tiny.model.named_modules())
+    adapted = [name for name, module in sampling_copy.model.named_modules()
+               if hasattr(sources.get(name), "lora_A")]
+    assert len(adapted) >= 4
+    for name in adapted:
+        lora_layer = sources[name]
+        merged = lora_layer.base_layer.weight + lora_layer.get_delta_weight("default")
+        copied = sampling_copy.model.get_submodule(name).weight
+        torch.testing.assert_close(copied.float(), merged.to(torch.bfloat16).float(), msg=name)
 
 
 def test_a_missed_refresh_of_the_copy_raises_as_before(tmp_path):
