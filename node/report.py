@@ -38,7 +38,18 @@ def summarize(rows: list[dict]) -> dict:
         "seconds_train": sum(r["t_train"] for r in rows),
         "seconds_exchange": sum(r.get("t_exchange", 0.0) for r in rows),
         **_last_heldout(rows),
+        **_late_diversity(rows[-k:]),
     }
+
+
+def _late_diversity(rows: list[dict]) -> dict:
+    """The own rollouts' entropy, distinct completions per group and flat-group share
+    (node/rollouts.py diversity_stats), each averaged over `rows` where measured."""
+    out = {}
+    for key in ("entropy_mean", "distinct_completions", "flat_group_share"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        out[f"{key}_last10"] = sum(values) / len(values) if values else None
+    return out
 
 
 def _last_heldout(rows: list[dict]) -> dict:
@@ -66,12 +77,22 @@ def _heldout_text(s: dict) -> str:
     return line + (f"; pass@1 by family: {families}" if families else "") + "\n"
 
 
+def _diversity_text(s: dict) -> str:
+    """One line about the own rollouts' diversity; empty for runs logged before it was measured."""
+    if s.get("distinct_completions_last10") is None:
+        return ""
+    entropy = "-" if s["entropy_mean_last10"] is None else f"{s['entropy_mean_last10']:.3f} nats/token"
+    return (f"sampling (last 10 rounds): entropy {entropy}, distinct completions/group "
+            f"{s['distinct_completions_last10']:.2f}, flat groups {s['flat_group_share_last10']:.0%}\n")
+
+
 def summary_text(s: dict) -> str:
     ratio = "inf" if s["improvement"] == float("inf") else f"{s['improvement']:.2f}x"
     return (
         f"rounds: {s['rounds']}\n"
         f"reward: first 10 rounds {s['reward_first10']:.3f} -> last 10 rounds {s['reward_last10']:.3f} ({ratio})\n"
         f"pass rate (last 10 rounds): {s['pass_rate_last10']:.3f}\n"
+        f"{_diversity_text(s)}"
         f"{_heldout_text(s)}"
         f"throughput: {s['tokens_per_s_mean']:.1f} generated tokens/s (mean over rounds)\n"
         f"time: {s['seconds_total']:.1f} s total = generate {s['seconds_generate']:.1f} s + score "
@@ -97,6 +118,29 @@ def _plot_heldout(ax, rows: list[dict]) -> None:
                 color=f"C{6 + i % 4}", label=f"{family} pass@1")
 
 
+def _plot_diversity(ax, rows: list[dict], window: int) -> None:
+    """Own rollouts per round: entropy (nats/token, left axis; no line when never measured: vLLM),
+    flat-group share and distinct completions over the mean group size (right axis, 0-1)."""
+    rows = [r for r in rows if r.get("distinct_completions") is not None]  # runs logged before: nothing
+    x = [r["round"] for r in rows]
+    ax.set(title="own rollouts: sampling entropy, flat groups, distinct completions", xlabel="round",
+           ylabel="nats/token")
+    entropy = [r.get("entropy_mean") for r in rows]
+    if any(v is not None for v in entropy):
+        ax.plot(x, [float("nan") if v is None else v for v in entropy], alpha=0.3, color="C0")
+        ax.plot(x, rolling_mean([v or 0.0 for v in entropy], window), color="C0", label="entropy (nats/token)")
+    right = ax.twinx()
+    right.set(ylim=(-0.02, 1.05), ylabel="share")
+    right.plot(x, rolling_mean([r["flat_group_share"] for r in rows], window), color="C3", ls="--",
+               label="flat-group share")
+    group_size = [r["rollouts_generated"] / max(1, r["groups_local"]) for r in rows]
+    right.plot(x, rolling_mean([r["distinct_completions"] / max(1.0, n) for r, n in zip(rows, group_size)], window),
+               color="C2", ls=":", label="distinct / group size")
+    handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    if handles:
+        ax.legend(handles, [h.get_label() for h in handles], loc="upper right", fontsize=8)
+
+
 def write_report(run_dir: Path) -> tuple[Path, Path, str]:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
@@ -105,7 +149,7 @@ def write_report(run_dir: Path) -> tuple[Path, Path, str]:
                                 "(create one with `swarm-node train --run-dir DIR`)")
     x = [r["round"] for r in rows]
     window = max(1, len(rows) // 20)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    fig, axes = plt.subplots(3, 2, figsize=(11, 10))
 
     ax = axes[0][0]
     ax.plot(x, [r["reward_mean"] for r in rows], alpha=0.3, color="C0")
@@ -130,6 +174,11 @@ def write_report(run_dir: Path) -> tuple[Path, Path, str]:
     ax.stackplot(x, *([r.get(k, 0.0) for r in rows] for k in parts), labels=[k[2:] for k in parts], alpha=0.8)
     ax.set(title="seconds per round", xlabel="round")
     ax.legend(loc="upper left")
+
+    grid = axes[2][0].get_gridspec()
+    for ax in axes[2]:
+        ax.remove()
+    _plot_diversity(fig.add_subplot(grid[2, :]), rows, window)  # one panel across the bottom row
 
     fig.tight_layout()
     png = run_dir / "report.png"

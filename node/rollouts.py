@@ -51,7 +51,7 @@ class RolloutSampler:
         self._score_seconds = 0.0
         groups = [self._score(task, rollouts[i], policy_version, hints[i], flags[i]) for i, task in enumerate(tasks)]
         extra = self._allocate([groups[i] for i in plain], [prompts[i] for i in plain], policy_version)
-        stats = {"t_score": self._score_seconds}
+        stats = {"t_score": self._score_seconds, **diversity_stats(groups)}
         if self.allocation.scheme != "off":
             stats["dars_extra_rollouts"] = float(extra)
         return groups, stats
@@ -89,7 +89,7 @@ class RolloutSampler:
         text, offsets = decode_with_offsets(self.ctx.policy.tokenizer, ids)
         return Rollout(prompt_ids=prompt, completion_ids=ids, logprobs=[0.0] * len(prefix) + list(rollout.logprobs),
                        text=text, offsets=offsets, truncated=rollout.truncated, hint_tokens=len(prefix),
-                       policy_version=rollout.policy_version)
+                       policy_version=rollout.policy_version, entropy=rollout.entropy)
 
     def _score(self, task: Task, rollouts: list[Rollout], policy_version: int, hint: HintUse | None,
                hinted: list[bool]) -> ScoredGroup:
@@ -129,3 +129,21 @@ class RolloutSampler:
                     groups[i].correct += more.correct
                     total += len(rs)
         return total
+
+
+def diversity_stats(groups: list[ScoredGroup]) -> dict:
+    """How varied this node's own rollouts of the round were (every group's final rollouts: plain,
+    hinted, DARS extra). entropy_mean: the mean over generated tokens (hint prefixes excluded) of
+    the entropy of the distribution each was drawn from, None when the backend measures none (vLLM);
+    distinct_completions: distinct token sequences per group, averaged over groups;
+    flat_group_share: share of groups whose rewards are all equal (zero variance, no advantage)."""
+    measured = [(r.entropy, len(r.completion_ids) - r.hint_tokens) for g in groups for r in g.rollouts
+                if r.entropy is not None]
+    tokens = sum(n for _, n in measured)
+    sized = [g for g in groups if g.rollouts]
+    return {
+        "entropy_mean": sum(e * n for e, n in measured) / tokens if tokens else None,
+        "distinct_completions": (sum(len({tuple(r.completion_ids) for r in g.rollouts}) for g in sized) / len(sized)
+                                 if sized else None),
+        "flat_group_share": sum(max(g.rewards) == min(g.rewards) for g in sized) / len(sized) if sized else None,
+    }

@@ -4,7 +4,9 @@ between them: policy/backends.py).
 
 Every backend returns, per completion, the token ids, the behavior log-probs b_t at the sampling
 temperature (policy/ALGORITHMS.md: computed on logits / T, so the on-policy ratio is exactly 1), the
-decoded text and each token's character span in that text.
+decoded text and each token's character span in that text. The HF backends (HFGenerator and its
+sampling-copy subclass) also give each completion's mean per-token entropy of the distribution its
+tokens were drawn from (TokenSampler); vLLM gives none (Rollout.entropy None).
 
 Temperature 0 means greedy decoding; its log-probs are those of the untempered model (T = 1),
 and `completion_logprobs(..., temperature=0)` uses the same convention.
@@ -88,12 +90,13 @@ class HFGenerator:
                 logits_processor=LogitsProcessorList([recorder]),
             )  # [B, P+S]
         new_tokens = sequences[:, input_ids.shape[1] :]  # [B, S]
-        logprobs = recorder.finish(new_tokens)  # [B, S]
+        recorded = torch.stack((recorder.finish(new_tokens), recorder.finish_entropy(new_tokens)))  # [2, B, S]
         # One transfer to Python lists; the per-row work left is string decoding.
+        logprobs, entropies = recorded.tolist()
         return [
             build_rollout(self.tokenizer, prompt, tokens, row_logprobs, self.eos_ids, params.max_new_tokens,
-                          self.policy_version)
-            for prompt, tokens, row_logprobs in zip(rows, new_tokens.tolist(), logprobs.tolist())
+                          self.policy_version, row_entropies)
+            for prompt, tokens, row_logprobs, row_entropies in zip(rows, new_tokens.tolist(), logprobs, entropies)
         ]
 
     def _shared_prefix_cache(self, prompts: list[list[int]], owners: list[int]) -> DynamicCache | None:
@@ -144,7 +147,8 @@ class HFGenerator:
 
 
 class TokenSampler(LogitsProcessor):
-    """Picks every token itself and records its log-prob, log_softmax(raw_logits / T)[token].
+    """Picks every token itself and records its log-prob, log_softmax(raw_logits / T)[token], and
+    the entropy of the distribution it was drawn from, softmax(raw_logits / T) (0 at T = 0).
 
     `generate` runs in greedy mode with this as its last logits processor: it returns scores that
     are -inf everywhere but at the token it picked, so HF's argmax takes exactly that token.
@@ -160,6 +164,7 @@ class TokenSampler(LogitsProcessor):
         self.temperature = temperature
         self.inverse_temperature = 1.0 / temperature if temperature > 0 else 1.0
         self.per_step: list[Tensor] = []  # one [B] tensor per generated column
+        self.per_step_entropy: list[Tensor] = []  # one [B] tensor per generated column
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         scaled = scores.float()  # [B, V]; HF hands over float32 logits of its own: no copy
@@ -175,18 +180,42 @@ class TokenSampler(LogitsProcessor):
         else:
             token = scaled.argmax(-1, keepdim=True)  # [B, 1]
         self.per_step.append((scaled.gather(1, token) - log_normalizer).squeeze(1))  # [B]
+        if self.temperature > 0:
+            self.per_step_entropy.append(_entropy_in_place(scaled, log_normalizer, cumulative))  # [B]
+        else:  # greedy picks from a point mass: entropy exactly 0, and no [B, V] softmax to pay for
+            self.per_step_entropy.append(torch.zeros(scaled.shape[0], device=scaled.device))  # [B]
         # in place (scaled may be scores itself, it is read no more): no new [B, V] tensor per step
         return scores.fill_(float("-inf")).scatter_(1, token, 0.0)  # [B, V]
 
     def finish(self, new_tokens: Tensor) -> Tensor:
         """Log-probs [B, S] for the generated tokens [B, S] returned by `generate` (rows that
         stopped hold pad tokens after their eos; their values there are never used)."""
-        steps = new_tokens.shape[1]
-        if len(self.per_step) < steps:
-            raise RuntimeError(f"recorded {len(self.per_step)} steps for {steps} generated tokens")
-        if steps == 0:
-            return torch.zeros(new_tokens.shape, dtype=torch.float32, device=new_tokens.device)  # [B, 0]
-        return torch.stack(self.per_step[:steps], dim=1)  # [B, S]
+        return _stack_steps(self.per_step, new_tokens)
+
+    def finish_entropy(self, new_tokens: Tensor) -> Tensor:
+        """Entropy [B, S] (nats) of the distribution each generated token [B, S] was drawn from,
+        softmax(logits / T) after HF's own processors; 0 at T = 0 (greedy: a point mass)."""
+        return _stack_steps(self.per_step_entropy, new_tokens)
+
+
+def _entropy_in_place(scaled: Tensor, log_normalizer: Tensor, spent: Tensor) -> Tensor:
+    """-sum_v p_v log p_v per row [B] of softmax(scaled [B, V]), log Z [B, 1] given. Overwrites
+    `scaled` (its sampled entries already read) and `spent` (the cumulative sums, searched already):
+    one exp pass and no new [B, V] tensor, as the sampler itself."""
+    log_probs = scaled.sub_(log_normalizer)  # [B, V]
+    probs = torch.exp(log_probs, out=spent)  # [B, V]
+    # nansum: an entry HF masked to -inf has p = 0 and 0 * -inf = NaN; its term is 0
+    return probs.mul_(log_probs).nansum(-1).neg_().clamp_(min=0.0)  # [B]
+
+
+def _stack_steps(per_step: list[Tensor], new_tokens: Tensor) -> Tensor:
+    """The recorded [B] tensors of the first S steps as [B, S], S = new_tokens.shape[1]."""
+    steps = new_tokens.shape[1]
+    if len(per_step) < steps:
+        raise RuntimeError(f"recorded {len(per_step)} steps for {steps} generated tokens")
+    if steps == 0:
+        return torch.zeros(new_tokens.shape, dtype=torch.float32, device=new_tokens.device)  # [B, 0]
+    return torch.stack(per_step[:steps], dim=1)  # [B, S]
 
 
 def build_rollout(
@@ -197,8 +226,10 @@ def build_rollout(
     eos_ids: list[int],
     max_new_tokens: int,
     policy_version: int | None = None,
+    entropies: list[float] | None = None,
 ) -> Rollout:
-    """Cut after the first eos (kept, with its log-prob: the policy chose to stop), decode."""
+    """Cut after the first eos (kept, with its log-prob: the policy chose to stop), decode.
+    `entropies` (per generated token, None when the backend has none) become the kept tokens' mean."""
     eos = set(eos_ids)
     length = next((i + 1 for i, token in enumerate(tokens) if token in eos), len(tokens))
     ended = length > 0 and tokens[length - 1] in eos
@@ -212,6 +243,7 @@ def build_rollout(
         offsets=offsets,
         truncated=not ended and length >= max_new_tokens,
         policy_version=policy_version,
+        entropy=sum(entropies[:length]) / length if entropies is not None and length > 0 else None,
     )
 
 

@@ -39,6 +39,9 @@ class Rollout:
     tier: int | None = None  # None: sampled by this node; else the behavior tier of a peer's rollout
     alignment: SegmentPlan | None = None  # tier 1 only: how the sender's log-probs map onto our tokens
     policy_version: int | None = None  # optimizer steps of the weights that sampled it (our own rollouts)
+    # mean per-token entropy (nats) of the distribution each generated token was drawn from (hint
+    # prefix excluded); None: not measured (vLLM, a peer's rollout)
+    entropy: float | None = None
 
 
 @dataclass

@@ -210,6 +210,8 @@ class VLLMGenerator:
         if reply["policy_version"] != self.policy_version:
             raise StaleWeightsError(f"the vLLM engine sampled with policy v{reply['policy_version']}, but the "
                                     f"node refreshed it to v{self.policy_version}")
+        # no entropies: the engine returns the sampled tokens' log-probs only, not the distribution,
+        # so Rollout.entropy stays None (the round's entropy_mean is null rather than made up)
         rollouts = [build_rollout(self.tokenizer, prompts[row // n], tokens, logprobs, self.eos_ids,
                                   params.max_new_tokens, reply["policy_version"])
                     for row, (tokens, logprobs) in enumerate(zip(reply["tokens"], reply["logprobs"]))]

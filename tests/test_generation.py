@@ -3,11 +3,13 @@ what the learner recomputes on the same tokens (ratio 1 on-policy), with left-pa
 different lengths and a non-unit temperature."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from policy.backends import make_generator
-from policy.generation import HFGenerator, TokenSampler, decode_with_offsets
+from policy.generation import HFGenerator, TokenSampler, build_rollout, decode_with_offsets
 from policy.logprobs import completion_logprobs, pad_batch, selected_logprobs
 from policy.models import ModelConfig, load_policy
 from policy.types import SamplingParams
@@ -243,6 +245,54 @@ def test_token_sampler_draws_exactly_from_the_tempered_softmax(temperature):
     assert chi_square < 84.0, chi_square
     expected = (logits / temperature).log_softmax(-1)[tokens]  # [N]
     torch.testing.assert_close(sampler.finish(tokens[:, None])[:, 0], expected, atol=1e-5, rtol=0)
+    # the entropy of that same distribution, the -inf entry (p = 0) contributing nothing, not NaN
+    entropy = torch.distributions.Categorical(logits=logits / temperature).entropy()  # []
+    recorded = sampler.finish_entropy(tokens[:, None])[:, 0]  # [N]
+    torch.testing.assert_close(recorded, entropy.expand_as(recorded), atol=1e-5, rtol=0)
+
+
+# --- entropy of the sampling distribution -------------------------------------------------------
+
+
+def test_rollout_entropy_is_the_mean_entropy_of_the_tempered_softmax_at_its_tokens(tiny):
+    """Recomputed independently (one full forward pass, Categorical over logits / T at every
+    completion position, averaged over the completion): the sampler's per-rollout figure agrees.
+    Greedy decoding draws from a point mass: exactly 0."""
+    prompts = encode_prompts(tiny, ["1+2=", "345+67=", "m9="])
+    groups = HFGenerator(tiny.model, tiny.tokenizer, max_batch=4).generate(
+        prompts, 3, SamplingParams(TEMPERATURE, 10, seed=4))
+    for rollout in (r for group in groups for r in group):
+        sequence = torch.tensor([rollout.prompt_ids + rollout.completion_ids])  # [1, T]
+        with torch.no_grad():
+            logits = tiny.model(input_ids=sequence).logits[0, len(rollout.prompt_ids) - 1 : -1]  # [C, V]
+        expected = torch.distributions.Categorical(logits=logits / TEMPERATURE).entropy().mean()  # []
+        assert rollout.entropy == pytest.approx(float(expected), abs=1e-4)
+    greedy = HFGenerator(tiny.model, tiny.tokenizer).generate(prompts, 2, SamplingParams(0.0, 6))
+    assert {r.entropy for group in greedy for r in group} == {0.0}
+
+
+@pytest.mark.parametrize("scale, low, high", [(0.0, math.log(16) - 1e-5, math.log(16) + 1e-5),  # uniform: log V
+                                              (1000.0, 0.0, 1e-3)])  # one token takes all the mass
+def test_rollout_entropy_of_a_uniform_and_a_peaked_output_layer(scale, low, high):
+    """The tiny model's output layer (tied to its 16-token embedding) times 0 gives logits all 0, a
+    uniform distribution over V = 16 at T = 1; times 1000 it makes every step nearly deterministic."""
+    policy = load_policy(ModelConfig(init_seed=0))
+    assert policy.model.get_output_embeddings().out_features == 16
+    with torch.no_grad():
+        policy.model.get_output_embeddings().weight.mul_(scale)
+    groups = HFGenerator(policy.model, policy.tokenizer).generate(
+        encode_prompts(policy, ["1+2=", "7="]), 4, SamplingParams(1.0, 8, seed=0))
+    entropies = [r.entropy for group in groups for r in group]
+    assert all(low <= e <= high for e in entropies), entropies
+
+
+def test_build_rollout_averages_entropy_over_the_kept_tokens_or_leaves_it_unknown(tiny):
+    """Tokens after the eos are cut, and so are their entropies; a backend that measures none
+    (vLLM passes no entropies) leaves the rollout's entropy None rather than 0."""
+    eos = tiny.tokenizer.eos_token_id
+    rollout = build_rollout(tiny.tokenizer, [1, 5], [6, 7, eos, 9], [-0.1] * 4, [eos], 4, entropies=[1.0, 2.0, 3.0, 9.0])
+    assert rollout.completion_ids == [6, 7, eos] and rollout.entropy == pytest.approx(2.0)
+    assert build_rollout(tiny.tokenizer, [1, 5], [6, 7], [-0.1] * 2, [eos], 2).entropy is None
 
 
 def test_invalid_requests_are_rejected(tiny):

@@ -172,6 +172,8 @@ def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path):
     for fams, node in zip(scraped, nodes):
         assert value(fams, "swarm_node_round") == 4 and value(fams, "swarm_node_policy_version") == 4
         assert value(fams, "swarm_node_reward_mean") == node.metrics.last["reward_mean"]
+        assert value(fams, "swarm_node_sampling_entropy_nats") == node.metrics.last["entropy_mean"] > 0
+        assert value(fams, "swarm_node_flat_group_ratio") == node.metrics.last["flat_group_share"]
         assert value(fams, "swarm_node_heldout_pass1_ratio") == node.metrics.last_heldout
         assert value(fams, "swarm_node_heldout_round") == 3
         assert value(fams, "swarm_node_messages_accepted_total") > 0

@@ -25,11 +25,18 @@ def test_round_metrics_have_the_documented_fields(tmp_path):
     rows = run_node(tiny_cfg("run.rounds=3"), tmp_path, 3)
     assert [r["round"] for r in rows] == [0, 1, 2]
     for key in ("reward_mean", "pass_rate", "loss", "tokens_per_s", "t_generate", "t_score", "t_train",
-                "groups_trained", "tasks_digest", "pass_rate_by_dataset"):
+                "groups_trained", "tasks_digest", "pass_rate_by_dataset", "entropy_mean", "distinct_completions",
+                "flat_group_share"):
         assert key in rows[0], key
+    for row in rows:
+        assert 0.0 < row["entropy_mean"] <= 2.7726  # the tiny model's vocabulary has 16 tokens: at most log 16
+        # distinct per group is at most the group's size, so their mean at most the mean size
+        assert 1.0 <= row["distinct_completions"] <= row["rollouts_generated"] / row["groups_local"]
+        assert 0.0 <= row["flat_group_share"] <= 1.0
     assert (tmp_path / "checkpoints" / "LATEST").read_text().strip() == "round-000002"
     png, txt, text = write_report(tmp_path)
     assert png.stat().st_size > 10_000 and "reward: first 10 rounds" in text
+    assert "sampling (last 10 rounds): entropy " in text and " nats/token, distinct completions/group " in text
 
 
 def test_resume_in_process_is_exact(tmp_path):

@@ -18,6 +18,11 @@ SCORE_BUCKETS = (-10.0, -5.0, -2.0, -1.0, 0.0, 1.0, 2.0, 5.0, 10.0)
 ROW_GAUGES = {
     "reward_mean": ("reward_mean", "mean reward of this node's own unhinted samples in the last round"),
     "pass_rate": ("train_pass_ratio", "share of this node's own unhinted samples that were correct, last round"),
+    "entropy_mean": ("sampling_entropy_nats", "mean per-token entropy of the distribution this node's own last-round "
+                     "tokens were drawn from (absent when the backend measures none: vLLM)"),
+    "distinct_completions": ("distinct_completions_per_group", "distinct completions per own group, last round (mean)"),
+    "flat_group_share": ("flat_group_ratio", "share of this node's own groups of the last round whose rewards were all "
+                         "equal"),
     "loss": ("loss", "training loss of the last update"),
     "grad_norm": ("grad_norm", "gradient norm of the last update, before clipping"),
     "t_generate": ("generate_seconds", "time the last round spent generating rollouts (scoring excluded)"),

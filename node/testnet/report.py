@@ -41,6 +41,16 @@ def family_pass_rates(rows: list[dict], family: str | None) -> tuple[float | Non
     return (mean(own) if own else None), (mean(others) if others else None)
 
 
+DIVERSITY_KEYS = ("entropy_mean", "distinct_completions", "flat_group_share")  # own rollouts, node/rollouts.py
+
+
+def late_diversity(rows: list[dict]) -> dict:
+    """Each of DIVERSITY_KEYS averaged over the node's last 20% of rounds (None where no round has a
+    value: entropy with vLLM): does a node's sampling collapse (low entropy, many flat groups)?"""
+    late = rows[-max(1, len(rows) // 5):]
+    return {key: _mean_of(late, key) for key in DIVERSITY_KEYS}
+
+
 def node_summary(node: dict, hostile_ids: set[str], invalid_ids: set[str]) -> dict:
     rows = read_metrics(Path(node["run_dir"]))
     own_pass, others_pass = family_pass_rates(rows, specialty(node))
@@ -67,7 +77,7 @@ def node_summary(node: dict, hostile_ids: set[str], invalid_ids: set[str]) -> di
         "wire_bytes_per_token": wire_bytes / wire_tokens if wire_tokens else None,
         "accepted": status.get("accepted"), "rejected_by_reason": status.get("rejected_by_reason", {}),
         "slowdown": node.get("slowdown", 1), "specialty": specialty(node),
-        "own_family_pass": own_pass, "other_families_pass": others_pass,
+        "own_family_pass": own_pass, "other_families_pass": others_pass, **late_diversity(rows),
     }
 
 
@@ -143,10 +153,19 @@ def text_summary(report: dict) -> str:
             bpt = "-" if n["wire_bytes_per_token"] is None else f"{n['wire_bytes_per_token']:.0f}"
             lines.append(f"  node{n['index']}: {n['rounds']} rounds, cum. reward {n['cumulative_reward']:.1f}, held-out "
                          f"{heldout}, acc/rollout {acc}, ext used {n['external_used']}, accepted {n['accepted']}, "
-                         f"bytes/token {bpt}, rejected: {rejected}")
+                         f"bytes/token {bpt}, {_diversity_text(n)}, rejected: {rejected}")
     if "compute" in report:
         lines += ["", *verdict_lines(report["compute"])]
     return "\n".join(lines) + "\n"
+
+
+def _diversity_text(n: dict) -> str:
+    """The node's own sampling over its last 20% of rounds (late_diversity), "-" where unmeasured."""
+    def fmt(key: str, spec: str) -> str:
+        return "-" if n.get(key) is None else format(n[key], spec)
+
+    return (f"last 20%: entropy {fmt('entropy_mean', '.3f')} nats, distinct/group "
+            f"{fmt('distinct_completions', '.2f')}, flat groups {fmt('flat_group_share', '.0%')}")
 
 
 def _rounds_table(report: dict) -> list[str]:
