@@ -14,7 +14,8 @@ import contextlib
 import json
 import logging
 import random
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager
 
@@ -38,6 +39,7 @@ from policy.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
+WORK_KEYS = ("generate_calls", "hint_generate_calls", "hint_tokens_generated")
 EXCHANGE_STATE = "exchange.json"  # in each checkpoint: the exchange's admission state (node/admission.py)
 
 
@@ -53,6 +55,26 @@ class SamplingContext:
     params: SamplingParams  # the node's temperature and max_new_tokens
     autocast: Callable[[], ContextManager]  # bf16 autocast when optim.autocast_bf16 and the learner's
     # weights sample; a no-op for a sampling copy (it has its own precision) and vLLM
+    # generation work since the last take_work(): what the compute clock charges (node/testnet/clock.py)
+    work: Counter = field(default_factory=Counter)
+
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams, *,
+                 for_peers: bool = False) -> list[list]:
+        """The generator's completions, counted as this node's work: calls (each has a fixed cost:
+        a prefill, python) and, for peers (hint writing), the tokens generated. The held-out
+        evaluation calls the generator directly: the measuring instrument is not charged."""
+        out = self.generator.generate(prompts, n, params)
+        prefix = "hint_" if for_peers else ""
+        self.work[prefix + "generate_calls"] += 1
+        if for_peers:
+            self.work["hint_tokens_generated"] += sum(len(r.completion_ids) for rs in out for r in rs)
+        return out
+
+    def take_work(self) -> dict[str, float]:
+        """The counts since the last call (then zero), with every key present."""
+        counts = {key: float(self.work.get(key, 0)) for key in WORK_KEYS}
+        self.work.clear()
+        return counts
 
 
 @dataclass

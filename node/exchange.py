@@ -115,6 +115,10 @@ class SwarmExchange:
         self._local_groups = 0
         self._shared = {"wire_bytes": 0, "wire_tokens": 0}
         self._arrived = {"received": 0, "flat": 0}  # verified since the last collect
+        # this node's exchange work since the last collect, what the compute clock charges: messages
+        # through the Ingress (signature, limits, replay), groups re-verified (rebuild, re-score,
+        # re-tokenize), messages signed and published
+        self._work = {"messages_checked": 0, "groups_verified": 0, "messages_published": 0}
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         self._lock = threading.Lock()
@@ -191,6 +195,7 @@ class SwarmExchange:
     def _publish(self, message, what: str, priority: int) -> bytes | None:
         """The signed bytes sent now, or None (it waits in the paced outbox, or breaks a limit peers
         enforce)."""
+        self._count_work("messages_published")
         try:
             return self.outbox.publish(self.transport, self.cfg.name, message, priority=priority)
         except ValueError as err:  # skip it and say why
@@ -203,6 +208,10 @@ class SwarmExchange:
         with self._lock:
             counter[key] += n
 
+    def _count_work(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._work[key] += n
+
     def _sender_class(self, from_peer: str) -> str:
         """Staging's lane for a delivering peer: established at admission, or young (unknown included).
         A host's origin id is its signing key, so an honest peer's earned weight carries over."""
@@ -213,6 +222,7 @@ class SwarmExchange:
         """One message from the transport, whatever its topic (the background worker's callback)."""
         item = staged.item
         kinds = self._topic_kinds[staged.topic]
+        self._count_work("messages_checked")
         self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item, kinds),
                                                          self._worker.round_index))  # ages from verification
 
@@ -255,7 +265,9 @@ class SwarmExchange:
         whole drain first (rate limits see the burst), then node-level verification."""
         for kind in ("hints", "hint-requests", "rollouts"):
             topic = self.topics[kind]
-            for verified in self.ingress.accept_many(self.transport.drain(topic), self._topic_kinds[topic]):
+            drained = self.transport.drain(topic)
+            self._count_work("messages_checked", len(drained))
+            for verified in self.ingress.accept_many(drained, self._topic_kinds[topic]):
                 self._guarded(verified.from_peer, lambda: self._take(topic, verified, round_index))
 
     # -- inbound: what the training loop calls ----------------------------------------------------
@@ -305,7 +317,9 @@ class SwarmExchange:
             "pool_size": len(self.pool),
             "peers_connected": len(self.transport.peers()),
             **self._shared,
+            **{key: float(n) for key, n in self._work.items()},
         }
+        self._work = dict.fromkeys(self._work, 0)
         return chosen
 
     _rejected_at_last_collect = 0
@@ -324,6 +338,7 @@ class SwarmExchange:
 
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
         """The group verified (node/verify.py), or None, counted, if refused."""
+        self._count_work("groups_verified")
         verdict = verify_group(sender, msg, self._context())
         if isinstance(verdict, Refusal):
             self._refuse(sender, verdict)

@@ -77,7 +77,7 @@ class HintWriter:
     def _solve(self, task: Task) -> str | None:
         prompt = render_prompt(self.ctx.policy, task.question)
         with self.ctx.autocast():
-            rollouts = self.ctx.generator.generate([prompt], self.group_size, self.ctx.params)[0]
+            rollouts = self.ctx.generate([prompt], self.group_size, self.ctx.params, for_peers=True)[0]
         for rollout in rollouts:
             if self.ctx.verifier.score(task, self.ctx.source, rollout.text)[1]["correct"]:
                 _put(self.solutions, task.prompt_key, rollout.text)
@@ -94,7 +94,7 @@ class HintWriter:
                        for level in ABSTRACT_LEVELS]
             greedy = SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_hint_tokens)
             with self.ctx.autocast():
-                written = self.ctx.generator.generate(prompts, 1, greedy)
+                written = self.ctx.generate(prompts, 1, greedy, for_peers=True)
             for level, (rollout,) in zip(ABSTRACT_LEVELS, written):
                 text = rollout.text.strip()[:MAX_HINT_CHARS]
                 if not text:

@@ -12,24 +12,36 @@ Stdlib only: it runs before torch is imported.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import math
 import sys
 import time
+from pathlib import Path
+from typing import Iterator
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 OWN_LOGGERS = ("node", "protocol", "policy")
 STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 _state = {"format": "text"}
+# the log file of the in-process node whose code runs now (node_log); None: every record to stderr
+_node_log: contextvars.ContextVar[Path | None] = contextvars.ContextVar("node_log", default=None)
 
 
 class _StderrHandler(logging.StreamHandler):
-    """A StreamHandler on the current sys.stderr (looked up at each record)."""
+    """A StreamHandler on the current sys.stderr (looked up at each record). Inside node_log, only
+    warnings and errors: the rest is that node's business, in its own file."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _node_log.get() is not None and record.levelno < logging.WARNING:
+            return False
+        return super().filter(record)
 
     @property
     def stream(self):
@@ -91,17 +103,43 @@ def _text_value(value) -> str:
     return json.dumps(text) if not text or any(c.isspace() for c in text) else text
 
 
+class _NodeFileHandler(logging.Handler):
+    """Appends each record to the log file of the in-process node that emitted it (node_log)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        path = _node_log.get()
+        if path is None:
+            return
+        try:
+            with path.open("a", encoding="utf-8") as f:
+                f.write(self.format(record) + "\n")
+        except OSError:
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def node_log(path: Path) -> Iterator[None]:
+    """Records emitted inside go to `path` (appended), warnings and errors to stderr as well: many
+    nodes in one process (the in-process testnet) keep their checkpoints and resumes out of its
+    live table, each in its own run dir, as one node per process writes them to its own log."""
+    token = _node_log.set(Path(path))
+    try:
+        yield
+    finally:
+        _node_log.reset(token)
+
+
 def configure(level: str = "info", fmt: str = "text") -> None:
     """(Re)configures this process's logging; idempotent (replaces the handler it installed)."""
     if level not in LEVELS or fmt not in ("text", "json"):
         raise ValueError(f"log level must be one of {', '.join(LEVELS)} and format text or json, "
                          f"got {level!r} / {fmt!r}")
     root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+    for handler in [h for h in root.handlers if isinstance(h, (_StderrHandler, _NodeFileHandler))]:
         root.removeHandler(handler)
-    handler = _StderrHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root.addHandler(handler)
+    for handler in (_StderrHandler(), _NodeFileHandler()):
+        handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+        root.addHandler(handler)
     root.setLevel(max(LEVELS[level], logging.WARNING))
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(LEVELS[level])

@@ -59,7 +59,7 @@ class RolloutSampler:
     def _generate(self, prompts: list[list[int]], n: int) -> list[list[Rollout]]:
         if not prompts or n < 1:
             return [[] for _ in prompts]
-        return self.ctx.generator.generate(prompts, n, self.ctx.params)
+        return self.ctx.generate(prompts, n, self.ctx.params)
 
     def _generate_hinted(self, tasks: list[Task], prompts: list[list[int]], hints: list[HintUse],
                          n: int) -> list[list[Rollout]]:
@@ -78,7 +78,7 @@ class RolloutSampler:
             by_room[max(1, self.ctx.params.max_new_tokens - len(prefix_ids[i]))].append(i)
         for room, indices in by_room.items():
             params = SamplingParams(self.ctx.params.temperature, room, self.ctx.params.seed)
-            generated = self.ctx.generator.generate([prompts[i] + prefix_ids[i] for i in indices], n, params)
+            generated = self.ctx.generate([prompts[i] + prefix_ids[i] for i in indices], n, params)
             for i, rs in zip(indices, generated):
                 out[i] = [self._with_prefix(prompts[i], prefix_ids[i], r) for r in rs]
         return out

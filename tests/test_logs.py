@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from node.logs import JsonFormatter, TextFormatter, configure
+from node.logs import JsonFormatter, TextFormatter, configure, node_log
 from node.metrics import RoundTable
 from node.tensorboard import TB_DIR, read_scalars
 from protocol import Ingress, MemoryBus, MemoryTransport, NodeIdentity, P2pdOptions, topic_name
@@ -223,3 +223,20 @@ def test_a_p2pd_daemon_restart_is_logged_with_its_fields(caplog):
     started = [r for r in caplog.records if getattr(r, "event", "") == "daemon_started"]
     assert [s.restarts for s in started] == [0, 1] and started[1].pid != old_pid
     assert json.loads(JsonFormatter().format(restart))["event"] == "daemon_restart"
+
+
+def test_node_log_keeps_a_nodes_records_in_its_file_and_warnings_on_stderr(tmp_path, capsys):
+    """The in-process testnet's nodes log into their run dirs; the live table keeps only warnings."""
+    configure("info", "text")
+    try:
+        with node_log(tmp_path / "node0.log"):
+            logging.getLogger("node.loop").info("checkpoint of round 9 written", extra={"event": "checkpoint"})
+            logging.getLogger("node.exchange").warning("a peer broke something")
+        logging.getLogger("node.cli").info("outside any node")
+    finally:
+        configure()
+    err = capsys.readouterr().err
+    assert "checkpoint of round 9" not in err and "a peer broke something" in err and "outside any node" in err
+    text = (tmp_path / "node0.log").read_text()
+    assert "checkpoint of round 9 written  event=checkpoint" in text and "a peer broke something" in text
+    assert "outside any node" not in text

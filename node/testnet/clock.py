@@ -3,10 +3,24 @@ profile, each round costs virtual seconds by the work it did, and nodes take tur
 order, so a node that generates less per round (mix 2/6) or runs on a faster device does more rounds
 in the same budget, as it would in a real swarm.
 
-A round costs   round_overhead_s + tokens_generated / gen_tokens_per_s + tokens_trained / train_tokens_per_s
-(from the round's metrics row). The held-out evaluation is the measuring instrument: it is never
-charged. Hint writing for peers is not charged either (the row does not say how many tokens it
-generated). Re-measure a preset's profile with `scripts/measure_profile.py --preset NAME`.
+A round costs (every count from the round's metrics row, node/loop.py and node/exchange.py)
+
+    round_overhead_s                                   python, scoring, composing, the optimizer step
+    + tokens_generated / gen_tokens_per_s              our own rollouts
+    + generate_calls * generate_call_s                 each generate call's prefill and set-up (hinted
+                                                       prompts and DARS extras are calls of their own)
+    + tokens_trained / train_tokens_per_s              every row trained, ours and peers'
+    + messages_checked * message_check_s               every message received: signature, limits, replay
+    + groups_verified * group_verify_s                 every peer group re-verified: rebuild, re-score,
+                                                       re-tokenize, tier
+    + messages_published * message_publish_s           every message we sign and publish
+    + hint_generate_calls * generate_call_s            writing hints for peers' requests: generation
+      + hint_tokens_generated / gen_tokens_per_s       on our device, for them
+
+so a node pays for all the work sharing makes it do, measured on a swarm, not a lone node
+(`scripts/measure_profile.py` fits every rate on the rounds of a silo and a 4/4 testnet). The held-out
+evaluation is the measuring instrument: it is never charged. `--charge wall` charges each round's
+measured wall time instead (scaled by the profile's speed): not repeatable, but it assumes no model.
 """
 from __future__ import annotations
 
@@ -26,19 +40,25 @@ class DeviceProfile:
     gen_tokens_per_s: float
     train_tokens_per_s: float
     round_overhead_s: float = 0.0  # per round, whatever the work: python, scoring, the optimizer step
+    generate_call_s: float = 0.0  # per generate call (ours or for a peer's hint)
+    message_check_s: float = 0.0  # per message received and checked by the Ingress
+    group_verify_s: float = 0.0  # per peer group re-verified
+    message_publish_s: float = 0.0  # per message signed and published
+    speed: float = 1.0  # relative to the measured device: what `--charge wall` divides wall time by
 
     def scaled(self, factor: float, name: str) -> DeviceProfile:
         """A device `factor` times as fast at everything."""
         return replace(self, name=name, gen_tokens_per_s=self.gen_tokens_per_s * factor,
                        train_tokens_per_s=self.train_tokens_per_s * factor,
-                       round_overhead_s=self.round_overhead_s / factor)
+                       round_overhead_s=self.round_overhead_s / factor, generate_call_s=self.generate_call_s / factor,
+                       message_check_s=self.message_check_s / factor, group_verify_s=self.group_verify_s / factor,
+                       message_publish_s=self.message_publish_s / factor, speed=self.speed * factor)
 
 
 # The "fast" device per preset: one CPU thread of the machine the numbers were measured on, printed by
-# `scripts/measure_profile.py --preset NAME` (a new preset is one more line). Tiny completions are one
-# token, so rounds are overhead-dominated: the fixed 5.5 ms is ~40% of an 8/0 round (14 ms), and a 2/6
-# round, which trains as many groups, saves only the generation (~2 ms of it). Measured on a shared
-# 2-core machine: the rates varied ~2x between runs, the overhead much less.
+# `scripts/measure_profile.py --preset NAME` (a new preset is one more line). tiny-warm was fitted on
+# the rounds of an 8/0 and a 4/4 testnet of 4 nodes (every cost above, exchange included); tiny and
+# smollm2 on a lone node (no exchange rates: their testnets charge no exchange work).
 MEASURED: dict[str, DeviceProfile] = {
     "tiny": DeviceProfile("fast", gen_tokens_per_s=23750.0, train_tokens_per_s=5770.0, round_overhead_s=0.0055),
     "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=7.101e+04, train_tokens_per_s=1.121e+04, round_overhead_s=0.0079),
@@ -64,13 +84,34 @@ def profiles(preset: str) -> dict[str, DeviceProfile]:
 
 
 def generation_cost(row: dict, profile: DeviceProfile) -> float:
-    return row.get("tokens_generated", 0) / profile.gen_tokens_per_s
+    """Virtual seconds of the round's own generation (before it exchanges with the swarm)."""
+    return (row.get("tokens_generated", 0) / profile.gen_tokens_per_s
+            + row.get("generate_calls", 0) * profile.generate_call_s)
 
 
-def round_cost(row: dict, profile: DeviceProfile) -> float:
-    """Virtual seconds one round took on `profile`, from its metrics row."""
-    return (profile.round_overhead_s + generation_cost(row, profile)
+def exchange_cost(row: dict, profile: DeviceProfile) -> float:
+    """Virtual seconds of the round's exchange work: checking, verifying, publishing, hints for peers."""
+    return (row.get("messages_checked", 0) * profile.message_check_s
+            + row.get("groups_verified", 0) * profile.group_verify_s
+            + row.get("messages_published", 0) * profile.message_publish_s
+            + row.get("hint_generate_calls", 0) * profile.generate_call_s
+            + row.get("hint_tokens_generated", 0) / profile.gen_tokens_per_s)
+
+
+def round_cost(row: dict, profile: DeviceProfile, charge: str = "profile") -> float:
+    """Virtual seconds one round took on `profile`, from its metrics row (module doc); charge="wall":
+    its measured wall time (t_round, the held-out evaluation excluded) over the profile's speed."""
+    if charge == "wall":
+        return row["t_round"] / profile.speed
+    return (profile.round_overhead_s + generation_cost(row, profile) + exchange_cost(row, profile)
             + row.get("tokens_trained", 0.0) / profile.train_tokens_per_s)
+
+
+def charged_over_wall(rows: list[dict]) -> float | None:
+    """What the clock charged over the wall time the rounds took (1.0: the profile charges what this
+    machine spent; a mix far below 1 gets work for free)."""
+    wall = sum(r.get("t_round", 0.0) for r in rows if "cost_s" in r)
+    return sum(r["cost_s"] for r in rows if "cost_s" in r) / wall if wall > 0 else None
 
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
