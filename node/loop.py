@@ -3,8 +3,8 @@
     tasks (+ hinted revisits) -> generate (plain, hinted, DARS extra) -> score -> share / collect
     -> compose (SAPO groups or cross-actor merge) -> update -> [held-out eval] -> metrics -> checkpoint
 
-`share`/`collect` go through an `Exchange` (None when training alone): the SAPO network layer
-plugs in there without reshaping the loop.
+`share`/`collect` go through an `Exchange` (None when training alone; node/self_replay.py for the
+self-replay silo): the SAPO network layer plugs in there without reshaping the loop.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from node.hint_writer import HintWriter
 from node.hints import LEVELS, HintBook
 from node.metrics import MetricsLog, RoundTable
 from node.rollouts import RolloutSampler
+from node.self_replay import silo_exchange
 from node.tensorboard import TensorBoardLog
 from node.tasks import make_source
 from node.tasks.base import Task
@@ -61,7 +62,9 @@ class Node:
             raise ValueError("Node(cfg, parts=...): the parts were built from another config")
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.exchange = exchange
+        if exchange is not None and cfg.swarm.self_replay:
+            raise ValueError("swarm.self_replay is a silo control: a node with peers cannot replay itself instead")
+        self.exchange = exchange if exchange is not None else silo_exchange(cfg, parts.pass_rates)
         self.parts = parts
         self.policy, self.model, self.objective = parts.policy, parts.model, parts.objective
         self.source, self.verifier, self.retokenizer = parts.source, parts.verifier, parts.retokenizer
@@ -109,7 +112,7 @@ class Node:
 
     @property
     def hinting(self) -> bool:
-        return self.exchange is not None and self.cfg.hints.enabled
+        return self.exchange is not None and self.cfg.hints.enabled and not self.cfg.swarm.self_replay  # nobody to ask
 
     # -- checkpoints -------------------------------------------------------------------------
     def resume(self, truncate_metrics: bool = True) -> int | None:

@@ -11,7 +11,7 @@ from typing import Callable
 from rich.console import Console
 
 from node.assembly import NodeParts, build_parts, saved_exchange_state
-from node.config import MAX_START_WAIT_S, NodeConfig
+from node.config import MAX_START_WAIT_S, ConfigError, NodeConfig
 from node.control import start_control_server, write_node_file
 from node.exchange import SwarmExchange
 from node.ingest import IngestBudget
@@ -120,6 +120,9 @@ def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topi
 
 
 def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:
+    if cfg.swarm.self_replay:
+        raise ConfigError("swarm.self_replay is a silo control that joins no network: run it with "
+                          "`swarm-node train` or the memory testnet (README \"Controls\")")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = NodeIdentity.load_or_generate(identity_path(cfg, run_dir))

@@ -36,7 +36,8 @@ class ModelConfig(BaseModel):
 class OptimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    lr: float = Field(1e-3, ge=0, description="AdamW learning rate; 0 freezes the weights while every update "
+                      "still runs (the testnet's --frozen-peers: peers that keep a learner's pace, never learning)")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     grad_clip: float = Field(1.0, gt=0, description="max gradient norm per optimizer step")

@@ -31,6 +31,9 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
     testnet.add_argument("--model-sizes", metavar="WxL,...", help="tiny: nodes of these widths x layers in turn, "
                          "e.g. 64x2,96x3 (default: every node the preset's size)")
     testnet.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key on every node")
+    testnet.add_argument("--frozen-peers", action="store_true", help="memory, a control: the second half of the "
+                         "nodes are warm-start copies that never update (lr 0, yet they generate, share and run "
+                         "every update); the first half hear only them and alone are measured")
     testnet.add_argument("--min-round-s", type=float, default=0.25, help="p2pd/libp2p: pace each node's rounds")
     testnet.add_argument("--timeout", type=float, default=1800.0, help="p2pd/libp2p: stop a run after this many seconds")
     testnet.add_argument("--clock", choices=["compute", "rounds"],
@@ -68,7 +71,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
         plan = Plan(nodes=args.nodes, rounds=args.rounds, preset=args.preset, mixes=mixes, seeds=args.seeds,
                     hostile=parse_hostile(args.hostile), kills=parse_kills(args.kill),
                     partitions=parse_partitions(args.partition), netem=args.netem, transport=args.transport,
-                    heterogeneous=not args.homogeneous, overrides=list(args.set or []),
+                    heterogeneous=not args.homogeneous, overrides=list(args.set or []), frozen_peers=args.frozen_peers,
                     out=Path(args.out or f"runs/testnet-{time.strftime('%Y%m%d-%H%M%S')}"),
                     min_round_s=args.min_round_s, timeout_s=args.timeout, model_sizes=parse_sizes(args.model_sizes),
                     clock=clock, budget_s=parse_duration(args.budget) if args.budget else None,

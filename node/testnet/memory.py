@@ -33,7 +33,7 @@ from node.loop import Node
 from node.swarm import IDENTITY_FILE, memory_bus_node
 from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
 from node.testnet.hostile import HostilePeer
-from node.testnet.plan import Plan, halves, node_overrides, restart_event, slowdown
+from node.testnet.plan import Plan, frozen_nodes, halves, node_overrides, restart_event, slowdown
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
 from protocol.transports.impairment import parse_netem
 
@@ -70,6 +70,9 @@ class MemoryTestnet:
         latency = (impairment.delay_s, impairment.delay_s + impairment.jitter_s) if impairment else (0.0, 0.0)
         self.bus = MemoryBus(loss=impairment.loss if impairment else 0.0, latency_s=latency, seed=seed,
                              clock=self.protocol_clock)
+        measured = [f"node{i}" for i in range(plan.nodes) if i not in frozen_nodes(plan)]
+        for name in measured if frozen_nodes(plan) else []:  # --frozen-peers: measured nodes hear frozen ones only
+            self.bus.mute(name, measured)
         self.nodes: dict[int, Node] = {}
         self.down_until: dict[int, int] = {}
         self.restarts: set[int] = set()
@@ -81,11 +84,11 @@ class MemoryTestnet:
 
     def _start(self, index: int) -> None:
         cfg = self.configs[index]
-        if self.mix[1] > 0:
+        if self.mix[1] > 0 and not cfg.swarm.self_replay:
             identity = testnet_identity(self.run_dir(index) / IDENTITY_FILE, f"{self.seed}/node{index}")
             node = memory_bus_node(cfg, self.run_dir(index), self.bus, f"node{index}", identity,
                                    swarm_clock=self.swarm_clock, clock=self.protocol_clock)
-        else:  # a silo (J = 0) trains alone: no bus, no peers' hints, no verifying for nothing
+        else:  # a silo (J = 0, or J own earlier groups: swarm.self_replay) trains alone: no bus, no peers' hints
             node = Node(cfg, self.run_dir(index))
         resumed = node.resume()
         self.nodes[index] = node
@@ -221,6 +224,7 @@ class MemoryTestnet:
                        **({"profile": names[i], "evals": evals[i]} if names else {})} for i in sorted(statuses)],
             "hostile": [{"kind": p.kind, "identities": p.identities(), "counters": dict(p.counters)} for p in self.hostile],
             "events": self.events, "seconds": time.perf_counter() - started, "bus": dict(self.bus.counters),
+            "frozen": frozen_nodes(self.plan),
             **compute,
         }
 
@@ -282,7 +286,8 @@ def release(node: Node) -> None:
     finished run's models and optimizer states until the machine ran out of memory."""
     if node.exchange is not None:
         node.exchange.close()
-        node.exchange.transport.close()
+        if getattr(node.exchange, "transport", None) is not None:  # a self-replay silo has none
+            node.exchange.transport.close()
     node.close()
     del node  # our frame's reference is the last one outside the cycle
     gc.collect()

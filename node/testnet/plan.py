@@ -6,6 +6,8 @@ with the memory testnet's compute clock; the tick with its rounds clock):
     --partition "100-200"        from round 100 to 200 the two halves of the swarm cannot hear each other
     --hostile "2:liar"           two hostile peers of that kind beside the honest nodes
     --model-sizes "64x2,96x3"    tiny nodes of these widths x layers, in turn (node 0 64x2, node 1 96x3, ...)
+    --frozen-peers               a control: the second half of the nodes never update (optim.lr = 0) and the
+                                 first half (the measured nodes) hear only them (frozen_nodes)
 Several events are separated by ';' (kill) or ',' (partition, hostile).
 """
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Plan:
     clock: str = "rounds"  # memory mode: "rounds" (one round per node per tick) or "compute" (node/testnet/clock.py)
     budget_s: float | None = None  # compute clock: virtual seconds every node runs (None: derived, see runner)
     duration_s: float | None = None  # process mode: wall seconds every node runs (instead of --rounds)
+    frozen_peers: bool = False  # memory mode: the second half never updates; the first hears only it
 
     def validate(self) -> None:
         if self.preset not in PRESETS:
@@ -88,6 +91,8 @@ class Plan:
             raise ValueError("--duration is wall time for process testnets; the memory testnet takes --budget")
         if self.duration_s is not None and self.duration_s >= self.timeout_s:
             raise ValueError(f"--duration ({self.duration_s:g} s) must be shorter than --timeout ({self.timeout_s:g} s)")
+        if self.frozen_peers and (self.transport != "memory" or self.nodes < 2):
+            raise ValueError("--frozen-peers needs --transport memory and at least 2 nodes (half of them frozen)")
         if self.model_sizes and PRESETS[self.preset]["model"]["name"] != "tiny":
             raise ValueError(f"--model-sizes shapes the tiny model; preset {self.preset!r} has one size")
 
@@ -169,7 +174,17 @@ def node_overrides(plan: Plan, index: int, seed: int, mix: tuple[int, int]) -> l
     if plan.model_sizes:  # same tokenizer, other shapes: peers' log-probs stay tier 0
         hidden, layers = plan.model_sizes[index % len(plan.model_sizes)]
         out += [f"model.hidden_size={hidden}", f"model.num_layers={layers}"]
+    if index in frozen_nodes(plan):  # after --set: no override may unfreeze it
+        return [*out, *plan.overrides, "optim.lr=0"]
     return [*out, *plan.overrides]
+
+
+def frozen_nodes(plan: Plan) -> list[int]:
+    """--frozen-peers: the nodes that never update, the second half. They generate, share, collect
+    and run every update as any peer would (so they keep a peer's pace on the compute clock), at a
+    learning rate of 0: their weights stay the warm start's. The first half, the measured nodes,
+    hear only them (MemoryBus.mute); the report leaves them out of its tables."""
+    return halves(plan.nodes)[1] if plan.frozen_peers else []
 
 
 def node_rounds(plan: Plan) -> int:

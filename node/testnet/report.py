@@ -93,7 +93,7 @@ def run_summary(run: dict) -> dict:
     nodes = [node_summary(n, hostile_ids, invalid_ids) for n in run["nodes"]]
     return {
         "mix": run["mix"], "seed": run["seed"], "transport": run["transport"], "seconds": run["seconds"],
-        "timed_out": run.get("timed_out", False), "events": run.get("events", []),
+        "timed_out": run.get("timed_out", False), "events": run.get("events", []), "frozen": run.get("frozen", []),
         "hostile_kinds": sorted({h.get("kind") for h in run.get("hostile", [])}),
         "nodes": nodes,
         "cumulative_reward_per_node": mean(n["cumulative_reward"] for n in nodes) if nodes else 0.0,
@@ -146,6 +146,9 @@ def text_summary(report: dict) -> str:
         lines.append(head)
         for event in run["events"]:
             lines.append(f"    {event}")
+        if run["frozen"]:
+            lines.append(f"  frozen peers (never updated, the only peers the nodes below hear; not in any table): "
+                         f"{', '.join(f'node{i}' for i in run['frozen'])}")
         for n in run["nodes"]:
             rejected = ", ".join(f"{k}={v}" for k, v in sorted(n["rejected_by_reason"].items())) or "none"
             heldout = "-" if n["final_heldout_pass1"] is None else f"{n['final_heldout_pass1']:.2f}"
@@ -242,7 +245,7 @@ def _plot_senders(ax, run: dict) -> None:
     """External groups node0 trained on per round, one line per sender: solid for senders in node0's
     half of the swarm, dashed for the other half (a partition shows as the dashed lines dropping
     to 0, its healing as them coming back)."""
-    ids = {n["peer_id"]: n["index"] for n in run["nodes"] if n.get("peer_id")}
+    ids = {n["peer_id"]: n["index"] for n in run["nodes"] + run.get("frozen_nodes", []) if n.get("peer_id")}
     a, _ = halves(len(run["nodes"]))
     rows = read_metrics(Path(run["nodes"][0]["run_dir"]))
     x = [r["round"] for r in rows]
@@ -260,7 +263,17 @@ def _plot_senders(ax, run: dict) -> None:
            xlabel="round")
 
 
+def measured(run: dict) -> dict:
+    """The run without its frozen peers (--frozen-peers): they are the instrument, not what is measured."""
+    frozen = set(run.get("frozen", []))
+    if not frozen:
+        return run
+    return {**run, "nodes": [n for n in run["nodes"] if n["index"] not in frozen],
+            "frozen_nodes": [n for n in run["nodes"] if n["index"] in frozen]}  # still senders in the plot
+
+
 def write_report(out: Path, plan_json: dict, command: str, runs_raw: list[dict]) -> tuple[Path, Path, str]:
+    runs_raw = [measured(r) for r in runs_raw]
     runs = [run_summary(r) for r in runs_raw]
     report = {"plan": plan_json, "command": command, "runs": runs, "table": sapo_table(runs)}
     if runs_raw and all(r.get("clock") == "compute" for r in runs_raw):

@@ -1,7 +1,8 @@
 """In-process transport: a `MemoryBus` that every `MemoryTransport` on it shares.
 
 For tests and in-process simulation. Thread-safe. Faults can be injected on the bus: message loss,
-duplication, latency with jitter (which also reorders, as gossip does) and network partitions.
+duplication, latency with jitter (which also reorders, as gossip does), network partitions and
+one-way mutes (`mute`: a listener deaf to some authors).
 Delivery is "every started transport subscribed to the topic, except the publisher". A message is
 on the wire until its latency has passed (not in any inbox: what senders published within one
 latency), then enters its topic's inbox, a FairBuffer (protocol/inbox.py): when full, the heaviest
@@ -56,6 +57,7 @@ class MemoryBus:
         self._members: dict[str, MemoryTransport] = {}
         self._partitioned = False
         self._group_of: dict[str, int] = {}  # peer -> partition group, while partitioned
+        self._muted: dict[str, set[str]] = {}  # listener -> authors whose messages it never receives
         self.counters: Counter[str] = Counter()
 
     def partition(self, *groups: Iterable[str]) -> None:
@@ -68,6 +70,13 @@ class MemoryBus:
         with self._lock:
             self._group_of = {}
             self._partitioned = False
+
+    def mute(self, listener: str, authors: Iterable[str]) -> None:
+        """`listener` never receives what `authors` publish or is relayed for them, while they still
+        hear it: a one-way block (a partition cuts both ways), e.g. a testnet's learners hearing
+        only their frozen peers."""
+        with self._lock:
+            self._muted.setdefault(listener, set()).update(authors)
 
     def _reachable(self, a: str, b: str) -> bool:
         if not self._partitioned:
@@ -96,6 +105,9 @@ class MemoryBus:
         with self._lock:  # decide every fault under one lock: runs are reproducible per seed
             for peer, member in self._members.items():
                 if peer == sender or not self._reachable(sender, peer):
+                    continue
+                if self._muted and {sender, origin or sender} & self._muted.get(peer, set()):
+                    self.counters["muted"] += 1
                     continue
                 if self.loss and self._rng.random() < self.loss:
                     self.counters["lost"] += 1
