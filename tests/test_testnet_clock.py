@@ -12,7 +12,8 @@ from node.metrics import read_metrics
 from node.testnet.clock import DeviceProfile, TurnQueue, parse_duration, profiles, round_cost
 from node.testnet.memory import MemoryTestnet
 from node.testnet.plan import Plan
-from node.testnet.report_clock import normalised_auc, time_to_target, value_at
+from node.testnet.grid import grid_instants
+from node.testnet.report_clock import grid_auc, time_to_target
 from node.testnet.runner import run_testnet
 from protocol import MemoryBus, MemoryTransport
 
@@ -46,13 +47,10 @@ def test_turns_in_virtual_time_order():
     assert [queue.pop() for _ in range(len(queue))] == [(1, 0.5), (2, 0.5), (0, 2.5)]
 
 
-def test_auc_and_time_to_target_by_hand():
-    curve = [(0.0, 0.0), (2.0, 0.4), (4.0, 0.8)]
-    assert value_at(curve, 1.0) == pytest.approx(0.2) and value_at(curve, 9.0) == 0.8
-    # [0,2]: 0.4, [2,4]: 1.2, [4,10] flat at 0.8: 4.8 -> 6.4 / 10
-    assert normalised_auc(curve, 10.0) == pytest.approx(0.64)
-    assert normalised_auc(curve, 2.0) == pytest.approx(0.2)
-    assert time_to_target(curve, 0.6) == pytest.approx(3.0)
+def test_auc_and_time_to_target_on_the_grid_by_hand():
+    curve = [(0.0, 0.0), (2.0, 0.4), (4.0, 0.8)]  # a curve on the shared grid (node/testnet/grid.py)
+    assert grid_auc(curve) == pytest.approx(0.4)  # the mean of its values at the grid instants
+    assert time_to_target(curve, 0.6) == 4.0  # the first instant at the target: nothing interpolated
     assert time_to_target(curve, 0.9) is None and time_to_target(curve, 0.0) == 0.0
 
 
@@ -90,7 +88,8 @@ def test_slow_and_light_nodes_run_more_or_fewer_rounds_in_one_budget(tmp_path):
             rows = read_metrics(Path(node["run_dir"]))
             assert all(r["vtime"] < budget for r in rows) and rows[-1]["vtime_end"] >= budget - rows[-1]["cost_s"]
             assert [r["vtime"] for r in rows] == sorted(r["vtime"] for r in rows)
-            assert [e["vtime"] for e in node["evals"]] == [0.0, budget] and "heldout_pass1" in node["evals"][-1]
+            assert [e["vtime"] for e in node["evals"]] == grid_instants(silo["grid_s"], budget)
+            assert "heldout_pass1" in node["evals"][-1]
 
 
 def test_equal_compute_report(tmp_path):
@@ -104,12 +103,14 @@ def test_equal_compute_report(tmp_path):
     assert silo["heldout_at_budget_gain"] == 0.0 and silo["speedup_vs_silo"] in (1.0, None)
     assert set(silo["classes"]) == {"fast", "slow"} and "heldout_at_budget_gain" in sapo["classes"]["slow"]
     assert len(silo["rounds_per_node"]) == 4 and sapo["rollouts_per_node"]["0"] > 0
-    assert len(sapo["curve"]["t"]) == len(sapo["curve"]["mean"]) == 101 and sapo["curve"]["t"][-1] == compute["budget_s"]
-    assert 0.0 <= sapo["auc"]["mean"] <= 1.0 and sapo["heldout_at_budget"]["std"] == 0.0  # one seed
+    assert sapo["curve"]["t"] == grid_instants(compute["grid_s"], compute["budget_s"]) == compute["mixes"][0]["curve"]["t"]
+    assert 0.0 <= sapo["auc"]["mean"] <= 1.0 and sapo["heldout_at_budget"]["std"] is None  # one seed: no spread
+    assert sapo["paired_vs_silo"]["heldout_at_budget"]["ci_low"] is None and silo["paired_vs_silo"] is None
     text = (tmp_path / "summary.txt").read_text()
     assert "compute clock" in text and "cum. reward @ R" in text and "gain vs silo" not in text
     verdict = text.strip().splitlines()[-1]  # the summary ends with the verdict of each sharing mix
     assert verdict.startswith("swarm 2/6 vs silo 8/0 at equal compute") and f"{silo['heldout_at_budget']['mean']:.3f}" in verdict
+    assert "no verdict (no CI)" in verdict and "2/6: paired diff vs silo (per seed): held-out @ budget" in text
     assert set(sapo["time_to_target_by_seed"]) == {"0"} and "mean" in sapo["speedup_by_seed"]
     assert (tmp_path / "testnet.png").stat().st_size > 10_000
 

@@ -17,7 +17,9 @@ Two clocks (plan.clock):
            The MemoryBus, message timestamps, replay windows and peer scores run on virtual time;
            rate limits and publication pace on virtual time stretched (clock.rate_time_scale).
            Schedules (--kill, --partition) and hostile peers step with the swarm round, the most
-           advanced node's. Every node is evaluated at virtual time 0 and at the budget's end.
+           advanced node's. Every node's held-out pass@1 is measured on one virtual-time grid shared
+           by every mix and seed, 0, s, 2s, ... and the budget, each point with the weights the node
+           had at that instant (node/testnet/grid.py); the nodes' own eval.every evaluations are off.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from node.config import load_config
 from node.loop import Node
 from node.swarm import IDENTITY_FILE, memory_bus_node
 from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
+from node.testnet.grid import GridEvaluator, grid_spacing
 from node.testnet.hostile import HostilePeer
 from node.testnet.plan import Plan, frozen_nodes, halves, node_overrides, restart_event, slowdown
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
@@ -51,7 +54,10 @@ class MemoryTestnet:
         plan.rounds rounds, the last of them finishing sets the budget (the runner's first run)."""
         self.plan, self.mix, self.seed, self.out = plan, mix, seed, Path(out)
         self.dashboard = dashboard
-        self.configs = [load_config(plan.preset, None, node_overrides(plan, i, seed, mix)) for i in range(plan.nodes)]
+        # the compute clock measures held-out pass@1 on its own grid (node/testnet/grid.py), not every eval.every rounds
+        own_evals = ["eval.every=0"] if plan.clock == "compute" else []
+        self.configs = [load_config(plan.preset, None, [*node_overrides(plan, i, seed, mix), *own_evals])
+                        for i in range(plan.nodes)]
         self.tick = 0  # rounds clock: the tick; compute clock: the swarm round
         self.now = 0.0  # compute clock: virtual seconds
         self.budget_s = budget_s
@@ -63,6 +69,7 @@ class MemoryTestnet:
             scale = rate_time_scale(devices["fast"], tokens, TICK_S)
             self.protocol_clock = lambda: VIRTUAL_EPOCH + self.now
             self.swarm_clock = lambda: self.now * scale
+            self.grid = GridEvaluator(grid_spacing(plan), plan.nodes)
         else:  # the bus, message stamps, replay windows and peer scores count ticks too, not wall seconds
             self.protocol_clock = lambda: VIRTUAL_EPOCH + self.tick * TICK_S
             self.swarm_clock = lambda: self.tick * TICK_S
@@ -94,8 +101,9 @@ class MemoryTestnet:
         self.nodes[index] = node
         if index in self.restarts:
             self._event(restart_event(index, resumed))
-        if self.plan.clock == "compute":  # (re)joins the turns now
+        if self.plan.clock == "compute":  # (re)joins the turns now, its weights those it restarted from
             self.queue.push(self.now, index, self.now)
+            self.grid.restarted(index)
 
     def _event(self, text: str) -> None:
         self.events.append({"tick": self.tick, "event": text,
@@ -104,6 +112,8 @@ class MemoryTestnet:
     def _kill(self, index: int, down: int) -> None:
         self.down_until[index] = self.tick + down
         self._event(f"node{index} killed at round {self.nodes[index].next_round}")
+        if self.plan.clock == "compute":  # its points up to now, with the weights it has until now
+            self.grid.down(index, self.nodes[index], self.now)
         release(self.nodes.pop(index))  # no final checkpoint: what a SIGKILL leaves behind
         if self.plan.clock == "compute":
             self.queue.drop(index)
@@ -170,7 +180,6 @@ class MemoryTestnet:
 
     def _run_compute(self) -> dict:
         """Rounds in virtual-time order until the budget; returns the run's compute-clock fields."""
-        evals = {i: [self._evaluate(i)] for i in range(self.plan.nodes)}  # the untrained models, at 0
         gen_estimate = [0.0] * self.plan.nodes
         finished: dict[int, float] = {}  # fast node -> when its plan.rounds-th round ended (derived budget)
         fast = [i for i, p in enumerate(self.profiles) if p.name == "fast"] or list(range(self.plan.nodes))
@@ -180,8 +189,10 @@ class MemoryTestnet:
                 continue  # this node is done: its next round would start at or after the budget
             self.now = start + gen_estimate[index]
             node, profile = self.nodes[index], self.profiles[index]
+            self.grid.before_round(index, node, start)  # settles its points before `start`
             row = node.run_one(self.plan.rounds, annotate=lambda r: _virtual_times(r, start, profile))
             end = row["vtime_end"]
+            self.grid.after_round(index, start, end)
             gen_estimate[index] = generation_cost(row, profile)
             self.queue.push(end + gen_estimate[index], index, end)
             if node.next_round == self.plan.rounds and index in fast:
@@ -193,9 +204,8 @@ class MemoryTestnet:
         for index in list(self.down_until):  # down at the end: back from its checkpoint to be evaluated
             del self.down_until[index]
             self._start(index)
-        for index in range(self.plan.nodes):
-            evals[index].append(self._evaluate(index))
-        return {"clock": "compute", "budget_s": self.budget_s, "evals": evals,
+        evals = {i: self.grid.finish(i, self.nodes[i], self.budget_s) for i in range(self.plan.nodes)}
+        return {"clock": "compute", "budget_s": self.budget_s, "grid_s": self.grid.spacing, "evals": evals,
                 "profiles": [p.name for p in self.profiles]}
 
     def _advance_swarm_round(self) -> None:
@@ -208,10 +218,6 @@ class MemoryTestnet:
                 peer.step(self.tick)
             if self.dashboard is not None:
                 self.dashboard.update(self.snapshot())
-
-    def _evaluate(self, index: int) -> dict:
-        """Held-out metrics of node `index` now, at this virtual time (not charged: the instrument)."""
-        return {"vtime": self.now, "round": self.nodes[index].next_round, **self.nodes[index].evaluate()}
 
     def _result(self, started: float, compute: dict) -> dict:
         statuses = {i: _status(node) for i, node in self.nodes.items()}

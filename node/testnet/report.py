@@ -54,7 +54,8 @@ def late_diversity(rows: list[dict]) -> dict:
 def node_summary(node: dict, hostile_ids: set[str], invalid_ids: set[str]) -> dict:
     rows = read_metrics(Path(node["run_dir"]))
     own_pass, others_pass = family_pass_rates(rows, specialty(node))
-    heldout = [r for r in rows if "heldout_pass1" in r]
+    # the compute clock's grid points (node/testnet/grid.py), else the rounds' own evaluations
+    heldout = node.get("evals") or [r for r in rows if "heldout_pass1" in r]
     rollouts = sum(r.get("rollouts_generated", 0) for r in rows)
     correct = sum(r.get("correct_per_rollout", 0.0) * r.get("rollouts_generated", 0) for r in rows)
     wire_bytes = sum(r.get("wire_bytes", 0) for r in rows)
@@ -211,7 +212,8 @@ def plot(report: dict, runs_raw: list[dict], path: Path) -> None:
             for node in run["nodes"]:
                 rows = read_metrics(Path(node["run_dir"]))
                 curves.append([r["reward_mean"] for r in rows])
-                heldouts.append([(r["round"], r["heldout_pass1"]) for r in rows if "heldout_pass1" in r])
+                evals = node.get("evals") or [r for r in rows if "heldout_pass1" in r]  # grid points carry "round"
+                heldouts.append([(r["round"], r["heldout_pass1"]) for r in evals])
         n = min(len(c) for c in curves) if curves else 0
         if n:
             avg = [mean(c[t] for c in curves) for t in range(n)]

@@ -1,72 +1,68 @@
 """The report's figures for compute-clock runs (node/testnet/clock.py): mixes compared at equal
-virtual time (held-out pass@1 at the budget's end, the area under its curve, the time to a target
-and the speedup over the silo), and beside it at equal rounds (cumulative reward over the rounds
-every honest node of every mix of that seed completed), per mix and per node class (fast / slow)."""
+virtual time, and beside it at equal rounds (cumulative reward over the rounds every honest node of
+every mix of that seed completed), per mix and per node class (fast / slow).
+
+Every node of every run is evaluated on one grid of virtual instants, 0, s, 2s, ... and the budget
+(node/testnet/grid.py), so nothing is interpolated: a curve is the node's held-out pass@1 at each
+grid instant (a step function: the value holds until the next instant); the mean curve is the plain
+mean over nodes and seeds at each instant; the AUC is the mean of a curve's values over the grid
+instants (0 and the budget included); the time to the target is the first grid instant at which the
+curve reaches it. Each sharing mix is compared with the silo (the mix with J = 0) seed by seed
+(paired differences, a bootstrap 95% CI: node/testnet/stats.py); a gain "holds" only when its CI
+excludes 0."""
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from statistics import mean, pstdev
+from statistics import mean
 
 from node.metrics import read_metrics
+from node.testnet.stats import ci_excludes_zero, format_interval, learned_counts, paired_comparison, sample_std
 
 TARGET_OF_SILO = 0.8  # the held-out target: this fraction of the silo's pass@1 at the budget's end
 CLASSES = ("fast", "slow")
+PAIRED = ("heldout_at_budget", "auc")  # the figures compared with the silo seed by seed
 
 
-def heldout_curve(node: dict, rows: list[dict], budget: float) -> list[tuple[float, float]]:
-    """(virtual time, held-out pass@1) of one node over [0, budget]: its evaluation at 0, those of its
-    evaluation rounds (at their round's end), and the one at the budget's end."""
-    points = [(e["vtime"], e["heldout_pass1"]) for e in node.get("evals", [])]
-    points += [(r["vtime_end"], r["heldout_pass1"]) for r in rows if "heldout_pass1" in r and r["vtime_end"] < budget]
-    return sorted(points)
+def heldout_curve(node: dict) -> list[tuple[float, float]]:
+    """(grid instant, held-out pass@1) of one node: its evaluations on the shared grid."""
+    return [(e["vtime"], e["heldout_pass1"]) for e in node["evals"]]
 
 
-def value_at(points: list[tuple[float, float]], t: float) -> float:
-    """The curve at time t: linear between points, flat before the first and after the last."""
-    if t <= points[0][0]:
-        return points[0][1]
-    for (t0, v0), (t1, v1) in zip(points, points[1:]):
-        if t <= t1:
-            return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
-    return points[-1][1]
-
-
-def normalised_auc(points: list[tuple[float, float]], budget: float) -> float:
-    """Trapezoid area under the curve over [0, budget], divided by the budget (a mean pass@1)."""
-    times = [0.0, *(t for t, _ in points if 0.0 < t < budget), budget]
-    area = sum((t1 - t0) * (value_at(points, t0) + value_at(points, t1)) / 2 for t0, t1 in zip(times, times[1:]))
-    return area / budget
+def grid_auc(points: list[tuple[float, float]]) -> float:
+    """The area under a curve on the grid, per unit time: the mean of its values at the grid instants."""
+    return mean(v for _, v in points)
 
 
 def time_to_target(points: list[tuple[float, float]], target: float) -> float | None:
-    """The first virtual time the curve reaches `target` (interpolated); None if it never does."""
-    if points[0][1] >= target:
-        return points[0][0]
-    for (t0, v0), (t1, v1) in zip(points, points[1:]):
-        if v1 >= target:
-            return t0 + (t1 - t0) * (target - v0) / (v1 - v0)
-    return None
+    """The first grid instant at which the curve reaches `target`; None if it never does."""
+    return next((t for t, v in points if v >= target), None)
 
 
-def mean_curve(curves: list[list[tuple[float, float]]], grid: list[float]) -> list[tuple[float, float]]:
-    return [(t, mean(value_at(c, t) for c in curves)) for t in grid]
+def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The plain mean of curves on one grid, instant by instant."""
+    grid = [t for t, _ in curves[0]]
+    if any([t for t, _ in c] != grid for c in curves):
+        raise ValueError("held-out curves on different grids: every run must share one evaluation grid")
+    return [(t, mean(c[i][1] for c in curves)) for i, t in enumerate(grid)]
 
 
 def _spread(values: list[float]) -> dict:
-    return {"mean": mean(values), "std": pstdev(values)} if values else {"mean": None, "std": None}
+    """Mean and sample std (ddof=1; None below 2 seeds) over seeds."""
+    return {"mean": mean(values) if values else None, "std": sample_std(values), "n": len(values)}
 
 
 def _gain(value: float | None, silo: float | None) -> float | None:
     return value / silo - 1 if value is not None and silo else None
 
 
-def node_figures(node: dict, budget: float) -> dict:
+def node_figures(node: dict) -> dict:
     rows = read_metrics(Path(node["run_dir"]))
-    curve = heldout_curve(node, rows, budget)
+    curve = heldout_curve(node)
     return {"index": node["index"], "class": node.get("profile", "fast"), "rows": rows, "curve": curve,
-            "heldout_at_budget": node["evals"][-1]["heldout_pass1"], "auc": normalised_auc(curve, budget),
-            "rounds": len(rows), "rollouts": sum(r.get("rollouts_generated", 0) for r in rows)}
+            "heldout_at_budget": curve[-1][1], "auc": grid_auc(curve), "rounds": len(rows),
+            "rollouts": sum(r.get("rollouts_generated", 0) for r in rows),
+            "families": (node["evals"][0].get("heldout_by_family", {}), node["evals"][-1].get("heldout_by_family", {}))}
 
 
 def _seed_figures(nodes: list[dict], rounds: int) -> dict:
@@ -79,38 +75,50 @@ def _seed_figures(nodes: list[dict], rounds: int) -> dict:
     return out
 
 
-def compute_table(runs_raw: list[dict], grid_points: int = 101) -> dict:
-    """Per mix: the equal-time and equal-rounds figures (mean and spread over seeds), gains vs the silo."""
+def _mix_row(mix: str, mine: list[dict], nodes: dict, equal_rounds: dict) -> dict:
+    """One mix over its seeds: figures per seed, their mean and spread, the mean curve and its spread."""
+    seeds = {r["seed"]: _seed_figures(nodes[id(r)], equal_rounds[r["seed"]]) for r in mine}
+    curves = {r["seed"]: mean_curve([n["curve"] for n in nodes[id(r)]]) for r in mine}  # per seed: mean over nodes
+    all_nodes = [n for r in mine for n in nodes[id(r)]]
+    grid, means = zip(*mean_curve(list(curves.values())))  # one grid for every seed, checked
+
+    def per_node(key: str) -> dict[str, float]:  # node index -> its mean over seeds
+        return {str(n["index"]): mean(m[key] for m in all_nodes if m["index"] == n["index"]) for n in nodes[id(mine[0])]}
+
+    return {
+        "mix": mix, "seeds": len(mine),
+        **{key: {**_spread([s[key] for s in seeds.values()]),
+                 "by_seed": {str(seed): s[key] for seed, s in sorted(seeds.items())}}
+           for key in ("heldout_at_budget", "auc", "reward_at_equal_rounds")},
+        "classes": {c: {key: mean(s["classes"][c][key] for s in seeds.values() if c in s["classes"])
+                        for key in ("heldout_at_budget", "reward_at_equal_rounds")}
+                    for c in CLASSES if any(c in s["classes"] for s in seeds.values())},
+        "rounds_per_node": per_node("rounds"), "rollouts_per_node": per_node("rollouts"),
+        "learned": learned_counts([n["families"] for n in all_nodes]),
+        "curve": {"t": list(grid), "mean": list(means),
+                  "std": [sample_std([c[i][1] for c in curves.values()]) for i in range(len(grid))]},
+        "seed_curves": curves,
+    }
+
+
+def compute_table(runs_raw: list[dict]) -> dict:
+    """Per mix: the equal-time and equal-rounds figures (mean and spread over seeds), gains vs the silo
+    and the paired comparison with it."""
     budget = max(r["budget_s"] for r in runs_raw)
-    nodes = {id(r): [node_figures(n, budget) for n in r["nodes"]] for r in runs_raw}
+    nodes = {id(r): [node_figures(n) for n in r["nodes"]] for r in runs_raw}
     equal_rounds = {seed: min(n["rounds"] for r in runs_raw if r["seed"] == seed for n in nodes[id(r)])
                     for seed in {r["seed"] for r in runs_raw}}
     by_mix: dict[str, list[dict]] = defaultdict(list)
     for r in runs_raw:
         by_mix[r["mix"]].append(r)
-    grid = [budget * (i / (grid_points - 1)) for i in range(grid_points)]  # the last point is the budget exactly
-    rows = {}
-    for mix, mine in by_mix.items():
-        seeds = [_seed_figures(nodes[id(r)], equal_rounds[r["seed"]]) for r in mine]
-        curves = [mean_curve([n["curve"] for n in nodes[id(r)]], grid) for r in mine]  # one per seed
-        all_nodes = [n for r in mine for n in nodes[id(r)]]
-        rows[mix] = {
-            "mix": mix, "seeds": len(mine),
-            **{key: _spread([s[key] for s in seeds]) for key in ("heldout_at_budget", "auc", "reward_at_equal_rounds")},
-            "classes": {c: {key: mean(s["classes"][c][key] for s in seeds if c in s["classes"])
-                            for key in ("heldout_at_budget", "reward_at_equal_rounds")}
-                        for c in CLASSES if any(c in s["classes"] for s in seeds)},
-            "rounds_per_node": {str(n["index"]): mean(m["rounds"] for m in all_nodes if m["index"] == n["index"])
-                                for n in nodes[id(mine[0])]},
-            "rollouts_per_node": {str(n["index"]): mean(m["rollouts"] for m in all_nodes if m["index"] == n["index"])
-                                  for n in nodes[id(mine[0])]},
-            "curve": {"t": grid, "mean": [mean(c[i][1] for c in curves) for i in range(len(grid))],
-                      "std": [pstdev([c[i][1] for c in curves]) for i in range(len(grid))]},
-            "seed_curves": {r["seed"]: curve for r, curve in zip(mine, curves)},
-        }
+    rows = {mix: _mix_row(mix, mine, nodes, equal_rounds) for mix, mine in by_mix.items()}
+    grids = {tuple(row["curve"]["t"]) for row in rows.values()}
+    if len(grids) > 1:
+        raise ValueError(f"the mixes were evaluated on different grids ({len(grids)}): their runs need one "
+                         "budget and one grid spacing (node/testnet/grid.py)")
     _add_gains(rows, budget)
-    return {"budget_s": budget, "equal_rounds": {str(s): r for s, r in sorted(equal_rounds.items())},
-            "target_of_silo": TARGET_OF_SILO, "mixes": list(rows.values())}
+    return {"budget_s": budget, "grid_s": runs_raw[0].get("grid_s"), "target_of_silo": TARGET_OF_SILO,
+            "equal_rounds": {str(s): r for s, r in sorted(equal_rounds.items())}, "mixes": list(rows.values())}
 
 
 def paired_speedups(silo_times: dict[str, float | None], times: dict[str, float | None],
@@ -125,14 +133,20 @@ def paired_speedups(silo_times: dict[str, float | None], times: dict[str, float 
             if seed in silo_times and censored(t) > 0 and censored(silo_times[seed]) > 0]
 
 
+def paired_with_silo(row: dict, silo: dict, key: str) -> dict:
+    """`key` per seed, this mix minus the silo's run of the same seed: mean and bootstrap CI."""
+    seeds = sorted(set(row[key]["by_seed"]) & set(silo[key]["by_seed"]), key=int)
+    return {**paired_comparison([row[key]["by_seed"][s] for s in seeds], [silo[key]["by_seed"][s] for s in seeds]),
+            "seeds": seeds}
+
+
 def _add_gains(rows: dict[str, dict], budget: float) -> None:
     """Gains over the silo (the mix with no external groups), the held-out target and its speedup."""
     silo = next((rows[m] for m in rows if m.endswith("/0")), None)
     target = TARGET_OF_SILO * silo["heldout_at_budget"]["mean"] if silo else None
     for row in rows.values():
-        curve = list(zip(row["curve"]["t"], row["curve"]["mean"]))
-        row["time_to_target"] = time_to_target(curve, target) if target is not None else None
-    for row in rows.values():  # per seed, paired with the silo's run of the same seed: the spread of the speedup
+        row["time_to_target"] = time_to_target(list(zip(row["curve"]["t"], row["curve"]["mean"])), target) \
+            if target is not None else None
         times = {seed: time_to_target(curve, target) if target is not None else None
                  for seed, curve in row.pop("seed_curves").items()}
         row["time_to_target_by_seed"] = {str(seed): t for seed, t in sorted(times.items())}
@@ -142,6 +156,8 @@ def _add_gains(rows: dict[str, dict], budget: float) -> None:
                                                          budget) if silo else [])
         row["target"] = target
         row["speedup_vs_silo"] = silo_time / row["time_to_target"] if silo_time and row["time_to_target"] else None
+        row["paired_vs_silo"] = {key: paired_with_silo(row, silo, key) for key in PAIRED} \
+            if silo is not None and row is not silo else None
         for key in ("heldout_at_budget", "auc", "reward_at_equal_rounds"):
             row[f"{key}_gain"] = _gain(row[key]["mean"], silo[key]["mean"]) if silo else None
         for c, figures in row["classes"].items():
@@ -151,7 +167,10 @@ def _add_gains(rows: dict[str, dict], budget: float) -> None:
 
 
 def _pm(figure: dict, digits: int = 3) -> str:
-    return "-" if figure["mean"] is None else f"{figure['mean']:.{digits}f} ± {figure['std']:.{digits}f}"
+    """'mean ± sample std', or the mean alone from one seed."""
+    if figure["mean"] is None:
+        return "-"
+    return f"{figure['mean']:.{digits}f}" + ("" if figure["std"] is None else f" ± {figure['std']:.{digits}f}")
 
 
 def _pct(value: float | None) -> str:
@@ -160,9 +179,12 @@ def _pct(value: float | None) -> str:
 
 def compute_text(table: dict) -> list[str]:
     rounds = ", ".join(f"seed {s}: {r}" for s, r in table["equal_rounds"].items())
+    spacing = "only 0 and the budget (eval.every = 0)" if table.get("grid_s") is None else \
+        f"every {table['grid_s']:.4g} virtual s and at the budget"
     lines = [f"compute clock: every node ran until its next round would start at or after {table['budget_s']:.4g} "
-             f"virtual s; equal rounds R ({rounds}) = the fewest any honest node of that seed completed", "",
-             f"{'mix':>6} {'held-out @ budget':>18} {'gain':>7} {'AUC/budget':>15} {'gain':>7} {'t to target':>12} "
+             f"virtual s; equal rounds R ({rounds}) = the fewest any honest node of that seed completed; held-out "
+             f"pass@1 measured on one grid for every mix and seed: {spacing}", "",
+             f"{'mix':>6} {'held-out @ budget':>18} {'gain':>7} {'AUC':>15} {'gain':>7} {'t to target':>12} "
              f"{'speedup':>8} {'per seed':>12} {'cum. reward @ R':>17} {'gain':>7}"]
     for row in table["mixes"]:
         t = "-" if row["time_to_target"] is None else f"{row['time_to_target']:.4g} s"
@@ -173,18 +195,33 @@ def compute_text(table: dict) -> list[str]:
                      f"{_pm(row['reward_at_equal_rounds'], 2):>17} {_pct(row['reward_at_equal_rounds_gain']):>7}")
     target = table["mixes"][0]["target"]
     lines.append(f"target: {TARGET_OF_SILO:.0%} of the silo's held-out pass@1 at the budget"
-                 + ("" if target is None else f" = {target:.3f}") + "; ± is the spread over seeds; speedup: on the "
-                 "mean curves, and per seed against the silo's run of the same seed (a run that never reached the "
-                 "target counts as reaching it at the budget)")
+                 + ("" if target is None else f" = {target:.3f}") + "; ± is the sample std over seeds (ddof=1); AUC "
+                 "= the mean held-out pass@1 over the grid instants; t to target = the first grid instant the mean "
+                 "curve reaches it; speedup: on the mean curves, and per seed against the silo's run of the same "
+                 "seed (a run that never reached the target counts as reaching it at the budget)")
     lines.append("")
     for row in table["mixes"]:
-        classes = "; ".join(f"{c}: held-out {f['heldout_at_budget']:.3f} ({_pct(f['heldout_at_budget_gain'])}), "
-                            f"cum. reward @ R {f['reward_at_equal_rounds']:.2f} ({_pct(f['reward_at_equal_rounds_gain'])})"
-                            for c, f in row["classes"].items())
-        per_node = ", ".join(f"node{i} {row['rounds_per_node'][i]:.0f}/{row['rollouts_per_node'][i]:.0f}"
-                             for i in row["rounds_per_node"])
-        lines.append(f"  {row['mix']}: {classes}")
-        lines.append(f"  {row['mix']}: rounds/rollouts per node: {per_node}")
+        lines += _row_details(row)
+    return lines
+
+
+def _row_details(row: dict) -> list[str]:
+    """The lines under the table for one mix: paired comparison, node classes, learned families, rounds."""
+    lines = []
+    if row.get("paired_vs_silo"):
+        paired = row["paired_vs_silo"]
+        lines.append(f"  {row['mix']}: paired diff vs silo (per seed): held-out @ budget "
+                     f"{format_interval(paired['heldout_at_budget'])}; AUC {format_interval(paired['auc'])}")
+    classes = "; ".join(f"{c}: held-out {f['heldout_at_budget']:.3f} ({_pct(f['heldout_at_budget_gain'])}), "
+                        f"cum. reward @ R {f['reward_at_equal_rounds']:.2f} ({_pct(f['reward_at_equal_rounds_gain'])})"
+                        for c, f in row["classes"].items())
+    learned = ", ".join(f"{family} {c['learned']}/{c['runs']}" for family, c in row["learned"].items())
+    per_node = ", ".join(f"node{i} {row['rounds_per_node'][i]:.0f}/{row['rollouts_per_node'][i]:.0f}"
+                         for i in row["rounds_per_node"])
+    lines.append(f"  {row['mix']}: {classes}")
+    lines.append(f"  {row['mix']}: learned (node x seed runs whose held-out pass@1 on the family rose by at least "
+                 f"one task from t = 0 to the budget): {learned or '-'}")
+    lines.append(f"  {row['mix']}: rounds/rollouts per node: {per_node}")
     return lines
 
 
@@ -197,12 +234,26 @@ def verdict_lines(table: dict) -> list[str]:
     for row in table["mixes"]:
         if row is silo:
             continue
-        speedup = _speedup_phrase(row, silo)
+        paired = (row.get("paired_vs_silo") or {}).get("heldout_at_budget")
         lines.append(f"swarm {row['mix']} vs silo {silo['mix']} at equal compute: held-out pass@1 "
                      f"{row['heldout_at_budget']['mean']:.3f} vs {silo['heldout_at_budget']['mean']:.3f} "
-                     f"({_pct(row['heldout_at_budget_gain'])}), area under its curve {_pct(row['auc_gain'])}, "
-                     f"{speedup}; cum. reward at equal rounds {_pct(row['reward_at_equal_rounds_gain'])}")
+                     f"({_pct(row['heldout_at_budget_gain'])}){_holds_phrase(paired)}, area under its curve "
+                     f"{_pct(row['auc_gain'])}, {_speedup_phrase(row, silo)}; cum. reward at equal rounds "
+                     f"{_pct(row['reward_at_equal_rounds_gain'])}")
     return lines
+
+
+def _holds_phrase(paired: dict | None) -> str:
+    """Whether the held-out difference with the silo holds: only when its CI excludes 0."""
+    if paired is None:
+        return ""
+    diff = f"; paired diff {format_interval(paired)}: "
+    if ci_excludes_zero(paired):
+        return diff + ("the swarm's gain holds (the CI excludes 0)" if paired["mean"] > 0
+                       else "the silo's lead holds (the CI excludes 0)")
+    if paired["ci_low"] is None:
+        return diff + "no verdict (no CI)"
+    return diff + "no difference shown (the CI includes 0)"
 
 
 def _speedup_phrase(row: dict, silo: dict) -> str:
@@ -216,10 +267,13 @@ def _speedup_phrase(row: dict, silo: dict) -> str:
 
 
 def plot_heldout_vs_time(ax, table: dict) -> None:
-    """Held-out pass@1 against virtual time per mix: mean over nodes and seeds, ± std over seeds."""
+    """Held-out pass@1 on the grid per mix (steps: a value holds until the next instant), mean over
+    nodes and seeds, ± sample std over seeds."""
     for i, row in enumerate(table["mixes"]):
-        t, m, s = row["curve"]["t"], row["curve"]["mean"], row["curve"]["std"]
-        ax.plot(t, m, color=f"C{i}", label=row["mix"])
-        ax.fill_between(t, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=f"C{i}", alpha=0.2)
+        t, m = row["curve"]["t"], row["curve"]["mean"]
+        s = [v or 0.0 for v in row["curve"]["std"]]  # one seed: no spread to draw
+        ax.plot(t, m, color=f"C{i}", label=row["mix"], drawstyle="steps-post", marker=".")
+        ax.fill_between(t, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=f"C{i}", alpha=0.2,
+                        step="post")
     ax.set(title="held-out pass@1 at equal compute (mean over nodes and seeds, ± std over seeds)",
            xlabel="virtual time (s)", ylim=(-0.02, 1.02))
