@@ -57,17 +57,20 @@ class ScoredGroup:
         return [c for c, h in zip(self.correct, hinted) if not h]
 
 
-def to_train_sample(rollout: Rollout, reward: float) -> TrainSample:
+def to_train_sample(rollout: Rollout, reward: float, correct: bool | None = None) -> TrainSample:
     mask = None
     if rollout.hint_tokens:  # a solution prefix given as a hint: context, never a training target
         mask = [0] * rollout.hint_tokens + [1] * (len(rollout.completion_ids) - rollout.hint_tokens)
     return TrainSample(prompt_ids=rollout.prompt_ids, completion_ids=rollout.completion_ids,
                        behavior_logprobs=rollout.logprobs, reward=reward, loss_mask=mask,
-                       tier=rollout.tier, alignment=rollout.alignment)
+                       tier=rollout.tier, alignment=rollout.alignment, correct=correct)
 
 
 def to_train_group(group: ScoredGroup) -> TrainGroup:
-    samples = [to_train_sample(r, reward) for r, reward in zip(group.rollouts, group.rewards)]
+    """The group as the learner sees it; each sample carries our verifier's verdict (`correct`:
+    under loss.off_policy.peer_failures = "drop" only a peer's correct samples train)."""
+    samples = [to_train_sample(rollout, reward, ok)
+               for rollout, reward, ok in zip(group.rollouts, group.rewards, group.correct)]
     return TrainGroup(samples=samples, meta={"task": group.task.ref.key, "origin": group.origin})
 
 

@@ -4,8 +4,12 @@ One call of `Learner.update` is one round's training:
   1. advantages per group, one kind for every group, ours or a peer's (the local objective's:
      mean/std, mean only, median + pivot); peers' failures are damped per behavior tier inside a
      weighted baseline, so a group still sums to zero; a peer group larger than ours counts as G
-     rows (`group_size_weight`);
-  2. pad everything into one [B, P+C] batch (prompts left-padded, completions right-padded);
+     rows (`group_size_weight`); with peer_failures = "drop" only a peer's correct samples at
+     A >= 0 train, the other peer rows are dropped (policy/selection.py);
+  2. pad the trained rows into one [B, P+C] batch (prompts left-padded, completions right-padded);
+     a dropped row is never forwarded, yet counts in every minibatch denominator it falls in
+     (`LossInputs.absent_rows` / `absent_tokens`), so the gradient is the one of training it at
+     advantage 0;
   3. l^old: this node's log-probs at the start of the update (skipped when there is exactly one
      minibatch step, where l^old == sg[l] exactly, as TRL does); it is also l^prox, from which
      tier-1 and tier-2 behavior log-probs of peers' samples are derived;
@@ -41,11 +45,11 @@ from typing import Literal
 
 import torch
 
-from policy.advantages import group_advantages, group_size_weight
 from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
 from policy.loss_terms import sampler_mismatch
 from policy.losses import LossInputs, Objective, apply_row_keep
+from policy.selection import Selection, absent_weights, select_rows
 from policy.settings import OffPolicyConfig, OptimConfig
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
 
@@ -120,44 +124,6 @@ class Learner:
         with autocast_context(self.cfg.autocast_bf16, self.device):
             return completion_logprobs(self.model, input_ids, attention_mask, n_completion,
                                        self.temperature).float()
-
-    def _advantages(self, groups: list[TrainGroup]
-                    ) -> tuple[list[TrainSample], list[float], list[float], int, list[bool]]:
-        """Trainable samples with their advantages and row weights, the number of zero-advantage
-        groups skipped, and per sample whether it is a dropped peer failure. Every group uses the
-        local objective's advantage kind: a peer group scored on another scale would weigh more or
-        less than ours for nothing (local dr_grpo and external minpro made a peer group weigh 2.8x
-        ours).
-
-        peer_failures = "drop": a peer's sample below its group's mean stays in the batch with
-        advantage 0, so it gets no gradient but still counts in the aggregation's denominator.
-        Taking it out of the batch shrank that denominator: every remaining token, the peer's
-        successes and our own samples alike, was pushed harder than with the whole group trained
-        (a 1-of-8 peer success 8x as hard with dr_grpo's CN, about 2x with TM/SMTM)."""
-        kind = self.objective.advantage
-        reference = self.group_size or max((sum(s.tier is None for s in g.samples) for g in groups
-                                            if not g.external), default=None)
-        samples, advantages, row_weights, n_zero, dropped = [], [], [], 0, []
-        for group in groups:
-            rewards = torch.tensor([s.reward for s in group.samples], dtype=torch.float32)  # [G]
-            kappa = torch.tensor([1.0 if s.tier is None else self.off_policy.neg_damping[s.tier]
-                                  for s in group.samples])  # [G] a peer's failure counts for less
-            adv, keep = group_advantages(rewards, kind, kappa)  # [G], [G] bool
-            if self.cfg.skip_zero_advantage and bool((adv == 0).all()):
-                n_zero += 1
-                continue
-            n_peer = sum(s.tier is not None for s in group.samples)
-            peer_weight, peer_scale = (1.0, 1.0) if reference is None else group_size_weight(
-                n_peer, reference, kind if group.external else "mean")
-            for sample, a, k in zip(group.samples, adv.tolist(), keep.tolist()):
-                if not k:  # mc: the pivot sample is excluded from backprop
-                    continue
-                drop = a < 0 and sample.tier is not None and self.off_policy.peer_failures == "drop"
-                samples.append(sample)
-                advantages.append(0.0 if drop else a if sample.tier is None else a * peer_scale)
-                row_weights.append(1.0 if sample.tier is None else peer_weight)
-                dropped.append(drop)
-        return samples, advantages, row_weights, n_zero, dropped
 
     @staticmethod
     def _resolve_behavior(samples: list[TrainSample], behavior: torch.Tensor, tier: torch.Tensor,
@@ -277,35 +243,53 @@ class Learner:
             stats = self._update([g for g in own if g.samples])
             return {**stats, **refused_stats, "external_update_failed": 1.0}
 
+    def _select(self, groups: list[TrainGroup]) -> Selection:
+        """The update's rows: advantages, row weights, dropped peer rows (policy/selection.py)."""
+        return select_rows(groups, self.objective.advantage, self.off_policy, self.group_size,
+                           self.cfg.skip_zero_advantage)
+
     def _update(self, groups: list[TrainGroup]) -> dict[str, float]:
-        samples, advantages, row_weights, n_zero, dropped = self._advantages(groups)
-        stats: dict[str, float] = {"groups_zero_adv": float(n_zero),
-                                   "samples_trained": float(len(samples) - sum(dropped))}
-        if any(dropped):
-            stats["ext_failures_dropped"] = float(sum(dropped))
-        if not samples:
+        sel = self._select(groups)
+        trained = sel.trained  # rows forwarded
+        stats = {"groups_zero_adv": float(sel.groups_zero_adv), "samples_trained": float(len(trained))}
+        if len(trained) < len(sel.samples):
+            stats["ext_failures_dropped"] = float(len(sel.samples) - len(trained))
+        if sel.ext_groups_no_correct:
+            stats["ext_groups_no_correct"] = float(sel.ext_groups_no_correct)
+        if not trained:
             return stats
         self.model.eval()  # dropout off: see the module doc
-        batch = self._batch(samples, advantages, row_weights)
-
-        trained = ~torch.tensor(dropped, dtype=torch.bool, device=batch.tier.device)  # [B]
+        batch = self._batch([sel.samples[i] for i in trained], [sel.advantages[i] for i in trained],
+                            [sel.row_weights[i] for i in trained])
         for t in TIERS:
-            if (n_tier := int(((batch.tier == t) & trained).sum())) > 0:
+            if (n_tier := int((batch.tier == t).sum())) > 0:
                 stats[f"ext_t{t}_samples"] = float(n_tier)
-
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        for _ in range(self.cfg.epochs):
-            order = torch.randperm(len(samples)).to(self.device)  # [B]
-            for idx in order.chunk(self.cfg.minibatches):
-                for key, value in self._step(batch, idx).items():
-                    if isinstance(value, (int, float)) and math.isfinite(value):
-                        sums[key] = sums.get(key, 0.0) + value
-                        counts[key] = counts.get(key, 0) + 1
-        stats.update({key: sums[key] / counts[key] for key in sums})  # mean over the steps that had the key
+        stats.update(self._train(batch, sel, trained))
         stats["optimizer_steps"] = float(self.cfg.epochs * self.cfg.minibatches)
         stats["tokens_trained"] = float(batch.loss_mask.sum())
         return stats
+
+    def _train(self, batch: _Batch, sel: Selection, trained: list[int]) -> dict[str, float]:
+        """`epochs` passes of `minibatches` optimizer steps; the statistics averaged over the steps that
+        had them. Minibatches are drawn over every row, dropped ones too, so each has the rows and the
+        denominators it had with the dropped rows trained at advantage 0; only its trained rows are
+        forwarded (`trained`: their indices in sel, in batch order)."""
+        absent_rows, absent_tokens = absent_weights(sel)  # [N], [N]
+        batch_row = torch.full((len(sel.samples),), -1, dtype=torch.long)  # [N] row in the batch, -1 = dropped
+        batch_row[trained] = torch.arange(len(trained))  # [N]
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for _ in range(self.cfg.epochs):
+            order = torch.randperm(len(sel.samples))  # [N]
+            for rows in order.chunk(self.cfg.minibatches):
+                idx = batch_row[rows]  # [n]
+                absent = {"absent_rows": float(absent_rows[rows].sum()),
+                          "absent_tokens": float(absent_tokens[rows].sum())}
+                for key, value in self._step(batch, idx[idx >= 0].to(self.device), absent).items():
+                    if isinstance(value, (int, float)) and math.isfinite(value):
+                        sums[key] = sums.get(key, 0.0) + value
+                        counts[key] = counts.get(key, 0) + 1
+        return {key: sums[key] / counts[key] for key in sums}
 
     def _batch(self, samples: list[TrainSample], advantages: list[float], row_weights: list[float]) -> _Batch:
         """The samples padded into one batch on the model's device, with l^old when the update needs
@@ -342,31 +326,39 @@ class Learner:
         return _Batch(input_ids, attention_mask, n_completion, loss_mask, behavior, tier, adv_t, row_weight,
                       old_logp)
 
-    def _step(self, batch: _Batch, idx: torch.Tensor) -> dict[str, float]:
-        """One optimizer step on the batch rows `idx` [b]; the step's statistics."""
+    def _step(self, batch: _Batch, idx: torch.Tensor, absent: dict[str, float]) -> dict[str, float]:
+        """One optimizer step on the batch rows `idx` [b], with `absent` (LossInputs' absent_rows and
+        absent_tokens) for the minibatch's dropped rows; the step's statistics."""
         chunks = self._backward_chunks(batch.input_ids[idx].shape)
         self.optimizer.zero_grad(set_to_none=True)
-        if chunks > 1 and not (self.objective.filters_rows or self.external_objective.filters_rows):
-            loss, step_stats = self._backward_by_chunk(batch, idx, chunks)
+        if idx.numel() == 0:  # only dropped rows: the zero gradient they gave at advantage 0 (AdamW still steps)
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
+            loss, step_stats = 0.0, {}
+        elif chunks > 1 and not (self.objective.filters_rows or self.external_objective.filters_rows):
+            loss, step_stats = self._backward_by_chunk(batch, idx, chunks, absent)
         else:
-            loss, step_stats = self._backward_whole(batch, idx, chunks)
+            loss, step_stats = self._backward_whole(batch, idx, chunks, absent)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
         self.optimizer.step()
         self.policy_version += 1
         return {**step_stats, "loss": loss, "grad_norm": float(grad_norm)}
 
-    def _inputs(self, batch: _Batch, idx: torch.Tensor, logp: torch.Tensor) -> tuple[LossInputs, float | None]:
-        """The loss inputs of the batch rows `idx` [b] with their log-probs logp [b, C]; the fraction
-        of peers' claimed tokens bounded (None: none claimed)."""
+    def _inputs(self, batch: _Batch, idx: torch.Tensor, logp: torch.Tensor,
+                absent: dict[str, float]) -> tuple[LossInputs, float | None]:
+        """The loss inputs of the batch rows `idx` [b] with their log-probs logp [b, C] and the
+        minibatch's dropped rows (`absent`); the fraction of peers' claimed tokens bounded (None:
+        none claimed)."""
         old = batch.old_logp[idx] if batch.old_logp is not None else logp.detach()  # [b, C]
         beh, old, bounded_frac = resolve_claims(batch.behavior[idx], old, batch.tier[idx], batch.loss_mask[idx],
                                                 self.off_policy.proximal)  # [b, C], [b, C]
         x = LossInputs(logp=logp, old_logp=old, behavior_logp=beh, mask=batch.loss_mask[idx],
                        advantages=batch.advantages[idx], completion_budget=self.completion_budget,
-                       row_weight=batch.row_weight[idx])
+                       row_weight=batch.row_weight[idx], **absent)
         return x, bounded_frac
 
-    def _backward_whole(self, batch: _Batch, idx: torch.Tensor, chunks: int) -> tuple[float, dict[str, float]]:
+    def _backward_whole(self, batch: _Batch, idx: torch.Tensor, chunks: int,
+                        absent: dict[str, float]) -> tuple[float, dict[str, float]]:
         """The loss over all rows `idx` [b] at once, then the model's backward in `chunks` row chunks
         (more than 1: every row's log-probs first without grad, then again with grad per chunk: an
         extra forward, the price of a row filter that reads the whole batch). Returns (loss, stats)."""
@@ -376,7 +368,7 @@ class Learner:
         else:
             with torch.no_grad():
                 logp = self._chunked_logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
-        x, bounded_frac = self._inputs(batch, idx, logp)
+        x, bounded_frac = self._inputs(batch, idx, logp, absent)
         loss, stats = self._loss(x, batch.tier[idx])
         if bounded_frac is not None:
             stats["ext_claims_bounded_frac"] = bounded_frac
@@ -385,18 +377,19 @@ class Learner:
             self._backward_through_model(ids, am, n_completion, logp.grad, chunks)
         return float(loss.detach()), stats
 
-    def _backward_by_chunk(self, batch: _Batch, idx: torch.Tensor, chunks: int) -> tuple[float, dict[str, float]]:
+    def _backward_by_chunk(self, batch: _Batch, idx: torch.Tensor, chunks: int,
+                           absent: dict[str, float]) -> tuple[float, dict[str, float]]:
         """The loss and the model's backward chunk by chunk, one forward per row: every aggregation is
         linear in the per-token term, with weights dL/dterm that depend only on the masks, row weights
         and budget, so each chunk's share of the loss is known before any log-prob is. The sum of the
         shares is the loss over all rows, and so are the accumulated gradients (to float rounding).
         Statistics are averaged over the chunks, weighted by their trainable tokens."""
-        weights = self._aggregation_weights(batch, idx)  # [b, C]
+        weights = self._aggregation_weights(batch, idx, absent)  # [b, C]
         loss, sums, norms = 0.0, {}, {}
         for rows in torch.arange(idx.shape[0], device=idx.device).chunk(chunks):
             sub = idx[rows]  # [b']
             logp = self._logprobs(batch.input_ids[sub], batch.attention_mask[sub], batch.n_completion)  # [b', C]
-            x, bounded_frac = self._inputs(batch, sub, logp)
+            x, bounded_frac = self._inputs(batch, sub, logp, absent)
             term, mask, stats = self._terms(x, batch.tier[sub])  # [b', C], [b', C]
             share = (weights[rows] * torch.where(mask > 0, term, torch.zeros_like(term))).sum()  # []
             share.backward()
@@ -409,13 +402,14 @@ class Learner:
                 norms[key] = norms.get(key, 0.0) + tokens
         return loss, {key: sums[key] / norms[key] for key in sums if norms[key] > 0}
 
-    def _aggregation_weights(self, batch: _Batch, idx: torch.Tensor) -> torch.Tensor:
-        """dL/dterm [b, C] of the local objective's aggregation over the rows `idx` [b] (0 off the mask)."""
+    def _aggregation_weights(self, batch: _Batch, idx: torch.Tensor, absent: dict[str, float]) -> torch.Tensor:
+        """dL/dterm [b, C] of the local objective's aggregation over the rows `idx` [b] and the
+        minibatch's dropped rows (`absent`: in the denominators only); 0 off the mask."""
         mask = batch.loss_mask[idx]  # [b, C]
         probe = torch.zeros_like(mask, requires_grad=True)  # [b, C] stands for the per-token term
         x = LossInputs(logp=probe.detach(), old_logp=probe.detach(), behavior_logp=probe.detach(), mask=mask,
                        advantages=batch.advantages[idx], completion_budget=self.completion_budget,
-                       row_weight=batch.row_weight[idx])
+                       row_weight=batch.row_weight[idx], **absent)
         self.objective.aggregate(probe, x).backward()
         return probe.grad  # [b, C]
 

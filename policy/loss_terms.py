@@ -61,30 +61,36 @@ def _row_weights(mask: Tensor, row_weight: Tensor | None) -> Tensor:
     return has_tok if row_weight is None else has_tok * row_weight.detach().to(mask.dtype)  # [B]
 
 
-def masked_token_mean(term: Tensor, mask: Tensor, row_weight: Tensor | None = None) -> Tensor:
-    """TM: sum_{i,t} s_i m term / sum_{i,t} s_i m  (every trainable token of the batch weighs the
-    same; row weights s_i, 1 unless given, count an oversized peer group as G rows: policy/learner.py)."""
+def masked_token_mean(term: Tensor, mask: Tensor, row_weight: Tensor | None = None,
+                      absent_tokens: float = 0.0) -> Tensor:
+    """TM: sum_{i,t} s_i m term / (sum_{i,t} s_i m + absent_tokens)  (every trainable token of the
+    batch weighs the same; row weights s_i, 1 unless given, count an oversized peer group as G rows:
+    policy/learner.py; absent_tokens: the weighted tokens of rows counted but not in the batch)."""
     term = torch.where(mask > 0, term, torch.zeros_like(term))  # [B, T]
     s = _row_weights(mask, row_weight)[:, None]  # [B, 1]
-    return (s * term).sum() / (s * mask).sum().clamp_min(1e-12)  # []
+    return (s * term).sum() / ((s * mask).sum() + absent_tokens).clamp_min(1e-12)  # []
 
 
-def sequence_mean_token_mean(term: Tensor, mask: Tensor, row_weight: Tensor | None = None) -> Tensor:
+def sequence_mean_token_mean(term: Tensor, mask: Tensor, row_weight: Tensor | None = None,
+                             absent_rows: float = 0.0) -> Tensor:
     """SMTM: (weighted) mean over sequences of (sum_t m term / sum_t m); rows without trainable
-    tokens are not counted."""
+    tokens are not counted; absent_rows (the weight of rows counted but not in the batch) joins
+    the number of sequences."""
     term = torch.where(mask > 0, term, torch.zeros_like(term))  # [B, T]
     per_seq = term.sum(-1) / mask.sum(-1).clamp_min(1.0)  # [B]
     s = _row_weights(mask, row_weight)  # [B]
-    return (s * per_seq).sum() / s.sum().clamp_min(1e-12)  # []
+    return (s * per_seq).sum() / (s.sum() + absent_rows).clamp_min(1e-12)  # []
 
 
-def constant_normalizer(term: Tensor, mask: Tensor, l_norm: float, row_weight: Tensor | None = None) -> Tensor:
+def constant_normalizer(term: Tensor, mask: Tensor, l_norm: float, row_weight: Tensor | None = None,
+                        absent_rows: float = 0.0) -> Tensor:
     """CN (Dr. GRPO): sum_{i,t} s_i m term / (G * L_norm) with a constant L_norm (max new tokens), so
     long and short completions get the same per-token weight. G = sum of the row weights of
-    sequences with >= 1 trainable token (a pivot or fully masked row is not counted)."""
+    sequences with >= 1 trainable token (a pivot or fully masked row is not counted), plus
+    absent_rows (the weight of rows counted but not in the batch)."""
     term = torch.where(mask > 0, term, torch.zeros_like(term))  # [B, T]
     s = _row_weights(mask, row_weight)  # [B]
-    return (s[:, None] * term).sum() / (s.sum().clamp_min(1e-12) * l_norm)  # []
+    return (s[:, None] * term).sum() / ((s.sum() + absent_rows).clamp_min(1e-12) * l_norm)  # []
 
 
 def min_prefix_ratio(log_rho: Tensor, mask: Tensor, dead_zone: float = 0.0) -> Tensor:

@@ -92,6 +92,10 @@ class LossInputs:
                           Dr. GRPO's CN aggregation divides by it unless l_norm is given)
     row_weight    [B]     how many rows each row counts for in the aggregation (None: 1 each); the
                           learner gives a peer group larger than ours G / n per row
+    absent_rows, absent_tokens   rows counted in every aggregation's denominator but not in the
+                          batch (the learner's dropped peer rows, which would add 0 to the
+                          numerator): their summed row weight, and their summed row weight x
+                          trainable tokens; 0 unless given
     Values at mask == 0 may be anything (even inf/nan): every objective ignores them.
     """
 
@@ -102,6 +106,8 @@ class LossInputs:
     advantages: Tensor
     completion_budget: float | None = None
     row_weight: Tensor | None = None
+    absent_rows: float = 0.0
+    absent_tokens: float = 0.0
 
     def __post_init__(self) -> None:
         shape = tuple(self.logp.shape)
@@ -114,6 +120,8 @@ class LossInputs:
             raise ValueError(f"advantages has shape {tuple(self.advantages.shape)}, expected {shape[:1]}")
         if self.row_weight is not None and tuple(self.row_weight.shape) != shape[:1]:
             raise ValueError(f"row_weight has shape {tuple(self.row_weight.shape)}, expected {shape[:1]}")
+        if self.absent_rows < 0 or self.absent_tokens < 0:
+            raise ValueError(f"absent rows/tokens must be >= 0, got {self.absent_rows}, {self.absent_tokens}")
         if self.completion_budget is not None and not self.completion_budget > 0:
             raise ValueError(f"completion_budget must be > 0, got {self.completion_budget}")
         self.old_logp = self.old_logp.detach()  # [B, T]
@@ -136,7 +144,7 @@ class Objective(ObjectiveKnobs):
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
         """Reduce the per-token term to a scalar; token-mean unless the objective says otherwise."""
-        return masked_token_mean(term, x.mask, x.row_weight)
+        return masked_token_mean(term, x.mask, x.row_weight, x.absent_tokens)
 
     @property
     def filters_rows(self) -> bool:
@@ -197,10 +205,10 @@ class Grpo(GrpoKnobs, Objective):
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
         if self.aggregation == "tm":
-            return masked_token_mean(term, x.mask, x.row_weight)
+            return masked_token_mean(term, x.mask, x.row_weight, x.absent_tokens)
         if self.aggregation == "cn":
-            return constant_normalizer(term, x.mask, self.completion_norm(x), x.row_weight)
-        return sequence_mean_token_mean(term, x.mask, x.row_weight)
+            return constant_normalizer(term, x.mask, self.completion_norm(x), x.row_weight, x.absent_rows)
+        return sequence_mean_token_mean(term, x.mask, x.row_weight, x.absent_rows)
 
     def completion_norm(self, x: LossInputs) -> float:
         """CN's L_norm: the l_norm knob if set, else the sampling budget the learner passes (so
@@ -247,7 +255,7 @@ class Gspo(GspoKnobs, Objective):
         return term, stats
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
-        return sequence_mean_token_mean(term, x.mask, x.row_weight)
+        return sequence_mean_token_mean(term, x.mask, x.row_weight, x.absent_rows)
 
 
 class Cispo(CispoKnobs, Objective):

@@ -69,9 +69,11 @@ class OffPolicyConfig(BaseModel):
                                 "the behavior log-probs (then grpo/dapo clip the ratio to the sampler, as PPO does "
                                 "with stale data)")
     peer_failures: Literal["train", "drop"] = Field(
-        "train", description="drop: a peer's samples below its group's mean are not trained on (only its successes "
-                             "teach us: pushing down completions our policy would not write sharpened it onto its "
-                             "own modes, policy/ALGORITHMS.md)")
+        "train", description="drop: a peer's sample trains only if our verifier found it correct and its advantage "
+                             "(over the whole group) is >= 0; its other samples are not forwarded, yet count in the "
+                             "loss's denominators as at advantage 0, and a peer's group without a correct sample is "
+                             "skipped (only its successes teach us: pushing down completions our policy would not "
+                             "write sharpened it onto its own modes, policy/ALGORITHMS.md)")
     neg_damping: tuple[float, float, float] = Field(
         (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: a peer's sample below its group's mean reward "
                                      "counts with this weight, in the baseline too (the group sums to 0)")

@@ -48,7 +48,9 @@ class Rollout:
 class TrainSample:
     """One completion as the learner sees it. `behavior_logprobs` is None when the sampler's
     log-probs are unknown (tier 2: the learner then uses its own recomputation) or must be derived
-    from it (tier 1: `alignment`). `tier` is None for this node's own samples."""
+    from it (tier 1: `alignment`). `tier` is None for this node's own samples. `correct` is this
+    node's verifier's verdict on the answer (None: unknown); with
+    loss.off_policy.peer_failures = "drop" only a peer's correct samples train."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
@@ -57,6 +59,7 @@ class TrainSample:
     loss_mask: list[int] | None = None  # per completion token; None means all 1 (hint tokens get 0)
     tier: int | None = None
     alignment: SegmentPlan | None = None
+    correct: bool | None = None
 
 
 @dataclass

@@ -24,8 +24,9 @@ def make_learner(local="grpo", external="minpro", **off_policy):
 
 
 def external_group(tier, logprobs=None, alignment=None, rewards=REWARDS):
-    samples = [TrainSample(PROMPT, [3 + i, 4 + i, 5 + i], logprobs, r, tier=tier, alignment=alignment)
-               for i, r in enumerate(rewards)]
+    """A peer's group; our verifier found the samples of reward 1 correct."""
+    samples = [TrainSample(PROMPT, [3 + i, 4 + i, 5 + i], logprobs, r, tier=tier, alignment=alignment,
+                           correct=r == 1.0) for i, r in enumerate(rewards)]
     return TrainGroup(samples)
 
 
