@@ -194,7 +194,8 @@ class Node:
         stats = self.learner.update(groups)
         self.generator.refresh(self.learner.policy_version)  # next round samples from the updated weights
         t3 = time.perf_counter()
-        row = self._row(round_index, tasks, local, external, merged, {**sample_stats, **hint_stats, **stats},
+        work = self.parts.sampling.take_work()  # generate calls, hint writing for peers
+        row = self._row(round_index, tasks, local, external, merged, {**sample_stats, **hint_stats, **stats, **work},
                         (t0, t1, t2, t3))
         return {**row, **self.maybe_evaluate(round_index)}  # after the update; not in t_round
 
@@ -245,7 +246,8 @@ class Node:
                                  / max(1, sum(sum(g.hinted) for g in hinted))) if hinted else None,
             "groups_external": len(external),
             "groups_merged": merged,
-            "groups_trained": len(local) + len(external) - merged - int(stats.get("groups_zero_adv", 0)),
+            "groups_trained": len(local) + len(external) - merged - int(stats.get("groups_zero_adv", 0))
+                              - int(stats.get("ext_groups_no_correct", 0)),
             "rollouts_generated": n_rollouts,
             "tokens_generated": n_tokens,
             "completion_len_mean": n_tokens / max(1, n_rollouts),

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from node.metrics import read_metrics
-from node.testnet.clock import DeviceProfile, TurnQueue, parse_duration, profiles, round_cost
+from node.testnet.clock import DeviceProfile, TurnQueue, charged_over_wall, parse_duration, profiles, round_cost
 from node.testnet.memory import MemoryTestnet
 from node.testnet.plan import Plan
 from node.testnet.grid import grid_instants
@@ -29,6 +29,45 @@ def test_round_cost_charges_generation_training_and_overhead():
     assert tiny["gpu"].train_tokens_per_s == 20 * tiny["fast"].train_tokens_per_s
     with pytest.raises(ValueError, match="measure_profile.py --preset nosuch"):
         profiles("nosuch")
+
+
+def test_round_cost_charges_every_part_of_the_exchange():
+    device = DeviceProfile("d", gen_tokens_per_s=100.0, train_tokens_per_s=50.0, round_overhead_s=0.5,
+                           generate_call_s=0.1, message_check_s=0.01, group_verify_s=0.2, message_publish_s=0.05)
+    row = {"tokens_generated": 200, "tokens_trained": 100.0, "generate_calls": 3, "messages_checked": 20,
+           "groups_verified": 4, "messages_published": 10, "hint_generate_calls": 2, "hint_tokens_generated": 50}
+    # 0.5 + (2 + 0.3) + 2 + (0.2 + 0.8 + 0.5 + 0.2 + 0.5)
+    assert round_cost(row, device) == pytest.approx(7.0)
+    assert round_cost(row, device.scaled(2.0, "x")) == pytest.approx(3.5)  # every rate, exchange included
+    silo_row = {"tokens_generated": 200, "tokens_trained": 100.0, "generate_calls": 3}
+    assert round_cost(row, device) - round_cost(silo_row, device) == pytest.approx(2.2)
+    wall = {**row, "t_round": 0.8}
+    assert round_cost(wall, device, "wall") == 0.8 and round_cost(wall, device.scaled(2.0, "x"), "wall") == 0.4
+    assert charged_over_wall([{"cost_s": 0.3, "t_round": 0.6}, {"cost_s": 0.1, "t_round": 0.2}, {"t_round": 9}]) \
+        == pytest.approx(0.5)
+    assert charged_over_wall([]) is None
+
+
+def test_a_swarm_round_counts_its_exchange_work_and_the_evaluation_is_free(tmp_path):
+    """Real nodes on the memory bus: every count the clock charges is in the row, and a held-out
+    evaluation (the instrument) adds no generate call to the next round."""
+    plan = Plan(nodes=3, rounds=3, transport="memory", heterogeneous=False, out=tmp_path)
+    result = MemoryTestnet(plan, (4, 4), 0, tmp_path / "run").run()
+    rows = [r for n in result["nodes"] for r in read_metrics(Path(n["run_dir"]))]
+    assert all(r["generate_calls"] >= 1 and r["messages_published"] >= 4 for r in rows)  # 4 groups shared a round
+    later = [r for r in rows if r["round"] > 0]
+    assert sum(r["messages_checked"] for r in later) > 0 and sum(r["groups_verified"] for r in later) > 0
+    assert all(r["groups_verified"] <= r["messages_checked"] for r in rows)
+    silo = MemoryTestnet(plan, (8, 0), 0, tmp_path / "silo").run()
+    silo_row = read_metrics(Path(silo["nodes"][0]["run_dir"]))[-1]
+    assert "messages_checked" not in silo_row and silo_row["generate_calls"] == 1.0  # one batched call
+    from node.loop import Node
+    from node.config import load_config
+
+    node = Node(load_config("tiny", None, ["eval.every=1", "eval.tasks_per_family=2"]), tmp_path / "alone")
+    node.run_round(0)  # evaluates after its update
+    assert node.parts.sampling.take_work()["generate_calls"] == 0.0
+    assert node.run_round(1)["generate_calls"] == 1.0
 
 
 def test_budget_parsing():

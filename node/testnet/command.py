@@ -42,6 +42,10 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
                               "round per node per tick until --rounds (default otherwise)")
     testnet.add_argument("--budget", metavar="TIME", help="compute clock: virtual time every node runs, e.g. 900s, "
                          "30m, 2h (default: what a fast node of the first mix needs for --rounds rounds)")
+    testnet.add_argument("--charge", choices=["profile", "wall"], default="profile",
+                         help="compute clock: profile = every round's counted work (generation, training, checking, "
+                              "verifying and publishing messages, hints for peers) on the measured device profile, "
+                              "repeatable; wall = its measured wall time, on this machine and its load")
     testnet.add_argument("--duration", metavar="TIME", help="p2pd/libp2p: every node runs for this wall time "
                          "(e.g. 10m) instead of --rounds rounds")
     testnet.add_argument("--out", help="report directory (default runs/testnet-<time>)")
@@ -74,7 +78,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
                     heterogeneous=not args.homogeneous, overrides=list(args.set or []), frozen_peers=args.frozen_peers,
                     out=Path(args.out or f"runs/testnet-{time.strftime('%Y%m%d-%H%M%S')}"),
                     min_round_s=args.min_round_s, timeout_s=args.timeout, model_sizes=parse_sizes(args.model_sizes),
-                    clock=clock, budget_s=parse_duration(args.budget) if args.budget else None,
+                    clock=clock, budget_s=parse_duration(args.budget) if args.budget else None, charge=args.charge,
                     duration_s=parse_duration(args.duration, "--duration") if args.duration else None)
         plan.validate()
         try:

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from node.config import load_config
+from node.logs import node_log
 from node.loop import Node
 from node.swarm import IDENTITY_FILE, memory_bus_node
 from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
@@ -89,6 +90,10 @@ class MemoryTestnet:
     def run_dir(self, index: int) -> Path:
         return self.out / f"node{index}"
 
+    def log_path(self, index: int) -> Path:
+        """Node `index`'s log file: its records stay out of the live table (warnings still show)."""
+        return self.run_dir(index) / "node.log"
+
     def _start(self, index: int) -> None:
         cfg = self.configs[index]
         if self.mix[1] > 0 and not cfg.swarm.self_replay:
@@ -97,7 +102,8 @@ class MemoryTestnet:
                                    swarm_clock=self.swarm_clock, clock=self.protocol_clock)
         else:  # a silo (J = 0, or J own earlier groups: swarm.self_replay) trains alone: no bus, no peers' hints
             node = Node(cfg, self.run_dir(index))
-        resumed = node.resume()
+        with node_log(self.log_path(index)):
+            resumed = node.resume()
         self.nodes[index] = node
         if index in self.restarts:
             self._event(restart_event(index, resumed))
@@ -173,7 +179,8 @@ class MemoryTestnet:
             peer.step(self.tick)
         for index, node in sorted(self.nodes.items()):
             if node.next_round < self.plan.rounds and self.tick % slowdown(self.plan, index) == 0:
-                node.run_one(self.plan.rounds)
+                with node_log(self.log_path(index)):
+                    node.run_one(self.plan.rounds)
         if self.dashboard is not None:
             self.dashboard.update(self.snapshot())
         self.tick += 1
@@ -190,7 +197,9 @@ class MemoryTestnet:
             self.now = start + gen_estimate[index]
             node, profile = self.nodes[index], self.profiles[index]
             self.grid.before_round(index, node, start)  # settles its points before `start`
-            row = node.run_one(self.plan.rounds, annotate=lambda r: _virtual_times(r, start, profile))
+            with node_log(self.log_path(index)):
+                row = node.run_one(self.plan.rounds,
+                                   annotate=lambda r: _virtual_times(r, start, profile, self.plan.charge))
             end = row["vtime_end"]
             self.grid.after_round(index, start, end)
             gen_estimate[index] = generation_cost(row, profile)
@@ -262,9 +271,9 @@ def testnet_identity(path: Path, name: str) -> NodeIdentity:
     return identity
 
 
-def _virtual_times(row: dict, start: float, profile) -> dict:
+def _virtual_times(row: dict, start: float, profile, charge: str) -> dict:
     """A round's virtual start and end (a held-out evaluation in the row is at its end)."""
-    cost = round_cost(row, profile)
+    cost = round_cost(row, profile, charge)
     return {"vtime": start, "vtime_end": start + cost, "cost_s": cost}
 
 

@@ -57,6 +57,7 @@ class Plan:
     model_sizes: list[tuple[int, int]] = field(default_factory=list)  # tiny (hidden, layers) per node, cycled
     clock: str = "rounds"  # memory mode: "rounds" (one round per node per tick) or "compute" (node/testnet/clock.py)
     budget_s: float | None = None  # compute clock: virtual seconds every node runs (None: derived, see runner)
+    charge: str = "profile"  # compute clock: "profile" (counted work on the device profile) or "wall"
     duration_s: float | None = None  # process mode: wall seconds every node runs (instead of --rounds)
     frozen_peers: bool = False  # memory mode: the second half never updates; the first hears only it
 
@@ -78,6 +79,10 @@ class Plan:
                 raise ValueError("--partition needs at least 2 nodes")
         if self.clock not in ("rounds", "compute"):
             raise ValueError(f"--clock must be rounds or compute, got {self.clock!r}")
+        if self.charge not in ("profile", "wall"):
+            raise ValueError(f"--charge must be profile or wall, got {self.charge!r}")
+        if self.charge == "wall" and self.clock != "compute":
+            raise ValueError("--charge wall is how the compute clock charges a round: it needs --clock compute")
         if self.clock == "compute":
             from node.testnet.clock import fast_profile
 
