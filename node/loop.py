@@ -247,7 +247,7 @@ class Node:
             "groups_external": len(external),
             "groups_merged": merged,
             "groups_trained": len(local) + len(external) - merged - int(stats.get("groups_zero_adv", 0))
-                              - int(stats.get("ext_groups_no_correct", 0)),
+                              - int(stats.get("ext_groups_no_correct", 0)) - int(stats.get("own_groups_no_correct", 0)),
             "rollouts_generated": n_rollouts,
             "tokens_generated": n_tokens,
             "completion_len_mean": n_tokens / max(1, n_rollouts),

@@ -251,11 +251,8 @@ class Learner:
     def _update(self, groups: list[TrainGroup]) -> dict[str, float]:
         sel = self._select(groups)
         trained = sel.trained  # rows forwarded
-        stats = {"groups_zero_adv": float(sel.groups_zero_adv), "samples_trained": float(len(trained))}
-        if len(trained) < len(sel.samples):
-            stats["ext_failures_dropped"] = float(len(sel.samples) - len(trained))
-        if sel.ext_groups_no_correct:
-            stats["ext_groups_no_correct"] = float(sel.ext_groups_no_correct)
+        stats = {"groups_zero_adv": float(sel.groups_zero_adv), "samples_trained": float(len(trained)),
+                 **sel.drop_stats()}
         if not trained:
             return stats
         self.model.eval()  # dropout off: see the module doc

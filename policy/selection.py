@@ -1,7 +1,8 @@
 """Which rows one update trains: every group's advantages, the row weights of peers' groups, and
 the rows `loss.off_policy.peer_failures = "drop"` leaves out (policy/ALGORITHMS.md, "Peers'
-failures dropped"). policy/learner.py pads the trained rows into its batch; a dropped row is never
-forwarded, yet counts in every aggregation's denominator (`absent_weights`)."""
+failures dropped"; `own_failures = "drop"`, a control, leaves out ours by the same rule).
+policy/learner.py pads the trained rows into its batch; a dropped row is never forwarded, yet
+counts in every aggregation's denominator (`absent_weights`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,14 +21,23 @@ class Selection:
     samples: list[TrainSample] = dataclasses.field(default_factory=list)
     advantages: list[float] = dataclasses.field(default_factory=list)  # 0 on dropped rows
     row_weights: list[float] = dataclasses.field(default_factory=list)
-    dropped: list[bool] = dataclasses.field(default_factory=list)  # a peer's row not trained (peer_failures = drop)
+    dropped: list[bool] = dataclasses.field(default_factory=list)  # a row not trained (peer_/own_failures = drop)
     groups_zero_adv: int = 0
     ext_groups_no_correct: int = 0  # peers' groups without a correct sample (peer_failures = drop)
+    own_groups_no_correct: int = 0  # groups with samples of ours and no correct sample (own_failures = drop)
 
     @property
     def trained(self) -> list[int]:
         """Indices of the rows that are forwarded and trained."""
         return [i for i, dropped in enumerate(self.dropped) if not dropped]
+
+    def drop_stats(self) -> dict[str, float]:
+        """Rows dropped and groups skipped for want of a correct sample, peers' and ours (0s left out)."""
+        own = sum(d and s.tier is None for s, d in zip(self.samples, self.dropped))
+        counts = {"ext_failures_dropped": sum(self.dropped) - own, "own_failures_dropped": own,
+                  "ext_groups_no_correct": self.ext_groups_no_correct,
+                  "own_groups_no_correct": self.own_groups_no_correct}
+        return {key: float(n) for key, n in counts.items() if n}
 
 
 def select_rows(groups: list[TrainGroup], kind: AdvantageKind, off_policy: OffPolicyConfig,
@@ -42,8 +52,9 @@ def select_rows(groups: list[TrainGroup], kind: AdvantageKind, off_policy: OffPo
     sample trains only if our verifier found it correct and its advantage is not negative. Every
     other peer row is dropped: it keeps advantage 0 and its place in the denominators, nothing
     else. A peer's group (no sample of ours) without a correct sample is skipped whole, like a
-    zero-advantage group: with partial credit its formatted wrong answers can sit above its mean."""
-    drop = off_policy.peer_failures == "drop"
+    zero-advantage group: with partial credit its formatted wrong answers can sit above its mean.
+    own_failures = "drop" applies the same rule to this node's samples (the positive-only control)."""
+    drop_peer, drop_own = off_policy.peer_failures == "drop", off_policy.own_failures == "drop"
     reference = group_size or max((sum(s.tier is None for s in g.samples) for g in groups if not g.external),
                                   default=None)
     sel = Selection()
@@ -55,17 +66,21 @@ def select_rows(groups: list[TrainGroup], kind: AdvantageKind, off_policy: OffPo
         if skip_zero_advantage and bool((adv == 0).all()):
             sel.groups_zero_adv += 1
             continue
-        if drop and group.external and not any(s.correct for s in group.samples):
-            sel.ext_groups_no_correct += 1
+        drops = [drop_peer if s.tier is not None else drop_own for s in group.samples]  # [G]
+        if all(drops) and not any(s.correct for s in group.samples):
+            if group.external:
+                sel.ext_groups_no_correct += 1
+            else:
+                sel.own_groups_no_correct += 1
             continue
         n_peer = sum(s.tier is not None for s in group.samples)
         peer_weight, peer_scale = (1.0, 1.0) if reference is None else group_size_weight(
             n_peer, reference, kind if group.external else "mean")
-        for sample, a, k in zip(group.samples, adv.tolist(), keep.tolist()):
+        for sample, a, k, drop in zip(group.samples, adv.tolist(), keep.tolist(), drops):
             if not k:  # mc: the pivot sample is excluded from backprop
                 continue
             peer = sample.tier is not None
-            dropped = drop and peer and (a < 0 or sample.correct is not True)
+            dropped = drop and (a < 0 or sample.correct is not True)
             sel.samples.append(sample)
             sel.advantages.append(0.0 if dropped else a * peer_scale if peer else a)
             sel.row_weights.append(peer_weight if peer else 1.0)

@@ -58,7 +58,8 @@ class OptimConfig(BaseModel):
 
 
 class OffPolicyConfig(BaseModel):
-    """How peers' samples are corrected (policy/ALGORITHMS.md, "Shared rollouts")."""
+    """How peers' samples are corrected (policy/ALGORITHMS.md, "Shared rollouts"), and a control that
+    drops this node's own failures as peers' are dropped."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -74,6 +75,11 @@ class OffPolicyConfig(BaseModel):
                              "loss's denominators as at advantage 0, and a peer's group without a correct sample is "
                              "skipped (only its successes teach us: pushing down completions our policy would not "
                              "write sharpened it onto its own modes, policy/ALGORITHMS.md)")
+    own_failures: Literal["train", "drop"] = Field(
+        "train", description="drop: this node's own samples are dropped exactly as peer_failures = drop drops a "
+                             "peer's (only correct ones with advantage >= 0 train; an own group without a correct "
+                             "sample is skipped): the positive-only silo, a control for the swarm's gain (README "
+                             "\"Controls\")")
     neg_damping: tuple[float, float, float] = Field(
         (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: a peer's sample below its group's mean reward "
                                      "counts with this weight, in the baseline too (the group sums to 0)")

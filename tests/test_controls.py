@@ -1,5 +1,6 @@
 """The swarm-against-silo controls (README "Controls"), on real tiny nodes: the self-replay silo
-(swarm.self_replay) and frozen peers (testnet --frozen-peers)."""
+(swarm.self_replay), the positive-only silo (loss.off_policy.own_failures) and frozen peers
+(testnet --frozen-peers)."""
 from __future__ import annotations
 
 import json
@@ -73,6 +74,34 @@ def test_self_replay_generates_nothing_and_its_training_is_charged(tmp_path):
     alone, replaying = rows[1]
     assert replaying["tokens_generated"] == alone["tokens_generated"]
     assert replaying["tokens_trained"] > alone["tokens_trained"]
+
+
+def test_own_failures_drop_trains_own_groups_as_peer_drop_trains_peers():
+    from tests.test_learner_external import local_group, make_learner
+
+    def groups(tier):
+        """Two groups of one node's samples, ours (tier None) or delivered as a peer's: one with two
+        successes, one with formatted wrong answers only (partial credit, no correct sample)."""
+        out = []
+        for rewards in ((1.0, 0.0, 0.0, 1.0), (0.1, 0.0, 0.0, 0.1)):
+            group = local_group(rewards)
+            for sample in group.samples:
+                sample.tier, sample.correct = tier, sample.reward == 1.0
+            out.append(group)
+        return out
+
+    as_own = make_learner(external="grpo", own_failures="drop")
+    as_peer = make_learner(external="grpo", peer_failures="drop", neg_damping=(1.0, 1.0, 1.0))  # ours: undamped
+    own_stats, peer_stats = as_own.update(groups(None)), as_peer.update(groups(2))
+    assert own_stats["samples_trained"] == peer_stats["samples_trained"] == 2  # the two successes
+    assert own_stats["own_failures_dropped"] == peer_stats["ext_failures_dropped"] == 2
+    assert own_stats["own_groups_no_correct"] == peer_stats["ext_groups_no_correct"] == 1
+    assert "ext_failures_dropped" not in own_stats and own_stats["loss"] == peer_stats["loss"]
+    for a, b in zip(as_own.model.parameters(), as_peer.model.parameters()):  # the same step
+        assert torch.equal(a, b)
+    trained = make_learner(external="grpo")  # own_failures = train: the failures are pushed down too
+    assert trained.update(groups(None))["samples_trained"] == 8
+    assert any(not torch.equal(a, b) for a, b in zip(as_own.model.parameters(), trained.model.parameters()))
 
 
 def test_frozen_peers_never_change_and_measured_nodes_hear_only_them(tmp_path):
