@@ -88,3 +88,27 @@ def test_exp_precision_quick(tmp_path):
     assert summary["fp32"]["mean_sampler_logp_diff"] < 1e-5 < summary["int8_tis"]["mean_sampler_logp_diff"]
     assert summary["int8_tis"]["mean_tis_weight_ess"] > 0 and summary["int8_uncorrected"]["mean_tis_weight_ess"] is None
     assert all(len(r["rows"]) == result["rounds"] and 0 <= r["final_pass1"] <= 1 for r in result["runs"])
+
+
+def test_exp_skeptic_quick(tmp_path, monkeypatch):
+    """Every stage end to end: budget, tuning on training reward, every arm on paired seeds, the
+    comparisons with CIs; a second run reuses every saved run."""
+    monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))
+    result = run_script("exp_skeptic.py", tmp_path)
+    tuning = result["tuning"]
+    assert result["best_silo"] == max(tuning, key=lambda name: tuning[name]["mean_train_reward"])
+    arms = result["final"]["arms"]
+    assert set(arms) == {"silo-best", "silo", "swarm", "self-replay", "positive-only", "frozen-peers",
+                         "entropy-silo", "join-old", "sapo"}
+    assert all(len(row["heldout"]["by_seed"]) == 2 for row in arms.values())  # both paired seeds
+    assert all(row["charged_over_wall"]["mean"] > 0 for row in arms.values())
+    assert arms["entropy-silo"]["distinct_completions"]["mean"] > arms["silo"]["distinct_completions"]["mean"]
+    versus = result["final"]["vs_best_silo"]["heldout"]
+    assert set(versus) == set(arms) - {"silo-best"} and all(len(c["diffs"]) == 2 for c in versus.values())
+    swarm = arms["swarm"]["heldout"]["by_seed"]
+    frozen = result["final"]["swarm_vs"]["heldout"]["frozen-peers"]
+    assert frozen["diffs"] == pytest.approx([s - f for s, f in zip(swarm, arms["frozen-peers"]["heldout"]["by_seed"])])
+    assert (tmp_path / "summary.txt").read_text().count("-> ") == 3 * 8 - 2
+    again = subprocess.run([sys.executable, str(ROOT / "scripts" / "exp_skeptic.py"), "--quick", "--out", str(tmp_path)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "running" not in again.stdout  # every run was kept

@@ -42,6 +42,8 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
                               "round per node per tick until --rounds (default otherwise)")
     testnet.add_argument("--budget", metavar="TIME", help="compute clock: virtual time every node runs, e.g. 900s, "
                          "30m, 2h (default: what a fast node of the first mix needs for --rounds rounds)")
+    testnet.add_argument("--grid", metavar="TIME", help="compute clock: held-out evaluation every TIME of virtual "
+                         "time (default: eval.every nominal silo rounds; give it to compare runs of other batch shapes)")
     testnet.add_argument("--charge", choices=["profile", "wall"], default="profile",
                          help="compute clock: profile = every round's counted work (generation, training, checking, "
                               "verifying and publishing messages, hints for peers) on the measured device profile, "
@@ -79,6 +81,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
                     out=Path(args.out or f"runs/testnet-{time.strftime('%Y%m%d-%H%M%S')}"),
                     min_round_s=args.min_round_s, timeout_s=args.timeout, model_sizes=parse_sizes(args.model_sizes),
                     clock=clock, budget_s=parse_duration(args.budget) if args.budget else None, charge=args.charge,
+                    grid_s=parse_duration(args.grid, "--grid") if args.grid else None,
                     duration_s=parse_duration(args.duration, "--duration") if args.duration else None)
         plan.validate()
         try:

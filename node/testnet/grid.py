@@ -37,7 +37,10 @@ from node.testnet.clock import fast_profile, round_cost
 
 
 def grid_spacing(plan) -> float | None:
-    """Virtual seconds between grid instants (module docstring); None when eval.every = 0."""
+    """Virtual seconds between grid instants (module docstring; plan.grid_s when set: separate
+    invocations with different batch shapes share one grid); None when eval.every = 0."""
+    if plan.grid_s is not None:
+        return plan.grid_s
     cfg = load_config(plan.preset, None, plan.overrides)
     if cfg.eval.every == 0:
         return None

@@ -58,6 +58,7 @@ class Plan:
     clock: str = "rounds"  # memory mode: "rounds" (one round per node per tick) or "compute" (node/testnet/clock.py)
     budget_s: float | None = None  # compute clock: virtual seconds every node runs (None: derived, see runner)
     charge: str = "profile"  # compute clock: "profile" (counted work on the device profile) or "wall"
+    grid_s: float | None = None  # compute clock: held-out evaluation spacing (None: node/testnet/grid.py's)
     duration_s: float | None = None  # process mode: wall seconds every node runs (instead of --rounds)
     frozen_peers: bool = False  # memory mode: the second half never updates; the first hears only it
 
@@ -81,6 +82,8 @@ class Plan:
             raise ValueError(f"--clock must be rounds or compute, got {self.clock!r}")
         if self.charge not in ("profile", "wall"):
             raise ValueError(f"--charge must be profile or wall, got {self.charge!r}")
+        if self.grid_s is not None and (self.clock != "compute" or not self.grid_s > 0):
+            raise ValueError("--grid is a positive virtual-time spacing of the compute clock's evaluations")
         if self.charge == "wall" and self.clock != "compute":
             raise ValueError("--charge wall is how the compute clock charges a round: it needs --clock compute")
         if self.clock == "compute":

@@ -1,0 +1,331 @@
+#!/usr/bin/env python
+"""The swarm against the silo, as a skeptic would run it: every cost charged, a tuned silo, controls.
+
+Every arm is an in-process tiny-warm testnet (node/testnet/memory.py) on the compute clock, which
+charges each node all the work it did, exchange included (node/testnet/clock.py), until one fixed
+virtual budget; held-out pass@1 is measured on one virtual-time grid shared by every arm
+(node/testnet/grid.py). Three stages:
+
+  budget   the virtual time the default silo's fast nodes need for --rounds rounds (tuning seed)
+  tune     the silo swept over prompts per round {8, 16, 32} x learning rate {0.5, 1, 2} x the
+           preset's, on --tune-seeds seeds of their own; the best is chosen on TRAINING reward (mean
+           own reward over the second half of the budget), never on held-out
+  final    every arm on --seeds paired seeds (seed s: the same warm model and task draws in every arm)
+
+Arms of the final stage (README "The swarm against the silo"):
+  silo            8/0, the preset's settings
+  silo-best       the tuned silo
+  swarm           4/4, peers' groups at ratio 1, only their correct samples trained (the preset's)
+  self-replay     8/4: the silo's 8 own groups plus 4 slots filled with its own earlier groups with
+                  reward variance, trained exactly as peers' (swarm.self_replay; at 4/4 a node has
+                  too few such groups of its own to fill the slots: about 0.8 of 4 a round)
+  positive-only   8/0, the node's own failures dropped as peers' are (loss.off_policy.own_failures)
+  frozen-peers    4/4 whose peers are warm-start copies that never learn (--frozen-peers; 2N nodes:
+                  N measured hearing N frozen, so each hears as many peers as in `swarm`)
+  entropy-silo    4/0 at G = 16: the silo's rollouts per round spent on more samples per prompt,
+                  fewer groups without reward variance (DAPO's remedy for entropy collapse is more
+                  samples, not a different loss)
+  join-old        4/4 as `join` shipped: minpro on the sender's log-probs, failures trained
+  sapo            4/4 as SAPO: ratio 1, failures trained
+
+Reported per arm: held-out pass@1 at the budget and AUC over the grid (mean over measured nodes,
+sample std over seeds), paired differences against the best silo, the default silo and (for the
+controls) the swarm with 95% bootstrap CIs (node/testnet/stats.py), training reward, entropy,
+distinct completions, flat-group share, charged/wall, rounds. Writes <out>/exp_skeptic.json and
+exp_skeptic.png; every run's result is kept (<out>/<stage>/<arm>/seed<k>.json) and reused on a rerun.
+
+    .venv/bin/python scripts/exp_skeptic.py                 # 4 nodes, 8 seeds, 3 tuning seeds (hours)
+    .venv/bin/python scripts/exp_skeptic.py --quick         # smoke: 2 nodes, 2 seeds, a tiny budget (~40 s)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import platform
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from statistics import mean
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PRESET = "tiny-warm"
+LR = 1e-3  # the preset's
+SWEEP = [(p, f) for p in (8, 16, 32) for f in (0.5, 1.0, 2.0)]  # prompts per round, lr factor
+TRAIN_TREATMENT = ["loss.off_policy.sender_logprobs=false", "loss.off_policy.peer_failures=train"]
+ARMS: dict[str, dict] = {
+    "silo": {"mix": (8, 0)},
+    "swarm": {"mix": (4, 4)},
+    "self-replay": {"mix": (8, 4), "set": ["swarm.self_replay=true"]},
+    "positive-only": {"mix": (8, 0), "set": ["loss.off_policy.own_failures=drop"]},
+    "frozen-peers": {"mix": (4, 4), "frozen": True},
+    "entropy-silo": {"mix": (4, 0), "set": ["sampling.group_size=16"]},
+    "join-old": {"mix": (4, 4), "set": ["loss.off_policy.sender_logprobs=true", "loss.off_policy.peer_failures=train",
+                                        "loss.external=minpro"]},
+    "sapo": {"mix": (4, 4), "set": TRAIN_TREATMENT},
+}
+CONTROLS = ("self-replay", "positive-only", "frozen-peers", "entropy-silo")
+GRID_POINTS = 12  # held-out instants after 0, the same for every arm
+
+
+def sweep_arm(prompts: int, factor: float) -> dict:
+    return {"mix": (prompts, 0), "set": [f"optim.lr={LR * factor:g}"]}
+
+
+def sweep_name(prompts: int, factor: float) -> str:
+    return f"silo-p{prompts}-lr{factor:g}x"
+
+
+# -- one run -------------------------------------------------------------------------------------
+def run_arm(job: dict) -> dict:
+    """One testnet of one arm and seed (in a worker process); its figures, saved to job["path"]."""
+    import torch
+
+    from node.testnet.memory import MemoryTestnet
+    from node.testnet.plan import Plan
+
+    torch.set_num_threads(1)
+    arm, path = job["arm"], Path(job["path"])
+    nodes = job["nodes"] * (2 if arm.get("frozen") else 1)
+    plan = Plan(nodes=nodes, rounds=job["rounds"], preset=PRESET, mixes=[tuple(arm["mix"])], transport="memory",
+                heterogeneous=False, overrides=[*job["extra"], *arm.get("set", [])], out=path.parent,
+                clock="compute", budget_s=job["budget"], grid_s=job["grid"], frozen_peers=bool(arm.get("frozen")))
+    plan.validate()
+    result = MemoryTestnet(plan, tuple(arm["mix"]), job["seed"], path.with_suffix(""), None,
+                           budget_s=job["budget"]).run()
+    figures = run_figures(result)
+    path.write_text(json.dumps(figures, indent=1))
+    return figures
+
+
+def run_figures(result: dict) -> dict:
+    """A run's figures, means over its measured (not frozen) nodes."""
+    from node.metrics import read_metrics
+    from node.testnet.clock import charged_over_wall
+
+    budget = result["budget_s"]
+    per_node = []
+    for node in result["nodes"]:
+        if node["index"] in result.get("frozen", []):
+            continue
+        rows = read_metrics(Path(node["run_dir"]))
+        evals = node["evals"]
+        tail = rows[-max(1, len(rows) // 5):]
+        per_node.append({
+            "heldout": evals[-1]["heldout_pass1"], "auc": mean(e["heldout_pass1"] for e in evals),
+            "curve": [(e["vtime"], e["heldout_pass1"]) for e in evals],
+            "train_reward": mean([r["reward_mean"] for r in rows if r["vtime"] >= budget / 2] or [0.0]),
+            "rounds": len(rows), "charged_over_wall": charged_over_wall(rows),
+            **{key: _mean_of(tail, key) for key in ("entropy_mean", "distinct_completions", "flat_group_share")},
+            "learned": (evals[0].get("heldout_by_family", {}), evals[-1].get("heldout_by_family", {})),
+        })
+    keys = ("heldout", "auc", "train_reward", "rounds", "charged_over_wall", "entropy_mean", "distinct_completions",
+            "flat_group_share")
+    out = {key: _mean_of(per_node, key) for key in keys}
+    grid = [t for t, _ in per_node[0]["curve"]]
+    out["curve"] = {"t": grid, "heldout": [mean(n["curve"][k][1] for n in per_node) for k in range(len(grid))]}
+    out["learned_runs"] = [n["learned"] for n in per_node]
+    out["budget_s"], out["seed"], out["mix"] = budget, result["seed"], result["mix"]
+    return out
+
+
+def _mean_of(items: list[dict], key: str) -> float | None:
+    values = [item[key] for item in items if item.get(key) is not None]
+    return mean(values) if values else None
+
+
+# -- stages ----------------------------------------------------------------------------------------
+def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
+    """Every job's figures, reusing those a previous run saved."""
+    todo = [job for job in jobs if not Path(job["path"]).exists()]
+    for job in todo:
+        Path(job["path"]).parent.mkdir(parents=True, exist_ok=True)
+    if todo:
+        print(f"running {len(todo)} of {len(jobs)} runs on {workers} worker(s)", flush=True)
+    if workers == 1:  # in this process: no start-up per run (the smoke mode's runs take a second)
+        for job in todo:
+            run_arm(job)
+            print(f"  done {job['label']}", flush=True)
+    elif todo:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for job, _ in zip(todo, pool.map(run_arm, todo)):
+                print(f"  done {job['label']}", flush=True)
+    return [json.loads(Path(job["path"]).read_text()) for job in jobs]
+
+
+def job(args, stage: str, name: str, arm: dict, seed: int, budget: float | None, grid: float | None) -> dict:
+    return {"arm": arm, "seed": seed, "budget": budget, "grid": grid, "nodes": args.nodes, "rounds": args.rounds,
+            "extra": args.extra, "path": str(Path(args.out) / stage / name / f"seed{seed}.json"),
+            "label": f"{stage}/{name}/seed{seed}"}
+
+
+def tune(args, budget: float, grid: float) -> tuple[str, dict, dict]:
+    """The silo setting with the best mean training reward over the tuning seeds."""
+    sweep = {sweep_name(p, f): sweep_arm(p, f) for p, f in SWEEP[:args.sweep]}
+    jobs = [job(args, "tune", name, arm, seed, budget, grid) for name, arm in sweep.items()
+            for seed in args.tune_seeds]
+    figures = run_jobs(jobs, args.workers)
+    table: dict[str, dict] = {}
+    for j, fig in zip(jobs, figures):
+        table.setdefault(j["label"].split("/")[1], {}).setdefault("train_reward", []).append(fig["train_reward"])
+    for row in table.values():
+        row["mean_train_reward"] = mean(row["train_reward"])
+    best = max(table, key=lambda name: table[name]["mean_train_reward"])
+    return best, sweep[best], table
+
+
+def compare(arms: dict[str, list[dict]], reference: str, key: str) -> dict:
+    from node.testnet.stats import paired_comparison
+
+    return {name: paired_comparison([f[key] for f in figs], [f[key] for f in arms[reference]])
+            for name, figs in arms.items() if name != reference}
+
+
+def summarise(arms: dict[str, list[dict]]) -> dict:
+    from node.testnet.stats import learned_counts, sample_std
+
+    rows = {}
+    for name, figs in arms.items():
+        row = {}
+        for key in ("heldout", "auc", "train_reward", "rounds", "charged_over_wall", "entropy_mean",
+                    "distinct_completions", "flat_group_share"):
+            values = [f[key] for f in figs if f.get(key) is not None]
+            row[key] = {"mean": mean(values) if values else None, "std": sample_std(values), "by_seed": values}
+        row["learned"] = learned_counts([tuple(run) for f in figs for run in f["learned_runs"]])
+        rows[name] = row
+    return rows
+
+
+def final(args, budget: float, grid: float, best: dict) -> dict:
+    arms = {"silo-best": best, **ARMS}
+    jobs = {name: [job(args, "final", name, arm, seed, budget, grid) for seed in args.seeds] for name, arm in arms.items()}
+    flat = [j for js in jobs.values() for j in js]
+    figures = dict(zip((j["label"] for j in flat), run_jobs(flat, args.workers)))
+    by_arm = {name: [figures[j["label"]] for j in js] for name, js in jobs.items()}
+    swarm_vs = {name: by_arm[name] for name in ("swarm", *CONTROLS, "join-old", "sapo")}
+    return {"arms": summarise(by_arm),
+            "vs_best_silo": {key: compare(by_arm, "silo-best", key) for key in ("heldout", "auc")},
+            "vs_silo": {key: compare(by_arm, "silo", key) for key in ("heldout", "auc")},
+            "swarm_vs": {key: {name: _negated(c) for name, c in compare(swarm_vs, "swarm", key).items()}
+                         for key in ("heldout", "auc")},
+            "curves": {name: [f["curve"] for f in figs] for name, figs in by_arm.items()}}
+
+
+def _negated(comparison: dict) -> dict:
+    """swarm - arm, from the arm - swarm the paired comparison gives."""
+    low, high = comparison["ci_low"], comparison["ci_high"]
+    return {**comparison, "mean": -comparison["mean"], "diffs": [-d for d in comparison["diffs"]],
+            "ci_low": None if high is None else -high, "ci_high": None if low is None else -low}
+
+
+def derive_budget(args) -> float:
+    spec = job(args, "budget", "silo", ARMS["silo"], args.tune_seeds[0], None, None)
+    (figures,) = run_jobs([spec], 1)
+    return figures["budget_s"]
+
+
+# -- report ----------------------------------------------------------------------------------------
+def report_lines(result: dict) -> list[str]:
+    from node.testnet.stats import ci_excludes_zero, format_interval
+
+    fin = result["final"]
+    lines = [f"budget {result['budget_s']:.4g} virtual s, held-out every {result['grid_s']:.4g} s; "
+             f"{len(result['seeds'])} paired seeds; best silo (chosen on training reward): {result['best_silo']}",
+             f"{'arm':>14} {'held-out':>15} {'AUC':>15} {'train rew':>9} {'entropy':>7} {'flat':>5} "
+             f"{'distinct':>8} {'chg/wall':>8} {'rounds':>6}"]
+    for name, row in fin["arms"].items():
+        def pm(key: str) -> str:
+            m, s = row[key]["mean"], row[key]["std"]
+            return "-" if m is None else f"{m:.3f} ± {s:.3f}" if s is not None else f"{m:.3f}"
+
+        def one(key: str, digits: int = 2) -> str:
+            m = row[key]["mean"]
+            return "-" if m is None else f"{m:.{digits}f}"
+        lines.append(f"{name:>14} {pm('heldout'):>15} {pm('auc'):>15} {one('train_reward', 3):>9} "
+                     f"{one('entropy_mean'):>7} {one('flat_group_share'):>5} {one('distinct_completions'):>8} "
+                     f"{one('charged_over_wall'):>8} {one('rounds', 0):>6}")
+    for title, block in (("vs the best silo", fin["vs_best_silo"]), ("vs the default silo", fin["vs_silo"]),
+                         ("swarm minus", fin["swarm_vs"])):
+        lines.append(f"paired held-out pass@1 at the budget, {title} (a claim holds only where its CI excludes 0):")
+        for name, comparison in block["heldout"].items():
+            verdict = "holds" if ci_excludes_zero(comparison) else "not shown"
+            lines.append(f"  {name:>14}: {format_interval(comparison)}  AUC {format_interval(block['auc'][name])}"
+                         f"  -> {verdict}")
+    return lines
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fin = result["final"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
+    for name, curves in fin["curves"].items():
+        t = curves[0]["t"]
+        left.step(t, [mean(c["heldout"][k] for c in curves) for k in range(len(t))], where="post", label=name,
+                  linewidth=2.5 if name in ("swarm", "silo-best") else 1.2)
+    left.set(xlabel="virtual seconds (every cost charged)", ylabel="held-out pass@1 (mean over seeds)",
+             title="held-out pass@1 on the shared grid")
+    left.legend(fontsize=8)
+    block = fin["vs_best_silo"]["heldout"]
+    names = list(block)
+    means = [block[n]["mean"] for n in names]
+    errors = [[m - (block[n]["ci_low"] if block[n]["ci_low"] is not None else m) for n, m in zip(names, means)],
+              [(block[n]["ci_high"] if block[n]["ci_high"] is not None else m) - m for n, m in zip(names, means)]]
+    right.barh(names, means, xerr=errors, color=["tab:green" if n == "swarm" else "tab:gray" for n in names])
+    right.axvline(0, color="black", linewidth=0.8)
+    right.set(xlabel="held-out pass@1 at the budget minus the best silo's (paired, 95% bootstrap CI)",
+              title=f"{len(result['seeds'])} paired seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- main ------------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=4, help="measured nodes per testnet")
+    p.add_argument("--rounds", type=int, default=300, help="the budget: the default silo's rounds")
+    p.add_argument("--seeds", type=int, default=8, help="paired seeds of the final stage: 0..K-1")
+    p.add_argument("--tune-seeds", type=int, default=3, help="tuning seeds: 100..100+K-1, never final ones")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="seconds: 2 nodes, 3 rounds, 2 seeds, 2 sweep points, "
+                   "in this process")
+    p.add_argument("--out", default=str(ROOT / "runs" / "exp-skeptic"))
+    args = p.parse_args(argv)
+    args.sweep, args.extra = len(SWEEP), []
+    if args.quick:
+        args.nodes, args.rounds, args.seeds, args.tune_seeds, args.sweep, args.workers = 2, 3, 2, 1, 2, 1
+        args.extra = ["warm.steps=5", "eval.tasks_per_family=2", "sampling.group_size=4"]
+    args.seeds, args.tune_seeds = list(range(args.seeds)), [100 + k for k in range(args.tune_seeds)]
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    budget = derive_budget(args)
+    grid = budget / GRID_POINTS
+    best_name, best, tuning = tune(args, budget, grid)
+    result = {"budget_s": budget, "grid_s": grid, "seeds": args.seeds, "tune_seeds": args.tune_seeds,
+              "nodes": args.nodes, "rounds": args.rounds, "best_silo": best_name, "best_silo_arm": best,
+              "tuning": tuning, "final": final(args, budget, grid, best),
+              "machine": f"{platform.processor() or platform.machine()}, {multiprocessing.cpu_count()} cores",
+              "command": " ".join(["scripts/exp_skeptic.py", *(argv if argv is not None else sys.argv[1:])])}
+    text = "\n".join(report_lines(result))
+    (out / "exp_skeptic.json").write_text(json.dumps(result, indent=1))
+    (out / "summary.txt").write_text(text + "\n")
+    plot(result, out / "exp_skeptic.png")
+    print(text)
+    print(f"wrote {out / 'exp_skeptic.json'}, {out / 'summary.txt'} and {out / 'exp_skeptic.png'}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
