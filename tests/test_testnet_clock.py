@@ -152,6 +152,7 @@ def test_equal_compute_report(tmp_path):
     assert "no verdict (no CI)" in verdict and "2/6: paired diff vs silo (per seed): held-out @ budget" in text
     assert set(sapo["time_to_target_by_seed"]) == {"0"} and "mean" in sapo["speedup_by_seed"]
     assert (tmp_path / "testnet.png").stat().st_size > 10_000
+    assert all(0 < row["charged_over_wall"] for row in compute["mixes"]) and "charged/wall" in text
 
 
 def test_rounds_clock_is_unchanged_and_compute_needs_the_memory_transport(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 from statistics import mean
 
 from node.metrics import read_metrics
+from node.testnet.clock import charged_over_wall
 from node.testnet.stats import ci_excludes_zero, format_interval, learned_counts, paired_comparison, sample_std
 
 TARGET_OF_SILO = 0.8  # the held-out target: this fraction of the silo's pass@1 at the budget's end
@@ -94,6 +95,7 @@ def _mix_row(mix: str, mine: list[dict], nodes: dict, equal_rounds: dict) -> dic
                         for key in ("heldout_at_budget", "reward_at_equal_rounds")}
                     for c in CLASSES if any(c in s["classes"] for s in seeds.values())},
         "rounds_per_node": per_node("rounds"), "rollouts_per_node": per_node("rollouts"),
+        "charged_over_wall": charged_over_wall([r for n in all_nodes for r in n["rows"]]),
         "learned": learned_counts([n["families"] for n in all_nodes]),
         "curve": {"t": list(grid), "mean": list(means),
                   "std": [sample_std([c[i][1] for c in curves.values()]) for i in range(len(grid))]},
@@ -222,6 +224,9 @@ def _row_details(row: dict) -> list[str]:
     lines.append(f"  {row['mix']}: learned (node x seed runs whose held-out pass@1 on the family rose by at least "
                  f"one task from t = 0 to the budget): {learned or '-'}")
     lines.append(f"  {row['mix']}: rounds/rollouts per node: {per_node}")
+    if row.get("charged_over_wall") is not None:
+        lines.append(f"  {row['mix']}: charged/wall {row['charged_over_wall']:.2f} (virtual seconds charged over "
+                     "the wall seconds its rounds took here)")
     return lines
 
 
