@@ -43,6 +43,7 @@ import argparse
 import json
 import multiprocessing
 import platform
+import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -94,6 +95,7 @@ def run_arm(job: dict) -> dict:
                 heterogeneous=False, overrides=[*job["extra"], *arm.get("set", [])], out=path.parent,
                 clock="compute", budget_s=job["budget"], grid_s=job["grid"], frozen_peers=bool(arm.get("frozen")))
     plan.validate()
+    shutil.rmtree(path.with_suffix(""), ignore_errors=True)  # a run cut short must not be resumed from its checkpoints
     result = MemoryTestnet(plan, tuple(arm["mix"]), job["seed"], path.with_suffix(""), None,
                            budget_s=job["budget"]).run()
     figures = run_figures(result)
@@ -202,7 +204,8 @@ def summarise(arms: dict[str, list[dict]]) -> dict:
 def final(args, budget: float, grid: float, best: dict) -> dict:
     arms = {"silo-best": best, **ARMS}
     jobs = {name: [job(args, "final", name, arm, seed, budget, grid) for seed in args.seeds] for name, arm in arms.items()}
-    flat = [j for js in jobs.values() for j in js]
+    flat = [js[k] for k in range(len(args.seeds)) for js in jobs.values()]  # seed by seed: a cut-short run
+    # leaves every arm on the same seeds
     figures = dict(zip((j["label"] for j in flat), run_jobs(flat, args.workers)))
     by_arm = {name: [figures[j["label"]] for j in js] for name, js in jobs.items()}
     swarm_vs = {name: by_arm[name] for name in ("swarm", *CONTROLS, "join-old", "sapo")}
