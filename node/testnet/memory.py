@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers.utils import logging as hf_logging
 
 from node.config import load_config
 from node.logs import node_log
@@ -54,6 +55,7 @@ class MemoryTestnet:
         """`budget_s` (compute clock): virtual seconds to run; None: until every fast node has run
         plan.rounds rounds, the last of them finishing sets the budget (the runner's first run)."""
         self.plan, self.mix, self.seed, self.out = plan, mix, seed, Path(out)
+        hf_logging.disable_progress_bar()  # one "Loading weights" bar per node would bury the live table
         self.dashboard = dashboard
         # the compute clock measures held-out pass@1 on its own grid (node/testnet/grid.py), not every eval.every rounds
         own_evals = ["eval.every=0"] if plan.clock == "compute" else []
