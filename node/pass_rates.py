@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from node.groups import ScoredGroup
 from node.tasks.base import Task
 
 
@@ -71,6 +72,12 @@ class PassRates:
         """Posterior mean for the prompt if seen, else for its family, else None."""
         post = self.by_prompt.get(task.prompt_key) or self.by_dataset.get(task.ref.dataset)
         return None if post is None else post.mean
+
+    def weakness(self, group: ScoredGroup) -> float:
+        """The weak_tasks sampler's weight of a group: 1 - our pass rate on its prompt or family (0.5
+        unknown)."""
+        estimate = self.estimate(group.task)
+        return 0.5 if estimate is None else 1.0 - estimate
 
     def state_dict(self) -> dict:
         return {"prompt": [(k, p.alpha, p.beta) for k, p in self.by_prompt.items()],

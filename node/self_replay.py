@@ -116,9 +116,4 @@ def silo_exchange(cfg: NodeConfig, pass_rates: PassRates) -> SelfReplay | None:
     """The exchange of a node that trains alone: a SelfReplay with swarm.self_replay and J > 0, else None."""
     if not (cfg.swarm.self_replay and cfg.swarm.external_per_round > 0):
         return None
-
-    def weakness(group: ScoredGroup) -> float:  # as the real exchange's (node/swarm.py build_exchange)
-        estimate = pass_rates.estimate(group.task)
-        return 0.5 if estimate is None else 1.0 - estimate
-
-    return SelfReplay(cfg.swarm, cfg.run.seed, weakness)
+    return SelfReplay(cfg.swarm, cfg.run.seed, pass_rates.weakness)  # as the real exchange's (node/swarm.py)

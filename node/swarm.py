@@ -46,10 +46,6 @@ def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: d
     sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                         max_new_tokens=cfg.sampling.max_new_tokens)
 
-    def weakness(group) -> float:  # weak_tasks sampler: 1 - our pass rate on the group's prompt/family
-        estimate = parts.pass_rates.estimate(group.task)
-        return 0.5 if estimate is None else 1.0 - estimate
-
     ingest = ingest or cfg.swarm.ingest
     retokenizer = parts.retokenizer
     if ingest == "background":  # a fast tokenizer used from two threads at once can raise "Already borrowed"
@@ -62,7 +58,7 @@ def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: d
     # started on first use: a node whose scorers are all string comparisons never starts a worker
     sandbox = ScorerSandbox((cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed))
     return SwarmExchange(transport, identity, cfg.swarm, parts.source, parts.verifier, retokenizer,
-                         model, sampling, seed=cfg.run.seed, weakness=weakness, max_completion_tokens=max_tokens,
+                         model, sampling, seed=cfg.run.seed, weakness=parts.pass_rates.weakness, max_completion_tokens=max_tokens,
                          max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest,
                          budget=budget, sandbox=sandbox, swarm_clock=swarm_clock, clock=clock, state=state)
 
