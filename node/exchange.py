@@ -52,6 +52,10 @@ from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, Ver
 
 log = logging.getLogger(__name__)
 MAX_KEYS_SHOWN = 64  # status: the most recently established keys listed
+# the exchange work a round row counts, what the compute clock charges (node/testnet/clock.py):
+# messages through the Ingress (signature, limits, replay), peer groups re-verified (rebuild,
+# re-score, re-tokenize), messages signed and published
+EXCHANGE_WORK = ("messages_checked", "groups_verified", "messages_published")
 # what the paced outbox sends first when a node produces more than its pace (protocol/outbox.py):
 # groups peers can train on, then hints and hint requests, then groups without reward variance. A
 # fast node answering a hint request each round (several levels each) spent most of its pace on
@@ -115,10 +119,7 @@ class SwarmExchange:
         self._local_groups = 0
         self._shared = {"wire_bytes": 0, "wire_tokens": 0}
         self._arrived = {"received": 0, "flat": 0}  # verified since the last collect
-        # this node's exchange work since the last collect, what the compute clock charges: messages
-        # through the Ingress (signature, limits, replay), groups re-verified (rebuild, re-score,
-        # re-tokenize), messages signed and published
-        self._work = {"messages_checked": 0, "groups_verified": 0, "messages_published": 0}
+        self._work: Counter[str] = Counter()  # EXCHANGE_WORK since the last collect
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         self._lock = threading.Lock()
@@ -195,7 +196,7 @@ class SwarmExchange:
     def _publish(self, message, what: str, priority: int) -> bytes | None:
         """The signed bytes sent now, or None (it waits in the paced outbox, or breaks a limit peers
         enforce)."""
-        self._count_work("messages_published")
+        self._count(self._work, "messages_published")
         try:
             return self.outbox.publish(self.transport, self.cfg.name, message, priority=priority)
         except ValueError as err:  # skip it and say why
@@ -208,10 +209,6 @@ class SwarmExchange:
         with self._lock:
             counter[key] += n
 
-    def _count_work(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self._work[key] += n
-
     def _sender_class(self, from_peer: str) -> str:
         """Staging's lane for a delivering peer: established at admission, or young (unknown included).
         A host's origin id is its signing key, so an honest peer's earned weight carries over."""
@@ -222,7 +219,7 @@ class SwarmExchange:
         """One message from the transport, whatever its topic (the background worker's callback)."""
         item = staged.item
         kinds = self._topic_kinds[staged.topic]
-        self._count_work("messages_checked")
+        self._count(self._work, "messages_checked")
         self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item, kinds),
                                                          self._worker.round_index))  # ages from verification
 
@@ -266,7 +263,7 @@ class SwarmExchange:
         for kind in ("hints", "hint-requests", "rollouts"):
             topic = self.topics[kind]
             drained = self.transport.drain(topic)
-            self._count_work("messages_checked", len(drained))
+            self._count(self._work, "messages_checked", len(drained))
             for verified in self.ingress.accept_many(drained, self._topic_kinds[topic]):
                 self._guarded(verified.from_peer, lambda: self._take(topic, verified, round_index))
 
@@ -317,9 +314,9 @@ class SwarmExchange:
             "pool_size": len(self.pool),
             "peers_connected": len(self.transport.peers()),
             **self._shared,
-            **{key: float(n) for key, n in self._work.items()},
+            **{key: float(self._work[key]) for key in EXCHANGE_WORK},
         }
-        self._work = dict.fromkeys(self._work, 0)
+        self._work.clear()
         return chosen
 
     _rejected_at_last_collect = 0
@@ -338,7 +335,7 @@ class SwarmExchange:
 
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
         """The group verified (node/verify.py), or None, counted, if refused."""
-        self._count_work("groups_verified")
+        self._count(self._work, "groups_verified")
         verdict = verify_group(sender, msg, self._context())
         if isinstance(verdict, Refusal):
             self._refuse(sender, verdict)
