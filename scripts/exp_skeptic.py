@@ -104,39 +104,31 @@ def run_arm(job: dict) -> dict:
 
 
 def run_figures(result: dict) -> dict:
-    """A run's figures, means over its measured (not frozen) nodes."""
-    from node.metrics import read_metrics
+    """A run's figures, means over its measured (not frozen) nodes, from the testnet report's own
+    per-node figures (node/testnet/report_clock.py node_figures, node/testnet/report.py late_diversity)."""
     from node.testnet.clock import charged_over_wall
+    from node.testnet.report import late_diversity, mean_of, measured
+    from node.testnet.report_clock import mean_curve, node_figures
 
     budget = result["budget_s"]
     per_node = []
-    for node in result["nodes"]:
-        if node["index"] in result.get("frozen", []):
-            continue
-        rows = read_metrics(Path(node["run_dir"]))
-        evals = node["evals"]
-        tail = rows[-max(1, len(rows) // 5):]
+    for node in measured(result)["nodes"]:
+        fig = node_figures(node)
+        rows = fig["rows"]
         per_node.append({
-            "heldout": evals[-1]["heldout_pass1"], "auc": mean(e["heldout_pass1"] for e in evals),
-            "curve": [(e["vtime"], e["heldout_pass1"]) for e in evals],
+            "heldout": fig["heldout_at_budget"], "auc": fig["auc"], "curve": fig["curve"],
             "train_reward": mean([r["reward_mean"] for r in rows if r["vtime"] >= budget / 2] or [0.0]),
-            "rounds": len(rows), "charged_over_wall": charged_over_wall(rows),
-            **{key: _mean_of(tail, key) for key in ("entropy_mean", "distinct_completions", "flat_group_share")},
-            "learned": (evals[0].get("heldout_by_family", {}), evals[-1].get("heldout_by_family", {})),
+            "rounds": fig["rounds"], "charged_over_wall": charged_over_wall(rows), **late_diversity(rows),
+            "learned": fig["families"],
         })
     keys = ("heldout", "auc", "train_reward", "rounds", "charged_over_wall", "entropy_mean", "distinct_completions",
             "flat_group_share")
-    out = {key: _mean_of(per_node, key) for key in keys}
-    grid = [t for t, _ in per_node[0]["curve"]]
-    out["curve"] = {"t": grid, "heldout": [mean(n["curve"][k][1] for n in per_node) for k in range(len(grid))]}
+    out = {key: mean_of(per_node, key) for key in keys}
+    grid, heldout = zip(*mean_curve([n["curve"] for n in per_node]))
+    out["curve"] = {"t": list(grid), "heldout": list(heldout)}
     out["learned_runs"] = [n["learned"] for n in per_node]
     out["budget_s"], out["seed"], out["mix"] = budget, result["seed"], result["mix"]
     return out
-
-
-def _mean_of(items: list[dict], key: str) -> float | None:
-    values = [item[key] for item in items if item.get(key) is not None]
-    return mean(values) if values else None
 
 
 # -- stages ----------------------------------------------------------------------------------------

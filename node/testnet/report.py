@@ -48,7 +48,7 @@ def late_diversity(rows: list[dict]) -> dict:
     """Each of DIVERSITY_KEYS averaged over the node's last 20% of rounds (None where no round has a
     value: entropy with vLLM): does a node's sampling collapse (low entropy, many flat groups)?"""
     late = rows[-max(1, len(rows) // 5):]
-    return {key: _mean_of(late, key) for key in DIVERSITY_KEYS}
+    return {key: mean_of(late, key) for key in DIVERSITY_KEYS}
 
 
 def node_summary(node: dict, hostile_ids: set[str], invalid_ids: set[str]) -> dict:
@@ -82,7 +82,7 @@ def node_summary(node: dict, hostile_ids: set[str], invalid_ids: set[str]) -> di
     }
 
 
-def _mean_of(rows: list[dict], key: str) -> float | None:
+def mean_of(rows: list[dict], key: str) -> float | None:
     """Mean of `key` over the rows that have a value for it (None when none has)."""
     values = [r[key] for r in rows if r.get(key) is not None]
     return mean(values) if values else None
@@ -98,14 +98,14 @@ def run_summary(run: dict) -> dict:
         "hostile_kinds": sorted({h.get("kind") for h in run.get("hostile", [])}),
         "nodes": nodes,
         "cumulative_reward_per_node": mean(n["cumulative_reward"] for n in nodes) if nodes else 0.0,
-        "final_heldout_pass1": _mean_of(nodes, "final_heldout_pass1"),
-        "accuracy_per_rollout": _mean_of(nodes, "accuracy_per_rollout"),
+        "final_heldout_pass1": mean_of(nodes, "final_heldout_pass1"),
+        "accuracy_per_rollout": mean_of(nodes, "accuracy_per_rollout"),
         "rollouts_per_node": mean(n["rollouts_generated"] for n in nodes) if nodes else 0.0,
         "invalid_used": sum(n["used_from_invalid"] for n in nodes),
         "hostile_used": sum(n["used_from_hostile"] for n in nodes),
-        "wire_bytes_per_token": _mean_of(nodes, "wire_bytes_per_token"),
-        "own_family_pass": _mean_of(nodes, "own_family_pass"),
-        "other_families_pass": _mean_of(nodes, "other_families_pass"),
+        "wire_bytes_per_token": mean_of(nodes, "wire_bytes_per_token"),
+        "own_family_pass": mean_of(nodes, "own_family_pass"),
+        "other_families_pass": mean_of(nodes, "other_families_pass"),
     }
 
 
@@ -127,7 +127,7 @@ def sapo_table(runs: list[dict]) -> list[dict]:
                      "final_heldout_pass1_std": pstdev(heldout) if heldout else None,
                      "gain_vs_silo": (reward / silo_reward - 1) if silo_reward else None,
                      "paper_gain": SAPO_PAPER_GAIN.get(mix),
-                     **{key: _mean_of(mine, key) for key in ("own_family_pass", "other_families_pass")}})
+                     **{key: mean_of(mine, key) for key in ("own_family_pass", "other_families_pass")}})
     return rows
 
 
