@@ -20,6 +20,8 @@ Arms of the final stage (README "The swarm against the silo"):
                   reward variance, trained exactly as peers' (swarm.self_replay; at 4/4 a node has
                   too few such groups of its own to fill the slots: about 0.8 of 4 a round)
   positive-only   8/0, the node's own failures dropped as peers' are (loss.off_policy.own_failures)
+  swarm-positive  4/4 with the node's own failures dropped too: the swarm against positive-only at the
+                  same treatment of failures
   frozen-peers    4/4 whose peers are warm-start copies that never learn (--frozen-peers; 2N nodes:
                   N measured hearing N frozen, so each hears as many peers as in `swarm`)
   entropy-silo    4/0 at G = 16: the silo's rollouts per round spent on more samples per prompt,
@@ -62,6 +64,7 @@ ARMS: dict[str, dict] = {
     "swarm": {"mix": (4, 4)},
     "self-replay": {"mix": (8, 4), "set": ["swarm.self_replay=true"]},
     "positive-only": {"mix": (8, 0), "set": ["loss.off_policy.own_failures=drop"]},
+    "swarm-positive": {"mix": (4, 4), "set": ["loss.off_policy.own_failures=drop"]},
     "frozen-peers": {"mix": (4, 4), "frozen": True},
     "entropy-silo": {"mix": (4, 0), "set": ["sampling.group_size=16"]},
     "join-old": {"mix": (4, 4), "set": ["loss.off_policy.sender_logprobs=true", "loss.off_policy.peer_failures=train",
@@ -69,6 +72,8 @@ ARMS: dict[str, dict] = {
     "sapo": {"mix": (4, 4), "set": TRAIN_TREATMENT},
 }
 CONTROLS = ("self-replay", "positive-only", "frozen-peers", "entropy-silo")
+# (arm, reference): does sharing still pay once both sides drop their own failures?
+PAIRS = (("swarm-positive", "positive-only"), ("swarm-positive", "swarm"), ("swarm-positive", "silo-best"))
 GRID_POINTS = 12  # held-out instants after 0, the same for every arm
 
 
@@ -172,10 +177,13 @@ def tune(args, budget: float, grid: float) -> tuple[str, dict, dict]:
 
 
 def compare(arms: dict[str, list[dict]], reference: str, key: str) -> dict:
+    return {name: paired(figs, arms[reference], key) for name, figs in arms.items() if name != reference}
+
+
+def paired(arm: list[dict], reference: list[dict], key: str) -> dict:
     from node.testnet.stats import paired_comparison
 
-    return {name: paired_comparison([f[key] for f in figs], [f[key] for f in arms[reference]])
-            for name, figs in arms.items() if name != reference}
+    return paired_comparison([f[key] for f in arm], [f[key] for f in reference])
 
 
 def summarise(arms: dict[str, list[dict]]) -> dict:
@@ -206,6 +214,8 @@ def final(args, budget: float, grid: float, best: dict) -> dict:
             "vs_silo": {key: compare(by_arm, "silo", key) for key in ("heldout", "auc")},
             "swarm_vs": {key: {name: _negated(c) for name, c in compare(swarm_vs, "swarm", key).items()}
                          for key in ("heldout", "auc")},
+            "pairs": {f"{arm} minus {ref}": {key: paired(by_arm[arm], by_arm[ref], key) for key in ("heldout", "auc")}
+                      for arm, ref in PAIRS},
             "curves": {name: [f["curve"] for f in figs] for name, figs in by_arm.items()}}
 
 
@@ -249,6 +259,10 @@ def report_lines(result: dict) -> list[str]:
             verdict = "holds" if ci_excludes_zero(comparison) else "not shown"
             lines.append(f"  {name:>14}: {format_interval(comparison)}  AUC {format_interval(block['auc'][name])}"
                          f"  -> {verdict}")
+    lines.append("paired held-out pass@1 at the budget:")
+    for title, block in fin["pairs"].items():
+        verdict = "holds" if ci_excludes_zero(block["heldout"]) else "not shown"
+        lines.append(f"  {title}: {format_interval(block['heldout'])}  AUC {format_interval(block['auc'])}  -> {verdict}")
     return lines
 
 
