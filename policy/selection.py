@@ -60,8 +60,8 @@ def select_rows(groups: list[TrainGroup], kind: AdvantageKind, off_policy: OffPo
     sel = Selection()
     for group in groups:
         rewards = torch.tensor([s.reward for s in group.samples], dtype=torch.float32)  # [G]
-        kappa = torch.tensor([1.0 if s.tier is None else off_policy.neg_damping[s.tier]
-                              for s in group.samples])  # [G] a peer's failure counts for less
+        kappa = torch.tensor([1.0 if s.tier is None else off_policy.neg_damping
+                              for s in group.samples])  # [G] a peer's failure counts for less, whatever its tier
         adv, keep = group_advantages(rewards, kind, kappa)  # [G], [G] bool
         if skip_zero_advantage and bool((adv == 0).all()):
             sel.groups_zero_adv += 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class ModelNotFoundError(ValueError):
@@ -80,6 +80,16 @@ class OffPolicyConfig(BaseModel):
                              "peer's (only correct ones with advantage >= 0 train; an own group without a correct "
                              "sample is skipped): the positive-only silo, a control for the swarm's gain (README "
                              "\"Controls\")")
-    neg_damping: tuple[float, float, float] = Field(
-        (1.0, 0.5, 0.5), description="kappa_neg per tier 0/1/2: a peer's sample below its group's mean reward "
-                                     "counts with this weight, in the baseline too (the group sums to 0)")
+    neg_damping: float = Field(
+        0.5, ge=0.0, le=1.0, description="kappa_neg: a peer's sample below its group's mean reward counts with "
+                                         "this weight, in the baseline too (the group sums to 0); one weight for "
+                                         "every tier, so shipping log-probs buys no advantage")
+
+    @field_validator("neg_damping", mode="before")
+    @classmethod
+    def _one_damping(cls, value):
+        if isinstance(value, (list, tuple)):
+            raise ValueError(f"neg_damping is one weight for every tier now, not {list(value)}: a per-tier damping "
+                             "let a sender weigh more by shipping log-probs (policy/ALGORITHMS.md, \"What a "
+                             "peer's claims can buy\"); set one number, e.g. neg_damping = 0.5")
+        return value

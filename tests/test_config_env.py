@@ -16,13 +16,13 @@ def test_environment_sets_any_key_with_typed_values():
     env = {"SWARM_NODE_SWARM__EXTERNAL_PER_ROUND": "2", "SWARM_NODE_SAMPLING__TEMPERATURE": "0.7",
            "swarm_node_swarm__peers": '["/ip4/127.0.0.1/tcp/5/p2p/x"]',  # names are case-insensitive
            "SWARM_NODE_TASKS__DATASETS__COPY": "3.0",  # nested below a free-form table
-           "SWARM_NODE_LOSS__OFF_POLICY__NEG_DAMPING": "[1.0, 0.25, 0.5]", "HOME": "/ignored", "SWARM_NODE_CACHE": "/not/a/key"}
+           "SWARM_NODE_LOSS__OFF_POLICY__NEG_DAMPING": "0.25", "HOME": "/ignored", "SWARM_NODE_CACHE": "/not/a/key"}
     cfg = load_config("tiny", None, [], environ=env)
     assert cfg.swarm.external_per_round == 2 and isinstance(cfg.swarm.external_per_round, int)
     assert cfg.sampling.temperature == pytest.approx(0.7)
     assert cfg.swarm.peers == ["/ip4/127.0.0.1/tcp/5/p2p/x"]
     assert cfg.tasks.datasets == {"copy": 3.0, "succ": 1.0, "max": 1.0}  # merged into the preset's mixture
-    assert cfg.loss.off_policy.neg_damping == (1.0, 0.25, 0.5)  # three levels deep
+    assert cfg.loss.off_policy.neg_damping == 0.25  # three levels deep
     assert cfg.swarm.name == "main"  # untouched keys keep their defaults
     assert load_config("tiny").swarm.external_per_round == 4  # no environ given: the environment is not read
 

@@ -91,7 +91,7 @@ def test_own_failures_drop_trains_own_groups_as_peer_drop_trains_peers():
         return out
 
     as_own = make_learner(external="grpo", own_failures="drop")
-    as_peer = make_learner(external="grpo", peer_failures="drop", neg_damping=(1.0, 1.0, 1.0))  # ours: undamped
+    as_peer = make_learner(external="grpo", peer_failures="drop", neg_damping=1.0)  # ours: undamped
     own_stats, peer_stats = as_own.update(groups(None)), as_peer.update(groups(2))
     assert own_stats["samples_trained"] == peer_stats["samples_trained"] == 2  # the two successes
     assert own_stats["own_failures_dropped"] == peer_stats["ext_failures_dropped"] == 2

@@ -37,7 +37,7 @@ def identity_plan(logprobs):
 
 def test_tier1_alignment_reproduces_tier0_when_segments_are_single_tokens():
     lps = [-0.5, -1.5, -2.5]
-    same = {"neg_damping": (1.0, 1.0, 1.0)}  # tier 1 is damped by default
+    same = {"neg_damping": 1.0}  # peers' failures are damped by default
     tier0 = make_learner(**same).update([external_group(0, logprobs=lps)])
     tier1 = make_learner(**same).update([external_group(1, alignment=identity_plan(lps))])
     assert tier0["ext_t0_samples"] == tier1["ext_t1_samples"] == 4
@@ -68,7 +68,7 @@ def test_a_claim_of_improbability_buys_no_more_than_tier_2(tier, external):
     claim = [-20.0] * 3
     group = external_group(tier, logprobs=claim if tier == 0 else None,
                            alignment=identity_plan(claim) if tier == 1 else None)
-    undamped = {"neg_damping": (1.0, 1.0, 1.0)}  # damping is per tier: compare the weights alone
+    undamped = {"neg_damping": 1.0}  # compare the weights alone
     liar = make_learner(external=external, **undamped).update([group])
     tier2 = make_learner(external=external, **undamped).update([external_group(2)])
     assert liar[f"ext_t{tier}_weight_mean"] <= tier2["ext_t2_weight_mean"] + 1e-6

@@ -144,7 +144,7 @@ def test_every_group_uses_the_local_advantage_kind():
     """Local dr_grpo (A = R - mean) with external minpro: a peer group used mean/std and weighed
     2.8x ours; the same rewards through either path now give the same update."""
     rewards = [1.0, 0.0, 0.0, 0.0]
-    as_peer = make_learner(local="dr_grpo", neg_damping=(1.0, 1.0, 1.0)).update([peer_group(rewards, distinct=4)])
+    as_peer = make_learner(local="dr_grpo", neg_damping=1.0).update([peer_group(rewards, distinct=4)])
     ours = TrainGroup([TrainSample(PROMPT, [3 + i, 4, 5], None, r) for i, r in enumerate(rewards)])
     as_ours = make_learner(local="dr_grpo", external="dr_grpo").update([ours])
     assert as_peer["grad_norm"] == pytest.approx(as_ours["grad_norm"], rel=1e-4)
@@ -154,9 +154,9 @@ def test_ppo_with_the_behavior_proximal_bounds_a_claimed_improbability():
     """grpo on peers' rows with proximal = behavior: wrong rows claiming b = -20 had an unbounded
     ratio for A < 0 (gradient norm 8.1e7 before clipping, vs 0.92 honest)."""
     rewards = [1.0, 0.0, 0.0, 0.0]
-    liar = make_learner(external="grpo", proximal="behavior", neg_damping=(1.0, 1.0, 1.0)).update(
+    liar = make_learner(external="grpo", proximal="behavior", neg_damping=1.0).update(
         [peer_group(rewards, tier=TIER_EXACT, logprobs=[-20.0] * 3, distinct=4)])
-    honest = make_learner(external="grpo", proximal="behavior", neg_damping=(1.0, 1.0, 1.0)).update(
+    honest = make_learner(external="grpo", proximal="behavior", neg_damping=1.0).update(
         [peer_group(rewards, distinct=4)])
     assert liar["grad_norm"] <= honest["grad_norm"] * 1.01
     assert liar["ext_claims_bounded_frac"] == pytest.approx(1.0)
@@ -235,3 +235,19 @@ def test_damping_keeps_a_peer_group_zero_sum():
     assert float(adv[0]) > 0 and bool((adv[1:] < 0).all())
     assert torch.equal(group_advantages(rewards, "mean_std", torch.ones(8))[0], group_advantages(rewards)[0])
 
+
+
+def test_under_the_default_damping_shipping_logprobs_buys_no_weight():
+    """The same peer group as tier 0 (log-probs shipped: an exact claim or a lie of improbability,
+    which the bound turns into ratio 1) and as tier 2 (nothing shipped) trains identically under
+    the default config. With the former per-tier damping (1.0, 0.5, 0.5), tier 0's update had
+    1.25x the gradient norm of tier 2's here: its failures were undamped in the baseline."""
+    rewards = [1.0, 0.0, 0.0, 0.0]
+    tier0 = make_learner().update([peer_group(rewards, tier=TIER_EXACT, logprobs=[-20.0] * 3, distinct=4)])
+    tier2 = make_learner().update([peer_group(rewards, distinct=4)])
+    assert tier0["grad_norm"] == pytest.approx(tier2["grad_norm"], rel=1e-4)
+
+
+def test_a_per_tier_damping_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="one weight for every tier"):
+        OffPolicyConfig(neg_damping=(1.0, 0.5, 0.5))
