@@ -29,10 +29,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                   "prompts_per_round": 8},
         "sampling": {"group_size": 8, "temperature": 1.0, "max_new_tokens": 4, "backend": "hf"},
         "verifier": {"fmt": "raw"},
-        # peers' successes at ratio 1 (SAPO's treatment; an importance ratio to the sender mutes exactly the
-        # rare successes sharing is for), their failures not trained on (pushing down completions we would
-        # not write collapsed nodes onto their own modes): README "The swarm against the silo"
-        "loss": {"off_policy": {"sender_logprobs": False, "peer_failures": "drop"}},
         "optim": {"lr": 1e-3},
         "run": {"rounds": 300, "checkpoint_every": 50},
         "eval": {"every": 25, "tasks_per_family": 64},

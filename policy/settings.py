@@ -63,14 +63,18 @@ class OffPolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sender_logprobs: bool = Field(True, description="use peers' behavior log-probs (tiers 0/1); false treats "
-                                  "every peer sample as tier 2, i.e. on-policy with ratio 1 as SAPO does")
+    # The defaults are the treatment that won README "The swarm against the silo" (scripts/exp_skeptic.py): peers'
+    # successes at ratio 1 (an importance ratio to the sender mutes exactly the rare successes sharing is for),
+    # their failures not trained (pushing down completions we would not write collapsed nodes onto their modes).
+    sender_logprobs: bool = Field(False, description="use peers' behavior log-probs (tiers 0/1: minpro etc. "
+                                  "correct for the sender's policy); false treats every peer sample as tier 2, i.e. "
+                                  "on-policy with ratio 1 as SAPO does")
     proximal: Literal["receiver", "behavior"] = Field(
         "receiver", description="l^old of peers' samples: this node's log-probs at the start of the update, or "
                                 "the behavior log-probs (then grpo/dapo clip the ratio to the sampler, as PPO does "
                                 "with stale data)")
     peer_failures: Literal["train", "drop"] = Field(
-        "train", description="drop: a peer's sample trains only if our verifier found it correct and its advantage "
+        "drop", description="drop: a peer's sample trains only if our verifier found it correct and its advantage "
                              "(over the whole group) is >= 0; its other samples are not forwarded, yet count in the "
                              "loss's denominators as at advantage 0, and a peer's group without a correct sample is "
                              "skipped (only its successes teach us: pushing down completions our policy would not "

@@ -58,7 +58,7 @@ def make_learner(external: str, proximal: str) -> Learner:
     kwargs = {"group_size": 8} if "group_size" in inspect.signature(Learner).parameters else {}
     return Learner(policy.model, make_objective("grpo"), OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
                    external_objective=make_objective(external), completion_budget=3,
-                   off_policy=OffPolicyConfig(proximal=proximal, neg_damping=1.0), **kwargs)
+                   off_policy=OffPolicyConfig(proximal=proximal, neg_damping=1.0, sender_logprobs=True, peer_failures="train"), **kwargs)
 
 
 def stale_logprobs(texts: list[list[int]]) -> list[list[float]]:

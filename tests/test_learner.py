@@ -6,7 +6,7 @@ from node.config import load_config
 from node.loop import Node
 from node.metrics import RoundTable, read_metrics
 from policy.checkpoint import latest_checkpoint, latest_checkpoint_path, latest_round, load_weights, save_checkpoint
-from policy.learner import Learner, OptimConfig, apply_lora
+from policy.learner import Learner, OffPolicyConfig, OptimConfig, apply_lora
 from policy.losses import make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TrainGroup, TrainSample
@@ -28,7 +28,9 @@ def learner(objective="grpo", **optim):
     policy = load_policy(ModelConfig(name="tiny"))
     cfg = OptimConfig(**{"lr": 1e-2, **optim})
     model = apply_lora(policy.model, cfg)
-    return Learner(model, make_objective(objective), cfg, pad_id=0, temperature=1.0), policy
+    # peers' log-probs used and failures trained: the external rows' machinery under test
+    claims = OffPolicyConfig(sender_logprobs=True, peer_failures="train")
+    return Learner(model, make_objective(objective), cfg, pad_id=0, temperature=1.0, off_policy=claims), policy
 
 
 def params(model):

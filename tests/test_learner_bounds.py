@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from policy.learner import Learner, OptimConfig
+from policy.learner import Learner, OffPolicyConfig, OptimConfig
 from policy.losses import make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TrainGroup, TrainSample
@@ -17,7 +17,8 @@ def make_learner():
     torch.manual_seed(0)
     policy = load_policy(ModelConfig(name="tiny"))
     return Learner(policy.model, make_objective("grpo"), OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
-                   external_objective=make_objective("minpro"), completion_budget=3)
+                   external_objective=make_objective("minpro"), completion_budget=3,
+                   off_policy=OffPolicyConfig(sender_logprobs=True, peer_failures="train"))  # the claims under test
 
 
 def group(tier, completion, logprobs=None):

@@ -15,11 +15,16 @@ PROMPT = [1, 5, 13]  # bos '2' '='
 REWARDS = [1.0, 0.0, 0.0, 1.0]
 
 
+# the claims machinery under test: peers' log-probs used, their failures trained (the defaults ignore
+# claims and drop failures)
+CLAIMS = {"sender_logprobs": True, "peer_failures": "train"}
+
+
 def make_learner(local="grpo", external="minpro", **off_policy):
     torch.manual_seed(0)
     policy = load_policy(ModelConfig(name="tiny"))
     return Learner(policy.model, make_objective(local), OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
-                   external_objective=make_objective(external), off_policy=OffPolicyConfig(**off_policy),
+                   external_objective=make_objective(external), off_policy=OffPolicyConfig(**{**CLAIMS, **off_policy}),
                    completion_budget=3)
 
 
@@ -144,7 +149,7 @@ def recording_learner(local="grpo", **off_policy) -> RecordingLearner:
     torch.manual_seed(0)
     policy = load_policy(ModelConfig(name="tiny"))
     return RecordingLearner(policy.model, make_objective(local), OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
-                            external_objective=make_objective("minpro"), off_policy=OffPolicyConfig(**off_policy),
+                            external_objective=make_objective("minpro"), off_policy=OffPolicyConfig(**{**CLAIMS, **off_policy}),
                             completion_budget=3)
 
 

@@ -113,11 +113,16 @@ def test_a_group_of_64_weighs_exactly_its_group_of_8(kind):
 PROMPT = [1, 5, 13]
 
 
+# the claims machinery under test: peers' log-probs used, their failures trained (the defaults ignore
+# claims and drop failures)
+CLAIMS = {"sender_logprobs": True, "peer_failures": "train"}
+
+
 def make_learner(local="grpo", external="minpro", group_size=None, optim=None, **off_policy):
     torch.manual_seed(0)
     policy = load_policy(ModelConfig(name="tiny"))
     return Learner(policy.model, make_objective(local), optim or OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
-                   external_objective=make_objective(external), off_policy=OffPolicyConfig(**off_policy),
+                   external_objective=make_objective(external), off_policy=OffPolicyConfig(**{**CLAIMS, **off_policy}),
                    completion_budget=3, group_size=group_size)
 
 

@@ -21,6 +21,10 @@ ARGS = ["join", "--preset", "tiny", "--rounds", "400", "--quiet", "--listen", "/
         "--swarm", "test"]
 
 
+# the tier machinery under test: peers' log-probs used (the default treats every peer sample as tier 2)
+WITH_CLAIMS = ["--set", "loss.off_policy.sender_logprobs=true"]
+
+
 def start(run_dir: Path, peers=(), args=ARGS):
     cmd = [sys.executable, "-m", "node.cli", *args, "--run-dir", str(run_dir)]
     if peers:
@@ -42,11 +46,12 @@ def senders_used(run_dir: Path, since_round: int = -1) -> set[str]:
 
 def test_three_nodes_share_survive_a_kill_and_rejoin(tmp_path):
     a, b, c = (tmp_path / n for n in "abc")
-    procs = [start(a)]
+    args = [*ARGS, *WITH_CLAIMS]
+    procs = [start(a, args=args)]
     try:
         wait_for(lambda: (a / "node.json").exists(), "node A to listen", procs, timeout=90)
         bootstrap = node_info(a)["listen_addrs"]
-        procs += [start(b, bootstrap), start(c, bootstrap)]
+        procs += [start(b, bootstrap, args=args), start(c, bootstrap, args=args)]
         wait_for(lambda: all((d / "node.json").exists() for d in (b, c)), "B and C to listen", procs, timeout=90)
         ids = {d: node_info(d)["peer_id"] for d in (a, b, c)}
 
@@ -71,7 +76,7 @@ def test_three_nodes_share_survive_a_kill_and_rejoin(tmp_path):
         last_ckpt = int((c / "checkpoints" / "LATEST").read_text().strip().split("-")[1])
 
         # C restarts with the same key and run dir: resumes its checkpoint and is accepted again
-        procs[2] = start(c, bootstrap)
+        procs[2] = start(c, bootstrap, args=args)
         wait_for(lambda: read_metrics(c) and read_metrics(c)[-1]["round"] > last_ckpt + 2, "C to resume", procs)
         assert node_info(c)["peer_id"] == ids[c]
         rounds_c = [r["round"] for r in read_metrics(c)]
@@ -128,7 +133,7 @@ SMOL_ON_SYNTHETIC = ["join", "--preset", "smollm2", "--rounds", "400", "--quiet"
                      "--set", "tasks.datasets={copy = 1.0, succ = 1.0, max = 1.0}",
                      "--set", "sampling.group_size=4", "--set", "sampling.max_new_tokens=12",
                      "--set", "verifier.format_weight=0.0", "--set", "run.checkpoint_every=50",
-                     "--set", "run.threads=1", "--swarm", "mixed"]
+                     "--set", "run.threads=1", "--swarm", "mixed", *WITH_CLAIMS]
 
 
 def test_tiny_and_smollm2_share_across_tokenizers(tmp_path):

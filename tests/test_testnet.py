@@ -151,7 +151,8 @@ def test_nodes_of_different_sizes_share_tier0_rollouts(tmp_path):
     completions with the sender's own log-probs (tier 0)."""
     from node.testnet.memory import MemoryTestnet
 
-    plan = Plan(nodes=2, rounds=6, transport="memory", out=tmp_path, model_sizes=parse_sizes("64x2,96x3"))
+    plan = Plan(nodes=2, rounds=6, transport="memory", out=tmp_path, model_sizes=parse_sizes("64x2,96x3"),
+                overrides=["loss.off_policy.sender_logprobs=true"])  # tier 0 used (the default: every peer tier 2)
     result = MemoryTestnet(plan, (4, 4), 0, tmp_path / "run").run()
     for node, (hidden, layers) in zip(result["nodes"], plan.model_sizes):
         assert f"model.hidden_size={hidden}" in node["overrides"] and f"model.num_layers={layers}" in node["overrides"]
