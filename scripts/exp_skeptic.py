@@ -11,6 +11,10 @@ virtual budget; held-out pass@1 is measured on one virtual-time grid shared by e
            preset's, on --tune-seeds seeds of their own; the best is chosen on TRAINING reward (mean
            own reward over the second half of the budget), never on held-out
   final    every arm on --seeds paired seeds (seed s: the same warm model and task draws in every arm)
+  confirm  the claim the final stage points to (swarm-positive), re-tested on --confirm-seeds fresh
+           seeds against the best silo and the best positive-only silo (its learning rate tuned on
+           the tuning seeds, on training reward): swarm-positive was added after three final seeds
+           had been seen, so the final stage cannot confirm it by itself
 
 Arms of the final stage (README "The swarm against the silo"):
   silo            8/0, the preset's settings
@@ -83,6 +87,11 @@ def sweep_arm(prompts: int, factor: float) -> dict:
 
 def sweep_name(prompts: int, factor: float) -> str:
     return f"silo-p{prompts}-lr{factor:g}x"
+
+
+# the positive-only silo's learning rate, tuned as the silo's (at the silo sweep's best prompts per round)
+POSITIVE_SWEEP = {f"positive-lr{f:g}x": {"mix": (8, 0), "set": ["loss.off_policy.own_failures=drop", f"optim.lr={LR * f:g}"]}
+                  for f in (0.5, 1.0, 2.0)}
 
 
 # -- one run -------------------------------------------------------------------------------------
@@ -161,9 +170,8 @@ def job(args, stage: str, name: str, arm: dict, seed: int, budget: float | None,
             "label": f"{stage}/{name}/seed{seed}"}
 
 
-def tune(args, budget: float, grid: float) -> tuple[str, dict, dict]:
-    """The silo setting with the best mean training reward over the tuning seeds."""
-    sweep = {sweep_name(p, f): sweep_arm(p, f) for p, f in SWEEP[:args.sweep]}
+def tune(args, budget: float, grid: float, sweep: dict[str, dict]) -> tuple[str, dict, dict]:
+    """The setting of `sweep` with the best mean training reward over the tuning seeds."""
     jobs = [job(args, "tune", name, arm, seed, budget, grid) for name, arm in sweep.items()
             for seed in args.tune_seeds]
     figures = run_jobs(jobs, args.workers)
@@ -199,6 +207,24 @@ def summarise(arms: dict[str, list[dict]]) -> dict:
         row["learned"] = learned_counts([tuple(run) for f in figs for run in f["learned_runs"]])
         rows[name] = row
     return rows
+
+
+def confirm(args, budget: float, grid: float, best: dict) -> dict:
+    """The claim chosen on the final seeds, re-tested on fresh ones: swarm-positive against the best silo
+    and the best positive-only silo (its learning rate tuned as the silo's, on training reward)."""
+    positive_name, positive, positive_tuning = tune(args, budget, grid, dict(list(POSITIVE_SWEEP.items())[:args.sweep]))
+    arms = {"silo-best": best, "positive-best": positive, "swarm-positive": ARMS["swarm-positive"]}
+    jobs = {name: [job(args, "confirm", name, arm, seed, budget, grid) for seed in args.confirm_seeds]
+            for name, arm in arms.items()}
+    flat = [js[k] for k in range(len(args.confirm_seeds)) for js in jobs.values()]
+    figures = dict(zip((j["label"] for j in flat), run_jobs(flat, args.workers)))
+    by_arm = {name: [figures[j["label"]] for j in js] for name, js in jobs.items()}
+    return {"seeds": args.confirm_seeds, "best_positive": positive_name, "positive_tuning": positive_tuning,
+            "arms": summarise(by_arm),
+            "pairs": {f"swarm-positive minus {ref}": {key: paired(by_arm["swarm-positive"], by_arm[ref], key)
+                                                      for key in ("heldout", "auc")}
+                      for ref in ("silo-best", "positive-best")},
+            "curves": {name: [f["curve"] for f in figs] for name, figs in by_arm.items()}}
 
 
 def final(args, budget: float, grid: float, best: dict) -> dict:
@@ -263,6 +289,17 @@ def report_lines(result: dict) -> list[str]:
     for title, block in fin["pairs"].items():
         verdict = "holds" if ci_excludes_zero(block["heldout"]) else "not shown"
         lines.append(f"  {title}: {format_interval(block['heldout'])}  AUC {format_interval(block['auc'])}  -> {verdict}")
+    conf = result.get("confirm")
+    if conf:
+        lines.append(f"confirmation on fresh seeds {conf['seeds'][0]}-{conf['seeds'][-1]} (best positive-only silo, "
+                     f"chosen on training reward: {conf['best_positive']}):")
+        for name, row in conf["arms"].items():
+            held = row["heldout"]
+            lines.append(f"  {name:>14}: held-out {held['mean']:.3f}" + (f" ± {held['std']:.3f}" if held["std"] else ""))
+        for title, block in conf["pairs"].items():
+            verdict = "holds" if ci_excludes_zero(block["heldout"]) else "not shown"
+            lines.append(f"  {title}: {format_interval(block['heldout'])}  AUC {format_interval(block['auc'])}"
+                         f"  -> {verdict}")
     return lines
 
 
@@ -302,6 +339,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=300, help="the budget: the default silo's rounds")
     p.add_argument("--seeds", type=int, default=8, help="paired seeds of the final stage: 0..K-1")
     p.add_argument("--tune-seeds", type=int, default=3, help="tuning seeds: 100..100+K-1, never final ones")
+    p.add_argument("--confirm-seeds", type=int, default=8, help="fresh seeds K..2K-1 (K = --seeds) that re-test the "
+                   "claim chosen on the final seeds (0: no confirm stage)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="seconds: 2 nodes, 3 rounds, 2 seeds, 2 sweep points, "
                    "in this process")
@@ -310,7 +349,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.sweep, args.extra = len(SWEEP), []
     if args.quick:
         args.nodes, args.rounds, args.seeds, args.tune_seeds, args.sweep, args.workers = 2, 3, 2, 1, 2, 1
+        args.confirm_seeds = 1
         args.extra = ["warm.steps=5", "eval.tasks_per_family=2", "sampling.group_size=4"]
+    args.confirm_seeds = list(range(args.seeds, args.seeds + args.confirm_seeds))
     args.seeds, args.tune_seeds = list(range(args.seeds)), [100 + k for k in range(args.tune_seeds)]
     return args
 
@@ -321,10 +362,12 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     budget = derive_budget(args)
     grid = budget / GRID_POINTS
-    best_name, best, tuning = tune(args, budget, grid)
+    best_name, best, tuning = tune(args, budget, grid,
+                                   {sweep_name(p, f): sweep_arm(p, f) for p, f in SWEEP[:args.sweep]})
     result = {"budget_s": budget, "grid_s": grid, "seeds": args.seeds, "tune_seeds": args.tune_seeds,
               "nodes": args.nodes, "rounds": args.rounds, "best_silo": best_name, "best_silo_arm": best,
               "tuning": tuning, "final": final(args, budget, grid, best),
+              "confirm": confirm(args, budget, grid, best) if args.confirm_seeds else None,
               "machine": f"{platform.processor() or platform.machine()}, {multiprocessing.cpu_count()} cores",
               "command": " ".join(["scripts/exp_skeptic.py", *(argv if argv is not None else sys.argv[1:])])}
     text = "\n".join(report_lines(result))

@@ -92,14 +92,14 @@ def test_exp_precision_quick(tmp_path):
 
 def test_exp_skeptic_quick(tmp_path, monkeypatch):
     """Every stage end to end: budget, tuning on training reward, every arm on paired seeds, the
-    comparisons with CIs; a second run reuses every saved run."""
+    comparisons with CIs, the confirmation on a fresh seed; a second run reuses every saved run."""
     monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))
     result = run_script("exp_skeptic.py", tmp_path)
     tuning = result["tuning"]
     assert result["best_silo"] == max(tuning, key=lambda name: tuning[name]["mean_train_reward"])
     arms = result["final"]["arms"]
     assert set(arms) == {"silo-best", "silo", "swarm", "self-replay", "positive-only", "frozen-peers",
-                         "entropy-silo", "join-old", "sapo"}
+                         "entropy-silo", "join-old", "sapo", "swarm-positive"}
     assert all(len(row["heldout"]["by_seed"]) == 2 for row in arms.values())  # both paired seeds
     assert all(row["charged_over_wall"]["mean"] > 0 for row in arms.values())
     assert arms["entropy-silo"]["distinct_completions"]["mean"] > arms["silo"]["distinct_completions"]["mean"]
@@ -108,7 +108,13 @@ def test_exp_skeptic_quick(tmp_path, monkeypatch):
     swarm = arms["swarm"]["heldout"]["by_seed"]
     frozen = result["final"]["swarm_vs"]["heldout"]["frozen-peers"]
     assert frozen["diffs"] == pytest.approx([s - f for s, f in zip(swarm, arms["frozen-peers"]["heldout"]["by_seed"])])
-    assert (tmp_path / "summary.txt").read_text().count("-> ") == 3 * 8 - 2
+    confirm = result["confirm"]
+    positive = confirm["positive_tuning"]
+    assert confirm["best_positive"] == max(positive, key=lambda name: positive[name]["mean_train_reward"])
+    assert set(confirm["arms"]) == {"silo-best", "positive-best", "swarm-positive"} and confirm["seeds"] == [2]
+    assert all(len(c["heldout"]["diffs"]) == 1 for c in confirm["pairs"].values())  # fresh seed 2 only
+    # 9 arms against each silo, swarm against 6, 3 named pairs, 2 confirmation pairs: one verdict each
+    assert (tmp_path / "summary.txt").read_text().count("-> ") == 9 + 9 + 6 + 3 + 2
     again = subprocess.run([sys.executable, str(ROOT / "scripts" / "exp_skeptic.py"), "--quick", "--out", str(tmp_path)],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "running" not in again.stdout  # every run was kept
