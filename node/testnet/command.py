@@ -52,6 +52,9 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
                          "(e.g. 10m) instead of --rounds rounds")
     testnet.add_argument("--out", help="report directory (default runs/testnet-<time>)")
     testnet.add_argument("--quiet", action="store_true", help="no live dashboard")
+    testnet.add_argument("--workers", type=int, default=1,
+                         help="memory: run this many configurations (mix x seed) at once, one process and thread "
+                              "each (the live table then shows one row per run)")
     testnet.add_argument("--page-listen", default="127.0.0.1:0", metavar="HOST:PORT",
                          help="the live web page of the whole testnet (every node's curves): default a free "
                               "loopback port, printed at start; empty = none")
@@ -101,4 +104,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
     from node.testnet.runner import run_testnet
 
     command = " ".join(["swarm-node testnet", *sys.argv[2:]]) if len(sys.argv) > 2 else "swarm-node testnet"
-    return run_testnet(plan, command, console, quiet=args.quiet, resume=args.resume, page_listen=args.page_listen)
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    return run_testnet(plan, command, console, quiet=args.quiet, resume=args.resume, page_listen=args.page_listen,
+                       workers=args.workers)

@@ -39,20 +39,25 @@ def finished_runs(out: Path, plan_json: dict) -> list[dict]:
 
 
 def run_testnet(plan: Plan, command: str, console: Console, quiet: bool = False, resume: bool = False,
-                page_listen: str = "127.0.0.1:0") -> int:
-    """`page_listen`: HOST:PORT of the testnet's live page (every node's curves); empty = none."""
+                page_listen: str = "127.0.0.1:0", workers: int = 1) -> int:
+    """`page_listen`: HOST:PORT of the testnet's live page (every node's curves); empty = none.
+    `workers` > 1 (memory transport): that many runs at once (node/testnet/parallel.py)."""
     plan.validate()
+    if workers > 1 and plan.transport != "memory":
+        raise ConfigError(f"--workers {workers} runs memory testnets in parallel; with --transport {plan.transport} "
+                          "every node is already its own process: leave --workers at 1")
     page = TestnetPage()
     server = ObserveServer(page_listen, page_routes(page.state)).start() if parse_listen(page_listen) else None
     announce(server, console, "live testnet page")
     try:
-        return _run_plan(plan, command, console, quiet, resume, page)
+        return _run_plan(plan, command, console, quiet, resume, page, workers)
     finally:
         if server is not None:
             server.stop()
 
 
-def _run_plan(plan: Plan, command: str, console: Console, quiet: bool, resume: bool, page: TestnetPage) -> int:
+def _run_plan(plan: Plan, command: str, console: Console, quiet: bool, resume: bool, page: TestnetPage,
+              workers: int) -> int:
     out = Path(plan.out)
     out.mkdir(parents=True, exist_ok=True)
     plan_json = {**asdict(plan), "out": str(plan.out)}
@@ -62,6 +67,7 @@ def _run_plan(plan: Plan, command: str, console: Console, quiet: bool, resume: b
     # compute clock without --budget: the first run (first mix, seed 0) runs until its fast nodes have
     # done --rounds rounds; the virtual time that took is every later run's budget
     budget_s = plan.budget_s or next((r["budget_s"] for r in done.values() if r.get("budget_s")), None)
+    parallel: list[tuple[str, tuple[int, int], int, Path]] = []
     for seed in range(plan.seeds):
         for mix in plan.mixes:
             name = f"mix{mix[0]}-{mix[1]}-seed{seed}"
@@ -71,6 +77,9 @@ def _run_plan(plan: Plan, command: str, console: Console, quiet: bool, resume: b
                 runs.append(done[(f"{mix[0]}/{mix[1]}", seed)])
                 continue
             shutil.rmtree(run_dir, ignore_errors=True)  # a re-run of the plan starts every node afresh
+            if workers > 1 and (budget_s is not None or plan.clock != "compute"):
+                parallel.append((name, mix, seed, run_dir))  # the budget is known: run it beside the others
+                continue
             title = f"testnet {name} ({plan.nodes} nodes, {plan.transport})"
             console.print(f"[bold]{title}[/]: node run dirs under {run_dir}", highlight=False, soft_wrap=True)
             page.begin_run(title, run_dir, [run_dir / f"node{i}" for i in range(plan.nodes)])
@@ -86,6 +95,16 @@ def _run_plan(plan: Plan, command: str, console: Console, quiet: bool, resume: b
                     result = ProcessTestnet(plan, mix, seed, run_dir, dashboard).run()
             runs.append(result)
             (out / "runs.json").write_text(json.dumps(runs, indent=1, default=str))  # survives a later crash
+    if parallel:
+        from node.testnet.parallel import run_parallel
+
+        console.print(f"[bold]testnet[/]: {len(parallel)} runs, {workers} at a time: node run dirs under {out}",
+                      highlight=False, soft_wrap=True)
+        runs += run_parallel(plan, parallel, budget_s, workers, console, quiet)
+        order = {f"{mix[0]}/{mix[1]}-{seed}": k for k, (seed, mix) in
+                 enumerate((seed, mix) for seed in range(plan.seeds) for mix in plan.mixes)}
+        runs.sort(key=lambda run: order[f"{run['mix']}-{run['seed']}"])
+        (out / "runs.json").write_text(json.dumps(runs, indent=1, default=str))
     json_path, png, text = write_report(out, plan_json, command, runs)
     console.print(text, highlight=False, soft_wrap=True)
     console.print(f"wrote {json_path}, {out / 'summary.txt'} and {png}")
