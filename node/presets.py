@@ -29,6 +29,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                   "prompts_per_round": 8},
         "sampling": {"group_size": 8, "temperature": 1.0, "max_new_tokens": 4, "backend": "hf"},
         "verifier": {"fmt": "raw"},
+        # only verified successes train, ours as well as peers': in this rare-success regime it beat training
+        # our failures, alone and in the swarm (README "The swarm against the silo", scripts/exp_skeptic.py)
+        "loss": {"off_policy": {"own_failures": "drop"}},
         "optim": {"lr": 1e-3},
         "run": {"rounds": 300, "checkpoint_every": 50},
         "eval": {"every": 25, "tasks_per_family": 64},

@@ -82,8 +82,9 @@ class OffPolicyConfig(BaseModel):
     own_failures: Literal["train", "drop"] = Field(
         "train", description="drop: this node's own samples are dropped exactly as peer_failures = drop drops a "
                              "peer's (only correct ones with advantage >= 0 train; an own group without a correct "
-                             "sample is skipped): the positive-only silo, a control for the swarm's gain (README "
-                             "\"Controls\")")
+                             "sample is skipped). The tiny-warm preset's choice (it won there, alone and in a swarm: README "
+                             "\"The swarm against the silo\"); beside a silo that trains its failures it is the "
+                             "positive-only control")
     neg_damping: float = Field(
         0.5, ge=0.0, le=1.0, description="kappa_neg: a peer's sample below its group's mean reward counts with "
                                          "this weight, in the baseline too (the group sums to 0); one weight for "

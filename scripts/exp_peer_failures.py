@@ -89,6 +89,7 @@ def run_condition(condition: str, seed: int, args, progress, task_id) -> dict:
     from node.loop import Node
 
     base = ["run.threads=1", "eval.every=0", "run.checkpoint_every=1000000", f"run.seed={seed}",
+            "loss.off_policy.own_failures=train",  # as measured: only peers' failures are in question
             f"tasks.seed={seed}", "hints.enabled=false", f"warm.seed={seed}",
             *([f"warm.steps={args.warm_steps}"] if args.warm_steps else [])]
     with tempfile.TemporaryDirectory(prefix="exp-peer-failures-") as tmp:

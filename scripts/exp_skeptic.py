@@ -12,9 +12,10 @@ virtual budget; held-out pass@1 is measured on one virtual-time grid shared by e
            own reward over the second half of the budget), never on held-out
   final    every arm on --seeds paired seeds (seed s: the same warm model and task draws in every arm)
   confirm  the claim the final stage points to (swarm-positive), re-tested on --confirm-seeds fresh
-           seeds against the best silo and the best positive-only silo (its learning rate tuned on
-           the tuning seeds, on training reward): swarm-positive was added after three final seeds
-           had been seen, so the final stage cannot confirm it by itself
+           seeds against the best silo, the best positive-only silo (its learning rate tuned on the
+           tuning seeds, on training reward) and its own controls (frozen peers, self-replay, both
+           dropping their own failures): swarm-positive was added after three final seeds had been
+           seen, so the final stage cannot confirm it by itself
 
 Arms of the final stage (README "The swarm against the silo"):
   silo            8/0, the preset's settings
@@ -62,18 +63,25 @@ if str(ROOT) not in sys.path:
 PRESET = "tiny-warm"
 LR = 1e-3  # the preset's
 SWEEP = [(p, f) for p in (8, 16, 32) for f in (0.5, 1.0, 2.0)]  # prompts per round, lr factor
-TRAIN_TREATMENT = ["loss.off_policy.sender_logprobs=false", "loss.off_policy.peer_failures=train"]
+# every arm states how it treats its own failures: the preset drops them since this experiment
+OWN_TRAIN, OWN_DROP = "loss.off_policy.own_failures=train", "loss.off_policy.own_failures=drop"
+TRAIN_TREATMENT = ["loss.off_policy.sender_logprobs=false", "loss.off_policy.peer_failures=train", OWN_TRAIN]
 ARMS: dict[str, dict] = {
-    "silo": {"mix": (8, 0)},
-    "swarm": {"mix": (4, 4)},
-    "self-replay": {"mix": (8, 4), "set": ["swarm.self_replay=true"]},
-    "positive-only": {"mix": (8, 0), "set": ["loss.off_policy.own_failures=drop"]},
-    "swarm-positive": {"mix": (4, 4), "set": ["loss.off_policy.own_failures=drop"]},
-    "frozen-peers": {"mix": (4, 4), "frozen": True},
-    "entropy-silo": {"mix": (4, 0), "set": ["sampling.group_size=16"]},
+    "silo": {"mix": (8, 0), "set": [OWN_TRAIN]},
+    "swarm": {"mix": (4, 4), "set": [OWN_TRAIN]},
+    "self-replay": {"mix": (8, 4), "set": ["swarm.self_replay=true", OWN_TRAIN]},
+    "positive-only": {"mix": (8, 0), "set": [OWN_DROP]},
+    "swarm-positive": {"mix": (4, 4), "set": [OWN_DROP]},
+    "frozen-peers": {"mix": (4, 4), "frozen": True, "set": [OWN_TRAIN]},
+    "entropy-silo": {"mix": (4, 0), "set": ["sampling.group_size=16", OWN_TRAIN]},
     "join-old": {"mix": (4, 4), "set": ["loss.off_policy.sender_logprobs=true", "loss.off_policy.peer_failures=train",
-                                        "loss.external=minpro"]},
+                                        "loss.external=minpro", OWN_TRAIN]},
     "sapo": {"mix": (4, 4), "set": TRAIN_TREATMENT},
+}
+# the confirm stage's controls of swarm-positive: its peers frozen, or its J slots refilled from its own past
+POSITIVE_CONTROLS: dict[str, dict] = {
+    "frozen-positive": {"mix": (4, 4), "frozen": True, "set": [OWN_DROP]},
+    "self-replay-positive": {"mix": (8, 4), "set": ["swarm.self_replay=true", OWN_DROP]},
 }
 CONTROLS = ("self-replay", "positive-only", "frozen-peers", "entropy-silo")
 # (arm, reference): does sharing still pay once both sides drop their own failures?
@@ -82,7 +90,7 @@ GRID_POINTS = 12  # held-out instants after 0, the same for every arm
 
 
 def sweep_arm(prompts: int, factor: float) -> dict:
-    return {"mix": (prompts, 0), "set": [f"optim.lr={LR * factor:g}"]}
+    return {"mix": (prompts, 0), "set": [f"optim.lr={LR * factor:g}", OWN_TRAIN]}
 
 
 def sweep_name(prompts: int, factor: float) -> str:
@@ -90,7 +98,7 @@ def sweep_name(prompts: int, factor: float) -> str:
 
 
 # the positive-only silo's learning rate, tuned as the silo's (at the silo sweep's best prompts per round)
-POSITIVE_SWEEP = {f"positive-lr{f:g}x": {"mix": (8, 0), "set": ["loss.off_policy.own_failures=drop", f"optim.lr={LR * f:g}"]}
+POSITIVE_SWEEP = {f"positive-lr{f:g}x": {"mix": (8, 0), "set": [OWN_DROP, f"optim.lr={LR * f:g}"]}
                   for f in (0.5, 1.0, 2.0)}
 
 
@@ -213,7 +221,7 @@ def confirm(args, budget: float, grid: float, best: dict) -> dict:
     """The claim chosen on the final seeds, re-tested on fresh ones: swarm-positive against the best silo
     and the best positive-only silo (its learning rate tuned as the silo's, on training reward)."""
     positive_name, positive, positive_tuning = tune(args, budget, grid, dict(list(POSITIVE_SWEEP.items())[:args.sweep]))
-    arms = {"silo-best": best, "positive-best": positive, "swarm-positive": ARMS["swarm-positive"]}
+    arms = {"silo-best": best, "positive-best": positive, "swarm-positive": ARMS["swarm-positive"], **POSITIVE_CONTROLS}
     jobs = {name: [job(args, "confirm", name, arm, seed, budget, grid) for seed in args.confirm_seeds]
             for name, arm in arms.items()}
     flat = [js[k] for k in range(len(args.confirm_seeds)) for js in jobs.values()]
@@ -223,7 +231,7 @@ def confirm(args, budget: float, grid: float, best: dict) -> dict:
             "arms": summarise(by_arm),
             "pairs": {f"swarm-positive minus {ref}": {key: paired(by_arm["swarm-positive"], by_arm[ref], key)
                                                       for key in ("heldout", "auc")}
-                      for ref in ("silo-best", "positive-best")},
+                      for ref in ("silo-best", "positive-best", *POSITIVE_CONTROLS)},
             "curves": {name: [f["curve"] for f in figs] for name, figs in by_arm.items()}}
 
 

@@ -111,10 +111,11 @@ def test_exp_skeptic_quick(tmp_path, monkeypatch):
     confirm = result["confirm"]
     positive = confirm["positive_tuning"]
     assert confirm["best_positive"] == max(positive, key=lambda name: positive[name]["mean_train_reward"])
-    assert set(confirm["arms"]) == {"silo-best", "positive-best", "swarm-positive"} and confirm["seeds"] == [2]
+    assert set(confirm["arms"]) == {"silo-best", "positive-best", "swarm-positive", "frozen-positive",
+                                    "self-replay-positive"} and confirm["seeds"] == [2]
     assert all(len(c["heldout"]["diffs"]) == 1 for c in confirm["pairs"].values())  # fresh seed 2 only
-    # 9 arms against each silo, swarm against 6, 3 named pairs, 2 confirmation pairs: one verdict each
-    assert (tmp_path / "summary.txt").read_text().count("-> ") == 9 + 9 + 6 + 3 + 2
+    # 9 arms against each silo, swarm against 6, 3 named pairs, 4 confirmation pairs: one verdict each
+    assert (tmp_path / "summary.txt").read_text().count("-> ") == 9 + 9 + 6 + 3 + 4
     again = subprocess.run([sys.executable, str(ROOT / "scripts" / "exp_skeptic.py"), "--quick", "--out", str(tmp_path)],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "running" not in again.stdout  # every run was kept
