@@ -9,16 +9,19 @@ from a replaying peer that samples with
     other     a different model: the same architecture warm-started by a short supervised
               fine-tune on the task family (a stronger, far off-policy peer)
 and the receiver trains them with
-    sapo        ratio 1: peers' log-probs ignored (tier 2), external objective grpo (the SAPO paper)
-    grpo_token  grpo with its PPO ratio taken against the sender's behavior log-probs
-    minpro      the default: MinPRO on the behavior ratio (prefix minimum, no floor)
+    default     the node's default: ratio 1 (tier 2), only peers' verified successes trained
+    sapo        ratio 1: peers' log-probs ignored (tier 2), external objective grpo, failures trained (the
+                SAPO paper)
+    grpo_token  grpo with its PPO ratio taken against the sender's behavior log-probs (this and the
+                next two train peers' failures too)
+    minpro      MinPRO on the behavior ratio (prefix minimum, no floor)
     ftis        truncated behavior ratio plus the KL filter on negative-advantage samples
 The local objective is grpo throughout. Per setting and seed: the receiver's own on-policy reward
 over rounds (peers' samples are never counted), loss, gradient norm, the external weights' ESS,
 clip/truncation and filter fractions. A run is called unstable when its loss or gradient goes
 non-finite, or its reward over the last 20% of rounds falls below half of its best 20-round mean.
 
-    .venv/bin/python scripts/exp_offpolicy.py --model tiny                  # 16 settings x 300 rounds
+    .venv/bin/python scripts/exp_offpolicy.py --model tiny                  # 20 settings x 300 rounds
     .venv/bin/python scripts/exp_offpolicy.py --model smollm2 --rounds 30   # multi-token completions
     .venv/bin/python scripts/exp_offpolicy.py --quick                       # smoke: tiny, 6 rounds
 
@@ -41,11 +44,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SOURCES = ("stale0", "stale4", "stale16", "other")
+# each states its treatment of peers' failures and log-probs: the defaults ignore log-probs and drop failures
+FAILURES_TRAINED = "loss.off_policy.peer_failures=train"
+CLAIMS = ["loss.off_policy.sender_logprobs=true", FAILURES_TRAINED]
 CORRECTIONS = {
-    "sapo": ["loss.external=grpo", "loss.off_policy.sender_logprobs=false"],
-    "grpo_token": ["loss.external=grpo", 'loss.off_policy.proximal="behavior"'],
-    "minpro": ["loss.external=minpro"],
-    "ftis": ["loss.external=ftis"],
+    "default": [],  # ratio 1, only peers' verified successes trained (policy/settings.py)
+    "sapo": ["loss.external=grpo", "loss.off_policy.sender_logprobs=false", FAILURES_TRAINED],
+    "grpo_token": ["loss.external=grpo", 'loss.off_policy.proximal="behavior"', *CLAIMS],
+    "minpro": ["loss.external=minpro", *CLAIMS],
+    "ftis": ["loss.external=ftis", *CLAIMS],
 }
 MODELS = {
     # tiny: one-token answers learned from scratch (every ratio is a token ratio)
@@ -77,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.model, args.rounds, args.seeds = "tiny", 6, 1
-        args.sources, args.corrections = "stale4,other", "sapo,minpro"
+        args.sources, args.corrections = "stale4,other", "default,minpro"
     args.rounds = args.rounds or MODELS[args.model]["rounds"]
     args.sources, args.corrections = args.sources.split(","), args.corrections.split(",")
     for name in args.sources:

@@ -34,11 +34,11 @@ def test_exp_hints_quick(tmp_path):
 def test_exp_offpolicy_quick(tmp_path):
     result = run_script("exp_offpolicy.py", tmp_path)
     runs = {(r["source"], r["correction"]): r for r in result["runs"]}
-    assert set(runs) == {("stale4", "sapo"), ("stale4", "minpro"), ("other", "sapo"), ("other", "minpro")}
+    assert set(runs) == {("stale4", "default"), ("stale4", "minpro"), ("other", "default"), ("other", "minpro")}
     for (source, correction), run in runs.items():
         used = sum(r["external_used"] for r in run["rows"])
         assert used > 0, (source, correction)  # peer groups went through the wire path and were trained
-        if correction == "sapo":  # ratio 1: every peer sample is tier 2
+        if correction == "default":  # ratio 1: every peer sample is tier 2
             assert all(not r["ext_t0_samples"] for r in run["rows"])
         else:  # same tokenizer: tier 0 with real behavior ratios
             assert sum(r["ext_t0_samples"] or 0 for r in run["rows"]) > 0 and run["ratio_mean"] != 1.0
