@@ -11,7 +11,7 @@ virtual budget; held-out pass@1 is measured on one virtual-time grid shared by e
            preset's, on --tune-seeds seeds of their own; the best is chosen on TRAINING reward (mean
            own reward over the second half of the budget), never on held-out
   final    every arm on --seeds paired seeds (seed s: the same warm model and task draws in every arm)
-  confirm  the claim the final stage points to (swarm-positive), re-tested on --confirm-seeds fresh
+  confirm  (--confirm-seeds K) the claim the final stage points to (swarm-positive), re-tested on K fresh
            seeds against the best silo, the best positive-only silo (its learning rate tuned on the
            tuning seeds, on training reward) and its own controls (frozen peers, self-replay, both
            dropping their own failures): swarm-positive was added after three final seeds had been
@@ -347,8 +347,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=300, help="the budget: the default silo's rounds")
     p.add_argument("--seeds", type=int, default=8, help="paired seeds of the final stage: 0..K-1")
     p.add_argument("--tune-seeds", type=int, default=3, help="tuning seeds: 100..100+K-1, never final ones")
-    p.add_argument("--confirm-seeds", type=int, default=8, help="fresh seeds K..2K-1 (K = --seeds) that re-test the "
-                   "claim chosen on the final seeds (0: no confirm stage)")
+    p.add_argument("--confirm-seeds", type=int, default=0, help="this many fresh seeds after the final ones re-test "
+                   "the claim the final stage points to (0: no confirm stage; there was none to confirm: README)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="seconds: 2 nodes, 3 rounds, 2 seeds, 2 sweep points, "
                    "in this process")
