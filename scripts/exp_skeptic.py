@@ -18,9 +18,10 @@ virtual budget; held-out pass@1 is measured on one virtual-time grid shared by e
            seen, so the final stage cannot confirm it by itself
 
 Arms of the final stage (README "The swarm against the silo"):
-  silo            8/0, the preset's settings
+  silo            8/0, the preset's settings but its own failures trained (every arm but the
+                  positive ones trains them: the preset drops them since this experiment)
   silo-best       the tuned silo
-  swarm           4/4, peers' groups at ratio 1, only their correct samples trained (the preset's)
+  swarm           4/4, peers' groups at ratio 1, only their correct samples trained (the default)
   self-replay     8/4: the silo's 8 own groups plus 4 slots filled with its own earlier groups with
                   reward variance, trained exactly as peers' (swarm.self_replay; at 4/4 a node has
                   too few such groups of its own to fill the slots: about 0.8 of 4 a round)
