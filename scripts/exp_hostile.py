@@ -40,6 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--mix", default="4/4")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key on every honest node, e.g. another treatment of peers' samples")
     p.add_argument("--quick", action="store_true", help="smoke mode: 2 honest nodes, 2 kinds, 12 rounds")
     p.add_argument("--resume", action="store_true", help="reuse the kinds an earlier run with the same settings "
                                                          "finished (<out>/<kind>/result.json)")
@@ -60,7 +62,7 @@ def run_once(args, kind: str | None, out: Path) -> dict:
     from node.testnet.report import run_summary
 
     plan = Plan(nodes=args.honest, rounds=args.rounds, transport="memory", mixes=[parse_mix(args.mix)],
-                hostile=[(args.count, kind)] if kind else [], out=out)
+                hostile=[(args.count, kind)] if kind else [], overrides=list(args.set), out=out)
     plan.validate()
     run_dir = out / (kind or "baseline")
     shutil.rmtree(run_dir, ignore_errors=True)  # nodes would resume an earlier run's checkpoints
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=200)
     started = time.perf_counter()
     runs = []
-    settings = {k: getattr(args, k) for k in ("honest", "count", "rounds", "mix", "seed")}
+    settings = {k: getattr(args, k) for k in ("honest", "count", "rounds", "mix", "seed", "set")}
     for kind in [None, *args.kinds]:
         saved = out / (kind or "baseline") / "result.json"
         if args.resume and saved.is_file() and json.loads(saved.read_text())["settings"] == settings:
