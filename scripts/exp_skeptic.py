@@ -203,6 +203,11 @@ def paired(arm: list[dict], reference: list[dict], key: str) -> dict:
     return paired_comparison([f[key] for f in arm], [f[key] for f in reference])
 
 
+def paired_both(arm: list[dict], reference: list[dict]) -> dict:
+    """The paired comparison of held-out pass@1 at the budget and of the AUC."""
+    return {key: paired(arm, reference, key) for key in ("heldout", "auc")}
+
+
 def summarise(arms: dict[str, list[dict]]) -> dict:
     from node.testnet.stats import learned_counts, sample_std
 
@@ -218,39 +223,37 @@ def summarise(arms: dict[str, list[dict]]) -> dict:
     return rows
 
 
+def run_arms(args, stage: str, arms: dict[str, dict], seeds: list[int], budget: float, grid: float
+             ) -> dict[str, list[dict]]:
+    """Every arm's figures on `seeds`, run seed by seed: a cut-short run leaves every arm on the same seeds."""
+    jobs = {name: [job(args, stage, name, arm, seed, budget, grid) for seed in seeds] for name, arm in arms.items()}
+    flat = [js[k] for k in range(len(seeds)) for js in jobs.values()]
+    figures = dict(zip((j["label"] for j in flat), run_jobs(flat, args.workers)))
+    return {name: [figures[j["label"]] for j in js] for name, js in jobs.items()}
+
+
 def confirm(args, budget: float, grid: float, best: dict) -> dict:
     """The claim chosen on the final seeds, re-tested on fresh ones: swarm-positive against the best silo
     and the best positive-only silo (its learning rate tuned as the silo's, on training reward)."""
     positive_name, positive, positive_tuning = tune(args, budget, grid, dict(list(POSITIVE_SWEEP.items())[:args.sweep]))
     arms = {"silo-best": best, "positive-best": positive, "swarm-positive": ARMS["swarm-positive"], **POSITIVE_CONTROLS}
-    jobs = {name: [job(args, "confirm", name, arm, seed, budget, grid) for seed in args.confirm_seeds]
-            for name, arm in arms.items()}
-    flat = [js[k] for k in range(len(args.confirm_seeds)) for js in jobs.values()]
-    figures = dict(zip((j["label"] for j in flat), run_jobs(flat, args.workers)))
-    by_arm = {name: [figures[j["label"]] for j in js] for name, js in jobs.items()}
+    by_arm = run_arms(args, "confirm", arms, args.confirm_seeds, budget, grid)
     return {"seeds": args.confirm_seeds, "best_positive": positive_name, "positive_tuning": positive_tuning,
             "arms": summarise(by_arm),
-            "pairs": {f"swarm-positive minus {ref}": {key: paired(by_arm["swarm-positive"], by_arm[ref], key)
-                                                      for key in ("heldout", "auc")}
+            "pairs": {f"swarm-positive minus {ref}": paired_both(by_arm["swarm-positive"], by_arm[ref])
                       for ref in ("silo-best", "positive-best", *POSITIVE_CONTROLS)},
             "curves": {name: [f["curve"] for f in figs] for name, figs in by_arm.items()}}
 
 
 def final(args, budget: float, grid: float, best: dict) -> dict:
-    arms = {"silo-best": best, **ARMS}
-    jobs = {name: [job(args, "final", name, arm, seed, budget, grid) for seed in args.seeds] for name, arm in arms.items()}
-    flat = [js[k] for k in range(len(args.seeds)) for js in jobs.values()]  # seed by seed: a cut-short run
-    # leaves every arm on the same seeds
-    figures = dict(zip((j["label"] for j in flat), run_jobs(flat, args.workers)))
-    by_arm = {name: [figures[j["label"]] for j in js] for name, js in jobs.items()}
+    by_arm = run_arms(args, "final", {"silo-best": best, **ARMS}, args.seeds, budget, grid)
     swarm_vs = {name: by_arm[name] for name in ("swarm", *CONTROLS, "join-old", "sapo")}
     return {"arms": summarise(by_arm),
             "vs_best_silo": {key: compare(by_arm, "silo-best", key) for key in ("heldout", "auc")},
             "vs_silo": {key: compare(by_arm, "silo", key) for key in ("heldout", "auc")},
             "swarm_vs": {key: {name: _negated(c) for name, c in compare(swarm_vs, "swarm", key).items()}
                          for key in ("heldout", "auc")},
-            "pairs": {f"{arm} minus {ref}": {key: paired(by_arm[arm], by_arm[ref], key) for key in ("heldout", "auc")}
-                      for arm, ref in PAIRS},
+            "pairs": {f"{arm} minus {ref}": paired_both(by_arm[arm], by_arm[ref]) for arm, ref in PAIRS},
             "curves": {name: [f["curve"] for f in figs] for name, figs in by_arm.items()}}
 
 
@@ -268,9 +271,15 @@ def derive_budget(args) -> float:
 
 
 # -- report ----------------------------------------------------------------------------------------
-def report_lines(result: dict) -> list[str]:
+def verdict_line(title: str, heldout: dict, auc: dict) -> str:
+    """One paired comparison: held-out and AUC with their CIs, and whether the held-out claim holds."""
     from node.testnet.stats import ci_excludes_zero, format_interval
 
+    verdict = "holds" if ci_excludes_zero(heldout) else "not shown"
+    return f"  {title}: {format_interval(heldout)}  AUC {format_interval(auc)}  -> {verdict}"
+
+
+def report_lines(result: dict) -> list[str]:
     fin = result["final"]
     lines = [f"budget {result['budget_s']:.4g} virtual s, held-out every {result['grid_s']:.4g} s; "
              f"{len(result['seeds'])} paired seeds; best silo (chosen on training reward): {result['best_silo']}",
@@ -291,13 +300,10 @@ def report_lines(result: dict) -> list[str]:
                          ("swarm minus", fin["swarm_vs"])):
         lines.append(f"paired held-out pass@1 at the budget, {title} (a claim holds only where its CI excludes 0):")
         for name, comparison in block["heldout"].items():
-            verdict = "holds" if ci_excludes_zero(comparison) else "not shown"
-            lines.append(f"  {name:>14}: {format_interval(comparison)}  AUC {format_interval(block['auc'][name])}"
-                         f"  -> {verdict}")
+            lines.append(verdict_line(f"{name:>14}", comparison, block["auc"][name]))
     lines.append("paired held-out pass@1 at the budget:")
     for title, block in fin["pairs"].items():
-        verdict = "holds" if ci_excludes_zero(block["heldout"]) else "not shown"
-        lines.append(f"  {title}: {format_interval(block['heldout'])}  AUC {format_interval(block['auc'])}  -> {verdict}")
+        lines.append(verdict_line(title, block["heldout"], block["auc"]))
     conf = result.get("confirm")
     if conf:
         lines.append(f"confirmation on fresh seeds {conf['seeds'][0]}-{conf['seeds'][-1]} (best positive-only silo, "
@@ -306,9 +312,7 @@ def report_lines(result: dict) -> list[str]:
             held = row["heldout"]
             lines.append(f"  {name:>14}: held-out {held['mean']:.3f}" + (f" ± {held['std']:.3f}" if held["std"] else ""))
         for title, block in conf["pairs"].items():
-            verdict = "holds" if ci_excludes_zero(block["heldout"]) else "not shown"
-            lines.append(f"  {title}: {format_interval(block['heldout'])}  AUC {format_interval(block['auc'])}"
-                         f"  -> {verdict}")
+            lines.append(verdict_line(title, block["heldout"], block["auc"]))
     return lines
 
 
