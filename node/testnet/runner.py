@@ -101,9 +101,8 @@ def _run_plan(plan: Plan, command: str, console: Console, quiet: bool, resume: b
         console.print(f"[bold]testnet[/]: {len(parallel)} runs, {workers} at a time: node run dirs under {out}",
                       highlight=False, soft_wrap=True)
         runs += run_parallel(plan, parallel, budget_s, workers, console, quiet)
-        order = {f"{mix[0]}/{mix[1]}-{seed}": k for k, (seed, mix) in
-                 enumerate((seed, mix) for seed in range(plan.seeds) for mix in plan.mixes)}
-        runs.sort(key=lambda run: order[f"{run['mix']}-{run['seed']}"])
+        mixes = [f"{i}/{j}" for i, j in plan.mixes]
+        runs.sort(key=lambda run: (run["seed"], mixes.index(run["mix"])))  # the plan's order, as run in sequence
         (out / "runs.json").write_text(json.dumps(runs, indent=1, default=str))
     json_path, png, text = write_report(out, plan_json, command, runs)
     console.print(text, highlight=False, soft_wrap=True)
