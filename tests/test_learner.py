@@ -10,6 +10,7 @@ from policy.learner import Learner, OffPolicyConfig, OptimConfig, apply_lora
 from policy.losses import make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TrainGroup, TrainSample
+from tests.test_learner_external import CLAIMS
 
 PROMPT = [1, 5, 13]  # bos '2' '='
 
@@ -28,8 +29,7 @@ def learner(objective="grpo", **optim):
     policy = load_policy(ModelConfig(name="tiny"))
     cfg = OptimConfig(**{"lr": 1e-2, **optim})
     model = apply_lora(policy.model, cfg)
-    # peers' log-probs used and failures trained: the external rows' machinery under test
-    claims = OffPolicyConfig(sender_logprobs=True, peer_failures="train")
+    claims = OffPolicyConfig(**CLAIMS)  # the external rows' machinery under test
     return Learner(model, make_objective(objective), cfg, pad_id=0, temperature=1.0, off_policy=claims), policy
 
 

@@ -8,6 +8,7 @@ from policy.learner import Learner, OffPolicyConfig, OptimConfig
 from policy.losses import make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TrainGroup, TrainSample
+from tests.test_learner_external import CLAIMS
 
 PROMPT = [1, 5, 13]  # bos '2' '='
 REWARDS = [1.0, 0.0, 0.0, 1.0]
@@ -18,7 +19,7 @@ def make_learner():
     policy = load_policy(ModelConfig(name="tiny"))
     return Learner(policy.model, make_objective("grpo"), OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
                    external_objective=make_objective("minpro"), completion_budget=3,
-                   off_policy=OffPolicyConfig(sender_logprobs=True, peer_failures="train"))  # the claims under test
+                   off_policy=OffPolicyConfig(**CLAIMS))  # the claims under test
 
 
 def group(tier, completion, logprobs=None):

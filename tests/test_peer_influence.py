@@ -19,6 +19,7 @@ from policy.learner import Learner, OffPolicyConfig, OptimConfig, resolve_claims
 from policy.losses import LossInputs, make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TIER_EXACT, TIER_PROXY, TrainGroup, TrainSample
+from tests.test_learner_external import CLAIMS
 
 # Every objective a node may use for peers' rows (mc(...) is refused there by the config), with the
 # per-token allowance U (in units of |A| / tokens) a claim may reach where the tier-2 row was clipped.
@@ -111,11 +112,6 @@ def test_a_group_of_64_weighs_exactly_its_group_of_8(kind):
 # ------------------------------------------------------------------------------------------------
 
 PROMPT = [1, 5, 13]
-
-
-# the claims machinery under test: peers' log-probs used, their failures trained (the defaults ignore
-# claims and drop failures)
-CLAIMS = {"sender_logprobs": True, "peer_failures": "train"}
 
 
 def make_learner(local="grpo", external="minpro", group_size=None, optim=None, **off_policy):
