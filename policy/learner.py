@@ -5,7 +5,8 @@ One call of `Learner.update` is one round's training:
      mean/std, mean only, median + pivot); peers' failures are damped per behavior tier inside a
      weighted baseline, so a group still sums to zero; a peer group larger than ours counts as G
      rows (`group_size_weight`); with peer_failures = "drop" only a peer's correct samples at
-     A >= 0 train, the other peer rows are dropped (policy/selection.py);
+     A >= 0 train, the other peer rows are dropped (policy/selection.py); so is every row at A = 0
+     exactly whose objective is `zero_advantage_inert` (its term and gradient are then 0);
   2. pad the trained rows into one [B, P+C] batch (prompts left-padded, completions right-padded);
      a dropped row is never forwarded, yet counts in every minibatch denominator it falls in
      (`LossInputs.absent_rows` / `absent_tokens`), so the gradient is the one of training it at
@@ -49,7 +50,7 @@ from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
 from policy.loss_terms import sampler_mismatch
 from policy.losses import LossInputs, Objective, apply_row_keep
-from policy.selection import Selection, absent_weights, select_rows
+from policy.selection import Selection, absent_weights, select_rows, skip_zero_rows
 from policy.settings import OffPolicyConfig, OptimConfig
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
 
@@ -244,9 +245,12 @@ class Learner:
             return {**stats, **refused_stats, "external_update_failed": 1.0}
 
     def _select(self, groups: list[TrainGroup]) -> Selection:
-        """The update's rows: advantages, row weights, dropped peer rows (policy/selection.py)."""
-        return select_rows(groups, self.objective.advantage, self.off_policy, self.group_size,
-                           self.cfg.skip_zero_advantage)
+        """The update's rows: advantages, row weights, dropped rows (policy/selection.py): peers'
+        failures, and rows at A = 0 that their objective (ours or the external one) makes free."""
+        sel = select_rows(groups, self.objective.advantage, self.off_policy, self.group_size,
+                          self.cfg.skip_zero_advantage)
+        return skip_zero_rows(sel, own=self.objective.zero_advantage_inert,
+                              peer=self.external_objective.zero_advantage_inert)
 
     def _update(self, groups: list[TrainGroup]) -> dict[str, float]:
         sel = self._select(groups)

@@ -3,8 +3,9 @@
 objective here its tensor math by subclassing it; the objectives themselves: policy/ALGORITHMS.md.
 
 The knobs of an objective are its pydantic fields (unknown knobs are an error); its traits are
-class variables: the advantage kind, extra samples per group, wrapper or not, and whether its term
-is already weighted by the behavior ratio rho = exp(l - b).
+class variables: the advantage kind, extra samples per group, wrapper or not, whether its term
+is already weighted by the behavior ratio rho = exp(l - b), and whether a row at advantage exactly 0
+adds nothing to the loss and its gradient (zero_advantage_inert: the learner then never forwards it).
 
 Usage:  check_objective("tis(dapo)", C=2.0, inner={"eps_high": 0.28})  # raises ValueError if wrong
 """
@@ -26,6 +27,11 @@ class ObjectiveKnobs(BaseModel):
     extra_samples: ClassVar[int] = 0  # completions per group beyond G (mc needs G + 1)
     wrapper: ClassVar[bool] = False
     uses_behavior_ratio: ClassVar[bool] = False  # term already weighted by rho = exp(l - b)
+    # Every per-token term is exactly 0, with a zero gradient, on a row at A = 0, whatever the other
+    # rows hold (no KL / entropy term, no filter reading the batch): the learner may leave such a
+    # row out of the forward pass, counted as absent in the denominators (policy/selection.py).
+    # Off unless an objective's math is checked to allow it.
+    zero_advantage_inert: ClassVar[bool] = False
 
     @property
     def spec(self) -> str:
@@ -35,6 +41,7 @@ class ObjectiveKnobs(BaseModel):
 
 class GrpoKnobs(ObjectiveKnobs):
     name: ClassVar[str] = "grpo"
+    zero_advantage_inert: ClassVar[bool] = True  # -min(r A, clip(r) A) (dual clip: only A < 0): 0 * r
     eps: float = Field(0.2, gt=0)
     eps_low: float | None = Field(None, ge=0, le=1)  # lower clip 1 - eps_low; None: eps
     eps_high: float | None = Field(None, ge=0)  # upper clip 1 + eps_high; None: eps
@@ -51,18 +58,21 @@ class GrpoKnobs(ObjectiveKnobs):
 
 class DrGrpoKnobs(GrpoKnobs):
     name: ClassVar[str] = "dr_grpo"
+    zero_advantage_inert: ClassVar[bool] = True  # grpo's term
     advantage: ClassVar[str] = "mean"
     aggregation: Literal["smtm", "tm", "cn"] = "cn"
 
 
 class DapoKnobs(GrpoKnobs):
     name: ClassVar[str] = "dapo"
+    zero_advantage_inert: ClassVar[bool] = True  # grpo's term
     eps_high: float | None = Field(0.28, ge=0)
     aggregation: Literal["smtm", "tm", "cn"] = "tm"
 
 
 class GspoKnobs(ObjectiveKnobs):
     name: ClassVar[str] = "gspo"
+    zero_advantage_inert: ClassVar[bool] = True  # -min(s A, clip(s) A), s the row's own sequence ratio
     eps_low: float = Field(3e-4, ge=0, le=1)
     eps_high: float = Field(4e-4, ge=0)
     dual_clip: float | None = Field(3.0, gt=1)
@@ -71,12 +81,14 @@ class GspoKnobs(ObjectiveKnobs):
 class CispoKnobs(ObjectiveKnobs):
     name: ClassVar[str] = "cispo"
     uses_behavior_ratio: ClassVar[bool] = True
+    zero_advantage_inert: ClassVar[bool] = True  # -sg[w/rho] rho A, w from the row's own tokens
     eps_high: float = Field(0.28, ge=0)
 
 
 class MinProKnobs(ObjectiveKnobs):
     name: ClassVar[str] = "minpro"
     uses_behavior_ratio: ClassVar[bool] = True
+    zero_advantage_inert: ClassVar[bool] = True  # as cispo: pmin is a minimum over the row's own prefix
     eps_low: float = Field(1.0, ge=0, le=1)
     eps_high: float = Field(0.28, ge=0)
     pmin_floor: float | None = Field(None, gt=0)
@@ -86,12 +98,16 @@ class MinProKnobs(ObjectiveKnobs):
 class PrefixKnobs(ObjectiveKnobs):
     name: ClassVar[str] = "prefix"
     uses_behavior_ratio: ClassVar[bool] = True
+    zero_advantage_inert: ClassVar[bool] = True  # as cispo: the prefix product is the row's own
     C: float = Field(2.0, gt=0)
 
 
 class FTisKnobs(ObjectiveKnobs):
     name: ClassVar[str] = "ftis"
     uses_behavior_ratio: ClassVar[bool] = True
+    # Its term is cispo-like, but it filters rows (filters_rows: the filter and filtered_frac are
+    # over the batch's rows, the learner trains it on the whole-batch path): rows stay forwarded.
+    zero_advantage_inert: ClassVar[bool] = False
     C: float = Field(2.0, gt=0)
     kl_max: float = Field(0.5, gt=0)
 
@@ -118,6 +134,12 @@ class WrapperKnobs(ObjectiveKnobs):
     @property
     def uses_behavior_ratio(self) -> bool:  # type: ignore[override]
         return self.inner.uses_behavior_ratio
+
+    @property
+    def zero_advantage_inert(self) -> bool:  # type: ignore[override]
+        """tis multiplies the inner term by a detached finite weight (<= C), mc only changes the
+        advantage (A = R - median, the pivot is no row): both are inert exactly when the inner one is."""
+        return self.inner.zero_advantage_inert
 
 
 class TisKnobs(WrapperKnobs):

@@ -1,6 +1,7 @@
 """Which rows one update trains: every group's advantages, the row weights of peers' groups, and
 the rows `loss.off_policy.peer_failures = "drop"` leaves out (policy/ALGORITHMS.md, "Peers'
-failures dropped"; `own_failures = "drop"`, a control, leaves out ours by the same rule).
+failures dropped"; `own_failures = "drop"`, a control, leaves out ours by the same rule), and the
+rows at advantage exactly 0 where their objective makes that free (`skip_zero_rows`).
 policy/learner.py pads the trained rows into its batch; a dropped row is never forwarded, yet
 counts in every aggregation's denominator (`absent_weights`)."""
 from __future__ import annotations
@@ -21,7 +22,8 @@ class Selection:
     samples: list[TrainSample] = dataclasses.field(default_factory=list)
     advantages: list[float] = dataclasses.field(default_factory=list)  # 0 on dropped rows
     row_weights: list[float] = dataclasses.field(default_factory=list)
-    dropped: list[bool] = dataclasses.field(default_factory=list)  # a row not trained (peer_/own_failures = drop)
+    dropped: list[bool] = dataclasses.field(default_factory=list)  # a row not forwarded (failures, or zero_adv)
+    zero_adv: list[bool] = dataclasses.field(default_factory=list)  # dropped for its A = 0 (skip_zero_rows)
     groups_zero_adv: int = 0
     ext_groups_no_correct: int = 0  # peers' groups without a correct sample (peer_failures = drop)
     own_groups_no_correct: int = 0  # groups with samples of ours and no correct sample (own_failures = drop)
@@ -32,11 +34,15 @@ class Selection:
         return [i for i, dropped in enumerate(self.dropped) if not dropped]
 
     def drop_stats(self) -> dict[str, float]:
-        """Rows dropped and groups skipped for want of a correct sample, peers' and ours (0s left out)."""
-        own = sum(d and s.tier is None for s, d in zip(self.samples, self.dropped))
-        counts = {"ext_failures_dropped": sum(self.dropped) - own, "own_failures_dropped": own,
+        """Rows dropped and groups skipped for want of a correct sample, peers' and ours, and rows
+        left out at A = 0 (0s left out)."""
+        flags = self.zero_adv or [False] * len(self.dropped)  # [N] a Selection built without the flags
+        zero = [d and z for d, z in zip(self.dropped, flags)]  # [N] a flagged row forwarded anyway is not counted
+        failed = [d and not z for d, z in zip(self.dropped, zero)]  # [N]
+        own = sum(f and s.tier is None for s, f in zip(self.samples, failed))
+        counts = {"ext_failures_dropped": sum(failed) - own, "own_failures_dropped": own,
                   "ext_groups_no_correct": self.ext_groups_no_correct,
-                  "own_groups_no_correct": self.own_groups_no_correct}
+                  "own_groups_no_correct": self.own_groups_no_correct, "zero_adv_rows_skipped": sum(zero)}
         return {key: float(n) for key, n in counts.items() if n}
 
 
@@ -85,7 +91,20 @@ def select_rows(groups: list[TrainGroup], kind: AdvantageKind, off_policy: OffPo
             sel.advantages.append(0.0 if dropped else a * peer_scale if peer else a)
             sel.row_weights.append(peer_weight if peer else 1.0)
             sel.dropped.append(dropped)
+            sel.zero_adv.append(False)
     return sel
+
+
+def skip_zero_rows(sel: Selection, own: bool, peer: bool) -> Selection:
+    """sel with every row still trained at advantage exactly 0 dropped (and flagged zero_adv): ours
+    when `own`, peers' when `peer`, i.e. when the objective that trains them is zero_advantage_inert
+    (policy/loss_knobs.py). Such a row adds exactly 0 to the numerator, so left out of the forward
+    pass yet counted in the denominators (`absent_weights`) it gives the gradient it gave forwarded:
+    a flat group kept by skip_zero_advantage = false, an mc row at the median, a partial-credit row
+    at its group's mean cost nothing."""
+    zero = [not d and a == 0.0 and (peer if s.tier is not None else own)
+            for s, a, d in zip(sel.samples, sel.advantages, sel.dropped)]  # [N]
+    return dataclasses.replace(sel, dropped=[d or z for d, z in zip(sel.dropped, zero)], zero_adv=zero)
 
 
 def absent_weights(sel: Selection) -> tuple[torch.Tensor, torch.Tensor]:

@@ -181,7 +181,9 @@ def build_config(args):
         "optim.minibatches=1",
         "optim.lora_rank=0",
         f"optim.autocast_bf16={'true' if bf16 else 'false'}",
-        # TRL trains on every group, zero-advantage ones included: do the same amount of work.
+        # TRL trains on every group, zero-advantage ones included: so do we, but a row at advantage 0
+        # is not forwarded (its gradient is 0, policy/ALGORITHMS.md "Zero-advantage rows cost nothing"):
+        # the same update for less work, counted per round as zero_adv_rows_skipped.
         "optim.skip_zero_advantage=false",
         "model.dtype=\"float32\"",  # float32 master weights on both sides (TRL keeps them too)
     ]

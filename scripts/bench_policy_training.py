@@ -41,7 +41,8 @@ def our_round(node, round_index: int) -> dict:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"wall": wall, "cpu": cpu, "tokens": row["tokens_generated"], "t_generate": row["t_generate"],
             "t_score": row["t_score"], "t_train": row["t_train"], "reward_mean": row["reward_mean"],
-            "samples_trained": row.get("samples_trained", 0.0)}
+            "samples_trained": row.get("samples_trained", 0.0),
+            "zero_adv_rows_skipped": row.get("zero_adv_rows_skipped", 0.0)}
 
 
 def build_trl_dataset(node, n_steps: int):
@@ -99,7 +100,8 @@ def bench_training(node, args, console, skip_trl: bool) -> dict:
             "t_score_median": median([r["t_score"] for r in measured]),
             "t_train_median": median([r["t_train"] for r in measured]),
             "reward_mean": statistics.fmean(r["reward_mean"] for r in measured),
-            "samples_trained": [r.get("samples_trained") for r in measured],  # ours: all P x G expected
+            "samples_trained": [r.get("samples_trained") for r in measured],  # ours: rows forwarded
+            "zero_adv_rows_skipped": [r.get("zero_adv_rows_skipped") for r in measured],  # ours: + these = P x G
             "warmup_seconds": [r["wall"] for r in rows[:args.warmup]],
         }
 

@@ -35,7 +35,8 @@ def test_bench_policy_quick_writes_json_and_png(tmp_path):
     assert result["training"]["precision"] == "fp32"  # auto on the tiny model: the learner's own weights
     ours = result["training"]["ours"]
     assert ours["tok_s_median"] > 0 and ours["tokens"] == [2 * 4 * 8]  # prompts x G x max_new_tokens
-    assert ours["samples_trained"] == [2 * 4]  # zero-advantage groups are trained too, as TRL does
+    # every group is trained, as TRL does; rows at advantage 0 are counted but not forwarded
+    assert [a + b for a, b in zip(ours["samples_trained"], ours["zero_adv_rows_skipped"])] == [2 * 4]
     if with_trl:
         trl = result["training"]["trl"]
         assert trl["tokens"] == ours["tokens"] and result["training"]["ratio"] > 0

@@ -63,7 +63,8 @@ def test_several_minibatch_steps_move_ratios_away_from_one():
 def test_mc_excludes_exactly_one_pivot_per_group():
     lrn, _ = learner("mc(grpo)")
     stats = lrn.update([group([1.0, 0.0, 0.0, 0.0, 1.0])])  # G+1 = 5 samples, median 0
-    assert stats["samples_trained"] == 4
+    # 4 rows: the 2 others at the median (A = 0) are counted but not forwarded (grpo is inert there)
+    assert stats["samples_trained"] == 2 and stats["zero_adv_rows_skipped"] == 2
 
 
 def test_masked_tokens_are_not_trained():
