@@ -1,16 +1,26 @@
 """Sampling and scoring this round's groups: plain groups, hinted groups, DARS extra rollouts.
 
-    plain     G completions of the prompt (one batched generate call for all plain prompts)
+    plain     G completions of the prompt
     hinted    1 completion of the plain prompt + G-1 conditioned on the prompt's current hint:
               an abstract level (l1-l3) is appended to the question; a prefix is forced as the
-              first completion tokens, which the loss never sees (Rollout.hint_tokens)
+              first completion tokens, which the loss never sees (Rollout.hint_tokens), and the
+              text generated after it keeps the budget max_new_tokens - len(prefix)
     DARS      prompts whose base accuracy is low get extra completions (node/allocation.py)
+
+The round's own completions (plain and hinted) come from ONE generate call: every completion is a
+row of its own (its prompt repeated, n = 1), since a call has a fixed cost (its own decode loop)
+that separate calls per kind of prompt paid several times a round; the generator prefills each
+distinct prompt once however often it repeats. A prefix row is sampled with the full budget and cut
+to its room afterwards: sampling goes token by token, so the first `room` tokens of a longer row
+have exactly the distribution of a row sampled with budget `room`. DARS's extra completions, which
+depend on this call's scores, are a call of their own.
 """
 from __future__ import annotations
 
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 from node.allocation import AllocationConfig, dars_extra_rollouts
 from node.assembly import SamplingContext
@@ -18,8 +28,18 @@ from node.pass_rates import PassRates
 from node.groups import HintUse, ScoredGroup
 from node.prompts import render_prompt
 from node.tasks.base import Task
-from policy.generation import StaleWeightsError, decode_with_offsets
-from policy.types import Rollout, SamplingParams
+from policy.generation import StaleWeightsError, decode_with_offsets, eos_token_ids
+from policy.types import Rollout
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One completion of the round's generate call: whose task, whether hinted, and for a prefix
+    hint the forced ids (the generator's prompt is the task's prompt + these)."""
+
+    task: int
+    hinted: bool
+    prefix: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -33,21 +53,18 @@ class RolloutSampler:
 
     def sample(self, tasks: list[Task], hints: list[HintUse | None], policy_version: int) -> tuple[list[ScoredGroup], dict]:
         """One scored group per task, in task order, and sampling statistics."""
-        n = self.group_size
         plain = [i for i, h in enumerate(hints) if h is None]
-        hinted = [i for i, h in enumerate(hints) if h is not None]
         prompts = [render_prompt(self.ctx.policy, t.question) for t in tasks]
-        rollouts: dict[int, list[Rollout]] = {}
-        flags: dict[int, list[bool]] = {}
+        rows, generator_prompts = self._rows(tasks, hints, prompts)
+        rollouts: list[list[Rollout]] = [[] for _ in tasks]
+        flags: list[list[bool]] = [[] for _ in tasks]
         with self.ctx.autocast():
-            for i, rs in zip(plain, self._generate([prompts[i] for i in plain], n)):
-                rollouts[i], flags[i] = rs, [False] * n
-            for i, rs in zip(hinted, self._generate([prompts[i] for i in hinted], 1)):
-                rollouts[i], flags[i] = rs, [False]
-            for i, rs in zip(hinted, self._generate_hinted([tasks[i] for i in hinted], [prompts[i] for i in hinted],
-                                                           [hints[i] for i in hinted], n - 1)):
-                rollouts[i] += rs
-                flags[i] += [True] * len(rs)
+            generated = self._generate(generator_prompts, 1)
+        for row, (rollout,) in zip(rows, generated):
+            if row.prefix is not None:
+                rollout = self._with_prefix(prompts[row.task], list(row.prefix), rollout)
+            rollouts[row.task].append(rollout)
+            flags[row.task].append(row.hinted)
         self._score_seconds = 0.0
         groups = [self._score(task, rollouts[i], policy_version, hints[i], flags[i]) for i, task in enumerate(tasks)]
         extra = self._allocate([groups[i] for i in plain], [prompts[i] for i in plain], policy_version)
@@ -56,40 +73,57 @@ class RolloutSampler:
             stats["dars_extra_rollouts"] = float(extra)
         return groups, stats
 
+    def _rows(self, tasks: list[Task], hints: list[HintUse | None],
+              prompts: list[list[int]]) -> tuple[list[_Row], list[list[int]]]:
+        """Every completion of the round in task order (a hinted task's unhinted completion first),
+        and the prompt the generator continues for each."""
+        n = self.group_size
+        tok = self.ctx.policy.tokenizer
+        rows: list[_Row] = []
+        generator_prompts: list[list[int]] = []
+        for i, (task, hint) in enumerate(zip(tasks, hints)):
+            if hint is None:
+                rows += [_Row(i, False)] * n
+                generator_prompts += [prompts[i]] * n
+                continue
+            rows.append(_Row(i, False))
+            generator_prompts.append(prompts[i])
+            if hint.level == "prefix":
+                prefix = tok(hint.text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+                rows += [_Row(i, True, tuple(prefix))] * (n - 1)
+                generator_prompts += [prompts[i] + prefix] * (n - 1)
+            else:
+                rows += [_Row(i, True)] * (n - 1)
+                generator_prompts += [render_prompt(self.ctx.policy, task.question, hint.text)] * (n - 1)
+        return rows, generator_prompts
+
     def _generate(self, prompts: list[list[int]], n: int) -> list[list[Rollout]]:
         if not prompts or n < 1:
             return [[] for _ in prompts]
         return self.ctx.generate(prompts, n, self.ctx.params)
 
-    def _generate_hinted(self, tasks: list[Task], prompts: list[list[int]], hints: list[HintUse],
-                         n: int) -> list[list[Rollout]]:
-        """n completions per task conditioned on its hint, in task order."""
-        out: list[list[Rollout]] = [[] for _ in tasks]
-        abstract = [i for i, h in enumerate(hints) if h.level != "prefix"]
-        prefixed = [i for i, h in enumerate(hints) if h.level == "prefix"]
-        hinted_prompts = [render_prompt(self.ctx.policy, tasks[i].question, hints[i].text) for i in abstract]
-        for i, rs in zip(abstract, self._generate(hinted_prompts, n)):
-            out[i] = rs
-        tok = self.ctx.policy.tokenizer
-        prefix_ids = {i: tok(hints[i].text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-                      for i in prefixed}
-        by_room: dict[int, list[int]] = defaultdict(list)  # tokens left after the prefix -> tasks
-        for i in prefixed:
-            by_room[max(1, self.ctx.params.max_new_tokens - len(prefix_ids[i]))].append(i)
-        for room, indices in by_room.items():
-            params = SamplingParams(self.ctx.params.temperature, room, self.ctx.params.seed)
-            generated = self.ctx.generate([prompts[i] + prefix_ids[i] for i in indices], n, params)
-            for i, rs in zip(indices, generated):
-                out[i] = [self._with_prefix(prompts[i], prefix_ids[i], r) for r in rs]
-        return out
-
     def _with_prefix(self, prompt: list[int], prefix: list[int], rollout: Rollout) -> Rollout:
-        """The prefix becomes the first completion tokens (masked from the loss by hint_tokens)."""
-        ids = prefix + rollout.completion_ids
+        """The prefix becomes the first completion tokens (masked from the loss by hint_tokens), and
+        the text generated after it is cut to its room, max(1, max_new_tokens - len(prefix)): the
+        row was sampled with the full budget, its first `room` tokens are what a call with budget
+        `room` would have drawn. Kept whole, it ended (eos) within its room; cut or filling the room
+        without eos, it is truncated. A cut row's entropy stays the mean over every token it
+        generated (the generator returns no per-token entropies to re-average): the same policy's
+        draws, some past the room."""
+        room = max(1, self.ctx.params.max_new_tokens - len(prefix))
+        generated, logprobs, truncated = rollout.completion_ids, list(rollout.logprobs), rollout.truncated
+        if len(generated) > room or (len(generated) == room and generated[-1] not in self._eos_ids):
+            generated, logprobs, truncated = generated[:room], logprobs[:room], True
+        ids = prefix + generated
         text, offsets = decode_with_offsets(self.ctx.policy.tokenizer, ids)
-        return Rollout(prompt_ids=prompt, completion_ids=ids, logprobs=[0.0] * len(prefix) + list(rollout.logprobs),
-                       text=text, offsets=offsets, truncated=rollout.truncated, hint_tokens=len(prefix),
+        return Rollout(prompt_ids=prompt, completion_ids=ids, logprobs=[0.0] * len(prefix) + logprobs,
+                       text=text, offsets=offsets, truncated=truncated, hint_tokens=len(prefix),
                        policy_version=rollout.policy_version, entropy=rollout.entropy)
+
+    @cached_property
+    def _eos_ids(self) -> frozenset[int]:
+        """Every token that ends a completion (the generator's own cut: policy/generation.py)."""
+        return frozenset(eos_token_ids(self.ctx.policy.model, self.ctx.policy.tokenizer))
 
     def _score(self, task: Task, rollouts: list[Rollout], policy_version: int, hint: HintUse | None,
                hinted: list[bool]) -> ScoredGroup:

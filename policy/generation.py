@@ -102,14 +102,20 @@ class HFGenerator:
     def _shared_prefix_cache(self, prompts: list[list[int]], owners: list[int]) -> DynamicCache | None:
         """KV cache of every row's prompt but its last token, computed once per distinct prompt.
 
-        The n rows of a prompt share it, so the prefill runs on the distinct prompts of the batch
-        and its keys/values are then copied out to the rows. `generate` sees a cache shorter than
-        `input_ids` and feeds only the last prompt column (it must run through the model anyway:
-        its logits give the first token). The layout is the rows' one (left padded to the same
-        width P), so masks and positions line up column for column.
+        The rows of a prompt share it, so the prefill runs on the distinct prompts of the batch
+        and its keys/values are then copied out to the rows. Distinct by content, not by index:
+        a caller that passes every row as its own prompt with n = 1 (node/rollouts.py merges a
+        round's plain and hinted completions into one call so) pays no extra prefill. `generate`
+        sees a cache shorter than `input_ids` and feeds only the last prompt column (it must run
+        through the model anyway: its logits give the first token). The layout is the rows' one
+        (left padded to the same width P), so masks and positions line up column for column.
         """
-        distinct = sorted(set(owners))  # prompt indices present in this batch
-        input_ids, attention_mask, _ = pad_batch([prompts[i] for i in distinct], [[] for _ in distinct], self.pad_id)  # [U, P]
+        slot: dict[tuple[int, ...], int] = {}  # distinct prompt content -> its row in the prefill
+        keys = [tuple(prompts[index]) for index in owners]
+        for key in keys:
+            slot.setdefault(key, len(slot))
+        distinct = [list(key) for key in slot]
+        input_ids, attention_mask, _ = pad_batch(distinct, [[] for _ in distinct], self.pad_id)  # [U, P]
         if input_ids.shape[1] < 2:
             return None  # one-token prompts: nothing to share
         device = self.model.device
@@ -129,8 +135,7 @@ class HFGenerator:
                 past_key_values=cache,
                 use_cache=True,
             )
-        slot = {index: position for position, index in enumerate(distinct)}
-        cache.batch_select_indices(torch.tensor([slot[index] for index in owners], device=device))  # [B, heads, P-1, d] per layer
+        cache.batch_select_indices(torch.tensor([slot[key] for key in keys], device=device))  # [B, heads, P-1, d] per layer
         return cache
 
     def _generation_config(self, params: SamplingParams) -> GenerationConfig:

@@ -7,8 +7,9 @@ A round costs (every count from the round's metrics row, node/loop.py and node/e
 
     round_overhead_s                                   python, scoring, composing, the optimizer step
     + tokens_generated / gen_tokens_per_s              our own rollouts
-    + generate_calls * generate_call_s                 each generate call's prefill and set-up (hinted
-                                                       prompts and DARS extras are calls of their own)
+    + generate_calls * generate_call_s                 each generate call's prefill and set-up (one a
+                                                       round, hinted prompts included; DARS extras are
+                                                       calls of their own)
     + tokens_trained / train_tokens_per_s              every row trained, ours and peers'
     + messages_checked * message_check_s               every message received: signature, limits, replay
     + groups_verified * group_verify_s                 every peer group re-verified: rebuild, re-score,
