@@ -44,3 +44,25 @@ class Retokenizer:
         encoded = self.policy.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
                                         split_special_tokens=True)
         return list(encoded["input_ids"]), [tuple(span) for span in encoded["offset_mapping"]]
+
+    def encode_texts(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]] | Exception]:
+        """[self.encode_text(t) for t in texts] in one batched tokenizer call (a group's completions
+        at once), except that an item encode_text would raise on comes back as that Exception
+        instance instead of raising, so one untokenizable text neither loses the others nor hides
+        which one failed: check each item with isinstance(item, Exception)."""
+        texts = list(texts)
+        if not texts:
+            return []
+        try:
+            encoded = self.policy.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
+                                            split_special_tokens=True)
+        except Exception:  # the batch call names no culprit: redo it item by item
+            return [self._encode_or_error(text) for text in texts]
+        return [(list(ids), [tuple(span) for span in spans])
+                for ids, spans in zip(encoded["input_ids"], encoded["offset_mapping"], strict=True)]
+
+    def _encode_or_error(self, text: str) -> tuple[list[int], list[tuple[int, int]]] | Exception:
+        try:
+            return self.encode_text(text)
+        except Exception as err:
+            return err

@@ -1,11 +1,19 @@
-"""Scoring untrusted text in killable worker processes, each call under a deadline.
+"""Scoring untrusted text in killable worker processes, each answer under a deadline.
 
 A thread cannot be stopped while a C call holds the GIL (`9**9**9**9` under math-verify, sympy's
 `factorial(99999999)` in reasoning-gym's countdown scorer): the whole process freezes. Here every
 call goes to a small pool of `python -m node.scorer_worker` processes; a worker that misses the
-deadline is killed (SIGKILL) and a fresh one starts at once in the background, so the call returns
+deadline is killed (SIGKILL) and a fresh one starts at once in the background, so the answer scores
 None ("score_timeout") within the deadline plus a few milliseconds. Workers are started with
 subprocess (a fresh interpreter, no fork of a process that has torch threads) and die with the node.
+
+Protocol (length-prefixed pickle frames, node/scorer_worker.py): the worker first gets the task
+source spec and answers READY once its imports are done; then each request is one frame
+`(scorer, task, answers)` (a group's answers share one task, sent once) and the worker answers one
+float frame per answer, in order, as soon as each is scored. Each answer has `timeout_s` of its own,
+counted from the previous reply (or from the request for the first): the one that misses it is
+the one that hung, it scores None, the worker is replaced, and the answers after it go to another
+worker in a fresh request, so a hostile answer costs only its own slot.
 """
 from __future__ import annotations
 
@@ -76,14 +84,16 @@ class _Worker:
 
 
 class ScorerSandbox:
-    """correctness(scorer, task, answer, timeout_s) in a worker process; None when it timed out."""
+    """correctness(scorer, task, answer, timeout_s) in a worker process; None when it timed out.
+    correctness_many does the same for several answers of one task in one round-trip."""
 
     def __init__(self, source_spec: tuple | None = None, workers: int = DEFAULT_WORKERS,
                  ready_wait_s: float = READY_WAIT_S):
         self.source_spec = source_spec  # (kind, datasets, seed): the worker rebuilds our task source
         self.n_workers = workers
         self.ready_wait_s = ready_wait_s
-        self.counters: Counter[str] = Counter()  # started / scored / killed / unavailable
+        # started / killed: workers; scored: answers; unavailable: requests that found no ready worker
+        self.counters: Counter[str] = Counter()
         self._counts_lock = threading.Lock()  # _lock is held for a whole call: status must not wait on it
         self._workers: list[_Worker] = []
         self.pids_seen: list[int] = []  # every worker ever started (tests check none outlives close)
@@ -104,24 +114,46 @@ class ScorerSandbox:
             self._tally("started")
 
     def correctness(self, scorer: str, task, answer: str, timeout_s: float) -> float | None:
+        return self.correctness_many(scorer, task, [answer], timeout_s)[0]
+
+    def correctness_many(self, scorer: str, task, answers: list[str], timeout_s: float, *,
+                         stop_at_timeout: bool = False) -> list[float | None]:
+        """One score per answer, in order; None for an answer that timed out (or found no worker).
+        stop_at_timeout: the answers after one that timed out are not scored (None) either: a caller
+        that refuses the whole group then waits for no replacement worker."""
+        answers = list(answers)
+        results: list[float | None] = []
         with self._lock:
-            self._fill()
-            worker = self._ready_worker()
-            if worker is None:
-                self._tally("unavailable")
-                return None
-            try:
-                write_frame(worker.proc.stdin.fileno(), (scorer, task, answer))
+            while len(results) < len(answers):  # each pass settles at least one answer
+                results.extend(self._request(scorer, task, answers[len(results):], timeout_s))
+                if stop_at_timeout and None in results:
+                    return results + [None] * (len(answers) - len(results))
+        return results
+
+    def _request(self, scorer: str, task, answers: list[str], timeout_s: float) -> list[float | None]:
+        """Scores for a prefix of `answers`: all of them, or up to and including the first that
+        timed out (None; its worker is replaced). Called with _lock held."""
+        self._fill()
+        worker = self._ready_worker()
+        if worker is None:  # no worker came up within ready_wait_s: none of these can be scored
+            self._tally("unavailable")  # one wait given up, however many answers it held
+            return [None] * len(answers)
+        results: list[float | None] = []
+        try:
+            write_frame(worker.proc.stdin.fileno(), (scorer, task, answers))
+            for _ in answers:
                 got, value = worker.poll_frame(timeout_s)
-            except (OSError, EOFError) as err:
-                log.warning("scorer worker %d failed (%s); starting another", worker.proc.pid, err)
-                got, value = False, None
-            if not got:
-                self._replace(worker)
-                self._tally("killed")
-                return None
-            self._tally("scored")
-            return value
+                if not got:
+                    break
+                results.append(value)
+                self._tally("scored")
+        except (OSError, EOFError) as err:
+            log.warning("scorer worker %d failed (%s); starting another", worker.proc.pid, err)
+        if len(results) < len(answers):  # the next answer hung (or killed its worker)
+            self._replace(worker)
+            self._tally("killed")
+            results.append(None)
+        return results
 
     def _tally(self, key: str) -> None:
         with self._counts_lock:

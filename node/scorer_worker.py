@@ -1,9 +1,10 @@
 """One scorer sandbox worker: `python -m node.scorer_worker`, started by node/scorer_sandbox.py.
 
 Imports only what scoring needs (math-verify, the task source: reasoning-gym for reasoning-gym
-tasks), never torch. Reads length-prefixed pickled requests on stdin, answers on the original
-stdout (print() from a library goes to stderr instead). Dies with its parent (PR_SET_PDEATHSIG),
-so a worker stuck in a C call never outlives the node.
+tasks), never torch. Reads length-prefixed pickled requests `(scorer, task, answers)` on stdin and
+answers on the original stdout (print() from a library goes to stderr instead) with one frame per
+answer, in order, each as soon as that answer is scored: the sandbox then knows which answer hung.
+Dies with its parent (PR_SET_PDEATHSIG), so a worker stuck in a C call never outlives the node.
 """
 from __future__ import annotations
 
@@ -66,16 +67,21 @@ def main() -> None:
         from node.tasks import make_source
 
         source = make_source(*spec)
-    import math_verify  # noqa: F401  (about 1 s: paid here, before we say we are ready)
+    from node.verifiers import _math_verify_unbounded
 
+    # The math-verify import (about 1 s) and its first parses, which build its grammars (0.1 s,
+    # far more on a busy machine): paid here, before we say we are ready, so that no honest
+    # answer's deadline is spent on them.
+    _math_verify_unbounded("\\frac{1}{2}", "0.5")
     write_frame(reply_fd, READY)
     while (request := read_frame(0)) is not None:
-        scorer, task, answer = request
-        try:
-            value = float(correctness(scorer, task, answer, source))
-        except Exception:  # a scorer's error on hostile text scores 0, as in-process
-            value = 0.0
-        write_frame(reply_fd, value)
+        scorer, task, answers = request  # the task is sent (and unpickled) once for all its answers
+        for answer in answers:
+            try:
+                value = float(correctness(scorer, task, answer, source))
+            except Exception:  # a scorer's error on hostile text scores 0, as in-process
+                value = 0.0
+            write_frame(reply_fd, value)
 
 
 if __name__ == "__main__":

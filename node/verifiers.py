@@ -200,10 +200,17 @@ def _math_verify_bounded(pred: str | None, gold: str | None, timeout_s: float) -
 
 
 class Sandbox(Protocol):
-    """Runs one capped correctness check out of process (node/scorer_sandbox.ScorerSandbox)."""
+    """Runs capped correctness checks out of process (node/scorer_sandbox.ScorerSandbox): one
+    answer, or several answers of one task in one round-trip (None: that answer timed out)."""
 
     def correctness(self, scorer: str, task: Task, answer: str, timeout_s: float) -> float | None: ...
 
+    def correctness_many(self, scorer: str, task: Task, answers: list[str],
+                         timeout_s: float) -> list[float | None]: ...
+
+
+# _screen's correctness for an answer only a capped scorer can decide (None already means timed out)
+_PENDING: Any = object()
 
 
 class Verifier(BaseModel):
@@ -238,6 +245,33 @@ class Verifier(BaseModel):
         """(reward, info). `sandbox`: where to run capped scorers on untrusted (peer) text; None runs
         them in a worker thread. info["refused"] names a compute bomb refused before scoring (it
         scores 0); info["timed_out"] is True when the scorer ran out of time (it scores 0)."""
+        info, correctness = self._screen(task, source, completion)
+        if correctness is _PENDING:
+            correctness = self._capped(info["scorer"], task, source, info["extracted"], sandbox)
+        return self._finish(info, correctness)
+
+    def score_many(self, task: Task, source: TaskSource, completions: list[str], sandbox: Sandbox | None = None,
+                   stop_at_timeout: bool = False) -> list[tuple[float, dict[str, Any]]]:
+        """[self.score(task, source, c, sandbox) for c in completions], with one sandbox round-trip
+        (correctness_many) for all the answers that need a capped scorer: a group shares its task,
+        so it is sent once. Without a sandbox this is exactly that loop. stop_at_timeout: once an
+        answer timed out, the capped ones after it are not scored (timed out too): for a caller
+        that refuses the whole group at its first timeout."""
+        if sandbox is None:
+            return [self.score(task, source, c) for c in completions]
+        screened = [self._screen(task, source, c) for c in completions]
+        pending = [i for i, (_, correctness) in enumerate(screened) if correctness is _PENDING]
+        if pending:  # every completion has the same task, hence the same scorer
+            answers = [screened[i][0]["extracted"] for i in pending]
+            values = sandbox.correctness_many(self._scorer_for(task), task, answers, self.timeout_s,
+                                              stop_at_timeout=stop_at_timeout)
+            for i, value in zip(pending, values, strict=True):
+                screened[i] = (screened[i][0], value)
+        return [self._finish(info, correctness) for info, correctness in screened]
+
+    def _screen(self, task: Task, source: TaskSource, completion: str) -> tuple[dict[str, Any], Any]:
+        """What is known before any capped scorer runs: (partial info, correctness), correctness
+        being _PENDING when only a capped scorer can decide it."""
         extracted = extract_answer(completion, self.fmt)
         format_ok = extracted is not None if self.fmt == "raw" else format_reward(completion) == 1.0
         scorer = self._scorer_for(task)
@@ -246,18 +280,22 @@ class Verifier(BaseModel):
         if extracted is not None:
             refused = None if self._is_cheap(scorer, source) else bomb_reason(extracted)
             if refused is None:
-                correctness = self._correctness(scorer, task, source, extracted, sandbox)
+                correctness = self._decided(scorer, task, source, extracted)
+        info = {"extracted": extracted, "format_ok": format_ok, "scorer": scorer, "refused": refused}
+        return info, correctness
+
+    def _finish(self, screened: dict[str, Any], correctness: float | None) -> tuple[float, dict[str, Any]]:
         timed_out = correctness is None
         correctness = correctness or 0.0
-        reward = correctness + self.format_weight * float(format_ok)
+        reward = correctness + self.format_weight * float(screened["format_ok"])
         info = {
             "correct": correctness >= 1.0,
             "correctness": correctness,
-            "extracted": extracted,
-            "format_ok": format_ok,
-            "scorer": scorer,
+            "extracted": screened["extracted"],
+            "format_ok": screened["format_ok"],
+            "scorer": screened["scorer"],
             "timed_out": timed_out,
-            "refused": refused,
+            "refused": screened["refused"],
         }
         return reward, info
 
@@ -271,8 +309,9 @@ class Verifier(BaseModel):
         """A string comparison: bounded on any text, needs no cap."""
         return scorer == "exact" or (scorer == "dataset" and source.score_is_bounded)
 
-    def _correctness(self, scorer: str, task: Task, source: TaskSource, answer: str,
-                     sandbox: Sandbox | None) -> float | None:
+    @staticmethod
+    def _decided(scorer: str, task: Task, source: TaskSource, answer: str) -> Any:
+        """The correctness when no capped scorer is needed to tell, else _PENDING."""
         if scorer == "exact":
             return exact_match(answer, task.reference_answer)
         if scorer == "math" and (not isinstance(task.reference_answer, str) or len(answer) > MAX_MATH_ANSWER_CHARS
@@ -280,6 +319,10 @@ class Verifier(BaseModel):
             return 0.0  # decided here, before any scorer runs (the sandbox's workers only run math-verify)
         if scorer == "dataset" and source.score_is_bounded:
             return source.score(task, answer)
+        return _PENDING
+
+    def _capped(self, scorer: str, task: Task, source: TaskSource, answer: str,
+                sandbox: Sandbox | None) -> float | None:
         if sandbox is not None:
             return sandbox.correctness(scorer, task, answer, self.timeout_s)
         if scorer == "math":
