@@ -52,9 +52,12 @@ import hashlib
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from node.groups import ScoredGroup
+
+if TYPE_CHECKING:
+    from node.verify import Candidate
 from node.reasons import DUPLICATE  # the refusal admission decides (node/pool.py counts it)
 
 MAX_KEYS = 4096  # key records kept; beyond it the record worth least is forgotten (see _make_room)
@@ -73,9 +76,10 @@ class KeyRecord:
     established_at: float = 0.0  # clock time it was promoted (0: not yet; with a clock)
 
 
-def content_digest(group: ScoredGroup) -> str:
-    """sha256 over the prompt and the sorted, whitespace-normalised completion texts."""
-    texts = sorted(" ".join(r.text.split()) for r in group.rollouts)
+def content_digest(group: ScoredGroup | Candidate) -> str:
+    """sha256 over the prompt and the sorted, whitespace-normalised completion texts (the same for a
+    peer's group before and after verification)."""
+    texts = sorted(" ".join(text.split()) for text in group.texts)
     h = hashlib.sha256(group.task.prompt_key.encode())
     for text in texts:
         h.update(b"\0" + text.encode("utf-8", "surrogatepass"))

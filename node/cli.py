@@ -211,15 +211,29 @@ def cmd_status(args: argparse.Namespace) -> int:
                       str(p.accepted), str(p.rejected), str(s.ingest.get(VERIFIED_BY_PEER + p.peer_id, 0)),
                       "no" if promoted is None else "yes")
     out.print(peers)
+    out.print(exchange_summary(dict(s.exchange_totals)), highlight=False)
     rounds = Table(title="recent rounds")
-    for col in ("round", "local", "ext received", "ext used", "ext dropped", "tier 0/1/2"):
+    for col in ("round", "local", "ext received", "ext verified", "ext used", "ext dropped", "tier 0/1/2",
+                "exchange s"):
         rounds.add_column(col, justify="right")
     for r in s.rounds:
-        rounds.add_row(*(str(v) for v in (r.round, r.local_groups, r.external_groups_received,
+        rounds.add_row(*(str(v) for v in (r.round, r.local_groups, r.external_groups_received, r.groups_verified,
                                           r.external_groups_used, r.external_groups_dropped)),
-                       f"{r.tier0_rollouts}/{r.tier1_rollouts}/{r.tier2_rollouts}")
+                       f"{r.tier0_rollouts}/{r.tier1_rollouts}/{r.tier2_rollouts}", f"{r.exchange_s:.3f}")
     out.print(rounds)
     return 0
+
+
+def exchange_summary(totals: dict[str, float]) -> str:
+    """One line: what the exchange verified for what it used, and where its seconds went."""
+    if not totals:
+        return "exchange: nothing yet"
+    used, verified = totals.get("external_used", 0), totals.get("groups_verified", 0)
+    phases = {k.removeprefix("t_exchange_"): v for k, v in totals.items() if k.startswith("t_exchange_")}
+    ratio = f"{verified / used:.2f}" if used else "-"
+    return (f"exchange: {totals.get('external_received', 0):.0f} groups received, {verified:.0f} verified "
+            f"({totals.get('groups_audited', 0):.0f} audits), {used:.0f} used: {ratio} verified per used; seconds "
+            + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
 
 
 def cmd_config(args: argparse.Namespace) -> int:

@@ -168,11 +168,15 @@ class SwarmConfig(Section):
                                 "before this many seconds (time to subscribe and join the mesh)")
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
-    pool_max_groups: int = Field(256, ge=1, description="verified peer groups kept at most (oldest go first)")
-    pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group is dropped this many rounds after it was "
-                                     "verified (its behaviour log-probs grow stale as we train)")
+    audit_per_round: int = Field(2, ge=0, description="peer groups verified each round although the mix did not "
+                                 "pick them (the latest of randomly chosen senders): a sender of wrong rewards is "
+                                 "caught even when its groups are never picked")
+    pool_max_groups: int = Field(256, ge=1, description="peer groups kept at most, checked cheaply and verified "
+                                 "when picked (the heaviest sender's oldest go first)")
+    pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group is dropped this many rounds after it "
+                                     "was pooled (its behaviour log-probs grow stale as we train)")
     pool_max_age_s: float = Field(60.0, gt=0, description="join (background ingest): a pooled group is also dropped "
-                                  "this many seconds after it was verified, whichever comes first")
+                                  "this many seconds after it was pooled, whichever comes first")
     pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
     young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together hold at most this share of "
                                    "the external mix (of the J slots in a round with no established group; keys are "

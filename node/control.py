@@ -37,6 +37,8 @@ def status_reply(s: dict) -> swarm_pb2.StatusReply:
     reply.transport_counters.update({k: int(v) for k, v in s["transport"].items()})
     reply.tier_rollouts.update({k: int(v) for k, v in s.get("tiers_used", {}).items()})
     reply.hint_counters.update({k: int(v) for k, v in s.get("hints", {}).items()})
+    reply.hint_counters.update(flat_counts(s.get("hint_requests", {}), "peer_requests/"))
+    reply.exchange_totals.update({k: float(v) for k, v in s.get("exchange_totals", {}).items()})
     reply.observed.update({k: int(v) for k, v in s.get("observed", {}).items()})
     reply.ingest.update(flat_counts(s.get("ingest", {})))
     admission = s.get("admission", {})

@@ -4,25 +4,37 @@ What crosses the network is never trusted (proto/PROTOCOL.md); what the Ingress 
 verified by node/verify.py, and its refusals are counted, logged and (where they are evidence
 against the signer) reported to the Ingress here, in `_refuse`:
   transport bytes -> protocol.Ingress (signature, limits, replay, rate, bans)
-  rollout groups  -> rebuild question and answer from the TaskRef (never the sender's copy)
-                  -> recompute every reward with our own verifier; a claimed reward that
-                     disagrees rejects the group and counts against the signer
-                  -> re-tokenize the text with our tokenizer and pick each completion's behavior
-                     tier (node/tiers.py): the sender's log-probs exactly, aligned, or our proxy
-                  -> a bounded pool (node/pool.py)
+  rollout groups  -> the cheap checks (node/verify.py precheck_group): the task rebuilt from the
+                     TaskRef (never the sender's copy), lengths bounded; a group whose claimed
+                     rewards have no variance goes no further (SAPO would not train it)
+                  -> a bounded pool (node/pool.py), still unverified
+                  -> when the mix picks it (and only then): every reward recomputed with our own
+                     verifier (a claimed reward that disagrees refuses the group and counts
+                     against the signer), the text re-tokenized, each completion's behavior tier
+                     picked (node/tiers.py); a group that fails leaves its slot to another pick
+                  -> an audit: each round `swarm.audit_per_round` senders' latest unpicked groups
+                     are verified all the same, so a sender of wrong rewards is caught (and banned
+                     by its score) even when none of its groups is ever picked
   hints           -> rebuild the task; a hint that contains the answer is refused and counted
                      against the signer; the node keeps it only if it asked (node/hints.py)
-  hint requests   -> rebuild the task; the node may answer with hints (node/hint_writer.py)
+  hint requests   -> wait unverified, one per task (node/hint_requests.py); one the node can
+                     answer goes through the Ingress and is answered (node/hint_writer.py)
   SAPO mixing: J groups with reward variance from the pool (uniform / per_sender / weak_tasks);
   in cross-actor composition, first every pooled group for a prompt we sampled this round.
+Verifying what the mix uses rather than everything that arrives: on an 8-node tiny-warm swarm a
+node verified 28 groups a round to train on 3 (three quarters had no reward variance).
+Every phase's seconds are in the round's row (`t_exchange_<phase>`, EXCHANGE_PHASES), beside the
+counts the compute clock charges (EXCHANGE_WORK).
 
 Where ingest runs (`ingest`): "background" (`swarm-node join`): a worker thread (node/ingest.py)
 drains the transport and verifies under a per-round budget with per-sender staging quotas,
 established senders first (young and unknown origins share a bounded remainder), so `collect` only
 samples the verified pool and a flood never lengthens a round. "inline" (the
 in-process memory testnet, experiments, most tests): `collect` verifies everything that arrived,
-on the caller's thread, in swarm time: runs stay deterministic and reproducible.
-Peers' completions are scored in killable worker processes (node/scorer_sandbox.py).
+on the caller's thread, in swarm time: runs stay deterministic and reproducible. Either way the picked groups are verified
+in `collect` (bounded: J picks, MAX_REPICKS retries, the audit).
+Peers' completions are scored in killable worker processes (node/scorer_sandbox.py), a group's in
+one round-trip; the workers start with the exchange when our scorers may need them.
 """
 from __future__ import annotations
 
@@ -30,51 +42,63 @@ import logging
 import random
 import threading
 import time
-from collections import Counter, deque
-from dataclasses import dataclass
+from collections import Counter, OrderedDict, deque
 from typing import Callable, Literal
 
 from node.config import SwarmConfig
+from node.exchange_hints import NOTHING_TO_TRAIN, TRAINABLE, HintTraffic, ReceivedHint
+from node.exchange_status import exchange_status
 from node.groups import ScoredGroup
+from node.hint_requests import HintRequestQueue
+from node.peek import FlatSkimmer
 from node.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staged
 from node.pool import GroupPool, PoolEntry
 from node.prompts import Retokenizer
 from node.reasons import DISAGREES, OUTBOUND_INVALID, OWN, VERIFY_ERROR
 from node.refusals import Refusals
-from node.tasks.base import Task, TaskSource
+from node.tasks.base import TaskSource
 from node.scorer_sandbox import ScorerSandbox
 from node.verifiers import Verifier
-from node.verify import Refusal, VerifyContext, verify_group, verify_hint, verify_hint_request
-from node.wire import LEVEL_CODES, LEVEL_NAMES, to_wire, wire_task_ref
+from node.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group, timed,
+                         verify_candidate)
+from node.wire import to_wire
 from policy.types import TIERS
 from proto import swarm_pb2
 from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, Verified, topic_name
+from protocol.transports.base import Received
 
 log = logging.getLogger(__name__)
-MAX_KEYS_SHOWN = 64  # status: the most recently established keys listed
 # the exchange work a round row counts, what the compute clock charges (node/testnet/clock.py):
-# messages through the Ingress (signature, limits, replay), peer groups re-verified (rebuild,
-# re-score, re-tokenize), messages signed and published
-EXCHANGE_WORK = ("messages_checked", "groups_verified", "messages_published")
-# what the paced outbox sends first when a node produces more than its pace (protocol/outbox.py):
-# groups peers can train on, then hints and hint requests, then groups without reward variance. A
-# fast node answering a hint request each round (several levels each) spent most of its pace on
-# hints, and its paced peer trained its groups in 0.72 of rounds (0.92 without the hints)
-TRAINABLE, HINTING, NOTHING_TO_TRAIN = 2, 1, 0
+# messages through the Ingress (signature, limits, replay), peer groups re-verified (re-score,
+# re-tokenize, tier), messages signed and published, and zero-variance groups of established
+# senders dropped after a peek (node/peek.py), never checked
+EXCHANGE_WORK = ("messages_checked", "groups_verified", "messages_published", "messages_skimmed")
+# where the exchange's seconds go, each a `t_exchange_<phase>` of the round's row (no two overlap):
+# the peek that drops established senders' zero-variance claims (skim), the Ingress, the cheap checks (precheck, less the task rebuild, which is its own phase), the
+# expensive ones (score, retokenize, tier: the mix's picks and the audit), signing and publishing.
+# In background mode ingress and precheck run on the worker thread; node/loop.py adds
+# `t_exchange_hints` (answering peers' requests).
+EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokenize", "tier", "publish")
+# what `status` sums over every round: the work, groups received / used / audited / verified unused,
+# and each phase's seconds
+TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited", "groups_verified_unused",
+           *(f"t_exchange_{phase}" for phase in EXCHANGE_PHASES))
+YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
+MAX_AUDIT_SENDERS = 1024  # senders whose latest unpicked group is kept for the audit (the oldest forgotten)
 
-@dataclass(frozen=True)
-class ReceivedHint:
-    task: Task
-    level: str
-    text: str
-    sender: str
 
+def _scorers_capped(verifier: Verifier, source: TaskSource, sender_answers: bool) -> bool:
+    """Whether scoring a peer's text may need the sandbox (a capped scorer, not a string comparison)."""
+    cheap = verifier.scorer == "exact" or (verifier.scorer in ("auto", "dataset") and source.score_is_bounded)
+    return sender_answers or not cheap
 
-class SwarmExchange:
+class SwarmExchange(HintTraffic):
     """Implements the loop's Exchange over any protocol.Transport; never blocks the loop.
 
-    Thread-safety: `_lock` guards the pool, the hint queues and every counter, and is only ever
-    held for a few dict operations; verification itself runs outside it (background mode)."""
+    Thread-safety: `_lock` guards the pool, the hint queues, every counter and verification's
+    tokenizer and task cache. The ingest worker holds it for the cheap checks of one message at a
+    time; `collect` holds it while it verifies its picks (J groups, bounded), so `status` may wait
+    that long. The Ingress runs outside it (it has its own lock)."""
 
     def __init__(self, transport: Transport, identity: NodeIdentity, cfg: SwarmConfig, source: TaskSource,
                  verifier: Verifier, retokenizer: Retokenizer, model: swarm_pb2.ModelCard,
@@ -100,7 +124,9 @@ class SwarmExchange:
         # swarm_clock: the time rate limits and our publication pace run on (default: the wall clock;
         # an in-process simulation passes its swarm time, as its nodes share one CPU); clock: the
         # time messages are stamped and checked on (a compute-clock testnet's virtual time)
-        self.ingress = Ingress(limits or Limits(), clock=clock, rate_clock=swarm_clock)
+        self.clock = clock
+        self.limits = limits or Limits()
+        self.ingress = Ingress(self.limits, clock=clock, rate_clock=swarm_clock)
         self.outbox = Outbox(identity, limits=limits or Limits(), clock=clock, pace_clock=swarm_clock)
         self.topics = {kind: topic_name(cfg.name, kind) for kind in ("rollouts", "hints", "hint-requests")}
         self._topic_kinds = {self.topics["rollouts"]: {Kind.ROLLOUT_GROUP}, self.topics["hints"]: {Kind.HINT},
@@ -109,29 +135,42 @@ class SwarmExchange:
         # windows in time where they protect a real node (background ingest, `join`); the inline
         # in-process testnet runs in virtual time and keeps them in rounds (node/admission.py)
         self.pool = GroupPool.from_config(cfg, self.rejected, time.time if ingest == "background" else None)
-        self.observed: Counter[str] = Counter()  # things worth counting that are not rejections
-        self.used_by_sender: Counter[str] = Counter()
-        self.tiers_used: Counter[str] = Counter()  # behavior tier -> external rollouts trained on
-        self.last_round: dict = {}
-        self.history: deque[dict] = deque(maxlen=100)  # per-round usage, for `swarm-node status`
+        self._init_counters()
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
-        self._requests: deque[tuple[Task, str]] = deque(maxlen=64)
-        self._local_groups = 0
-        self._shared = {"wire_bytes": 0, "wire_tokens": 0}
-        self._arrived = {"received": 0, "flat": 0}  # verified since the last collect
-        self._work: Counter[str] = Counter()  # EXCHANGE_WORK since the last collect
+        self._requests = HintRequestQueue()  # unverified until we can answer one (node/hint_requests.py)
+        self.tasks = TaskCache(source)  # rebuilt tasks by ref, and our prompt tokens per question
+        self._skimmer = FlatSkimmer(self.limits)
+        # sender -> its latest group not verified: a candidate, a zero-variance claim, or skimmed bytes
+        self._unaudited: OrderedDict[str, Candidate | swarm_pb2.RolloutGroup | Received] = OrderedDict()
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
-        self._lock = threading.Lock()
+        # re-entrant: collect verifies its picks holding it (the pool's callback counts under it too);
+        # verification's tokenizer and task cache are used under it alone, from either thread
+        self._lock = threading.RLock()
         self.refusals = Refusals(self.rejected, self._lock)  # counted and logged (rate-limited)
         if state is not None:  # before the ingest worker starts: nothing is pooled yet
             self._load_state(state)
         for topic in self.topics.values():
             transport.subscribe(topic)
         self.ingest_mode = ingest
+        if sandbox is not None and _scorers_capped(verifier, source, cfg.accept_sender_answers):
+            sandbox.start()  # its workers import for a second or two: now, not in our first round
         self._worker = self._make_worker(ingest, budget)
         if self._worker is not None:  # started once assigned: its callback reads self._worker
             self._worker.start()
+
+    def _init_counters(self) -> None:
+        self.observed: Counter[str] = Counter()  # things worth counting that are not rejections
+        self.used_by_sender: Counter[str] = Counter()
+        self.tiers_used: Counter[str] = Counter()  # behavior tier -> external rollouts trained on
+        self.last_round: dict = {}
+        self.history: deque[dict] = deque(maxlen=100)  # per-round usage, for `swarm-node status`
+        self.totals: Counter[str] = Counter()  # TOTALED over every round, for `swarm-node status`
+        self._local_groups = 0
+        self._shared = {"wire_bytes": 0, "wire_tokens": 0}
+        self._arrived = {"received": 0, "flat": 0}  # since the last collect
+        self._work: Counter[str] = Counter()  # EXCHANGE_WORK since the last collect
+        self._seconds: Counter[str] = Counter()  # EXCHANGE_PHASES since the last collect
 
     def _make_worker(self, ingest: str, budget: IngestBudget) -> IngestWorker | None:
         if ingest == "inline":
@@ -149,14 +188,6 @@ class SwarmExchange:
         are rounds old by then, and a replayed group that was trained is still duplicate_content."""
         with self._lock:
             return {"admission": self.pool.admission.state_dict()}
-
-    def admission_status(self) -> dict:
-        """Keys established (with when, unix time; 0 in round-only mode) and how many are young."""
-        with self._lock:
-            admission = self.pool.admission
-            established = admission.established()
-            return {"established": [[key, at] for key, at in established[-MAX_KEYS_SHOWN:]],
-                    "established_count": len(established), "young_count": len(admission.keys) - len(established)}
 
     def _load_state(self, state: dict) -> None:
         try:
@@ -184,30 +215,28 @@ class SwarmExchange:
                 self._shared["wire_bytes"] += len(data)
                 self._shared["wire_tokens"] += sum(len(r.completion_ids) for r in group.rollouts)
 
-    def request_hints(self, tasks: list[Task]) -> None:
-        for task in tasks:
-            self._publish(swarm_pb2.HintRequest(task_ref=wire_task_ref(task.ref)), task.ref.key, HINTING)
-
-    def publish_hints(self, task: Task, levels: dict[str, str]) -> None:
-        for level, text in levels.items():
-            self._publish(swarm_pb2.Hint(task_ref=wire_task_ref(task.ref), level=LEVEL_CODES[level], text=text),
-                          task.ref.key, HINTING)
-
     def _publish(self, message, what: str, priority: int) -> bytes | None:
         """The signed bytes sent now, or None (it waits in the paced outbox, or breaks a limit peers
         enforce)."""
         self._count(self._work, "messages_published")
         try:
-            return self.outbox.publish(self.transport, self.cfg.name, message, priority=priority)
+            with self._timed("publish"):
+                return self.outbox.publish(self.transport, self.cfg.name, message, priority=priority)
         except ValueError as err:  # skip it and say why
             log.warning("not sharing a %s for %s: %s", type(message).__name__, what, err)
             self._count(self.rejected, OUTBOUND_INVALID)
             return None
 
-    # -- inbound: verification (the ingest worker's thread, or collect's in inline mode) ---------
+    # -- inbound: checks on arrival (the ingest worker's thread, or collect's in inline mode) -----
     def _count(self, counter: Counter, key: str, n: int = 1) -> None:
         with self._lock:
             counter[key] += n
+
+    def _timed(self, phase: str):
+        return timed(self._add_seconds, phase)
+
+    def _add_seconds(self, phase: str, seconds: float) -> None:
+        self._count(self._seconds, phase, seconds)
 
     def _sender_class(self, from_peer: str) -> str:
         """Staging's lane for a delivering peer: established at admission, or young (unknown included).
@@ -218,10 +247,16 @@ class SwarmExchange:
     def _verify_staged(self, staged: Staged) -> None:
         """One message from the transport, whatever its topic (the background worker's callback)."""
         item = staged.item
+        if staged.topic == self.topics["hint-requests"]:
+            self._queue_hint_requests([item])
+            return
+        if staged.topic == self.topics["rollouts"] and self._skimmed(item):
+            return
         kinds = self._topic_kinds[staged.topic]
         self._count(self._work, "messages_checked")
-        self._guarded(item.from_peer, lambda: self._take(staged.topic, self.ingress.accept_received(item, kinds),
-                                                         self._worker.round_index))  # ages from verification
+        with self._timed("ingress"):
+            verified = self.ingress.accept_received(item, kinds)
+        self._guarded(item.from_peer, lambda: self._take(staged.topic, verified, self._worker.round_index))
 
     def _guarded(self, from_peer: str, work: Callable[[], None]) -> None:
         try:
@@ -236,41 +271,82 @@ class SwarmExchange:
             return
         if topic == self.topics["rollouts"]:
             self._take_rollout(verified, round_index)
-        elif topic == self.topics["hints"]:
-            self._take_hint(verified)
         else:
-            self._take_hint_request(verified)
+            self._take_hint(verified)
 
     def _take_rollout(self, verified: Verified, round_index: int) -> None:
-        if verified.sender == self.peer_id:
-            self._refuse(verified.sender, Refusal(OWN))
-            return
-        group = self.verify_group(verified.sender, verified.body)
-        if group is None:
+        """A signed group: the cheap checks now; pooled unverified (verified if the mix picks it)."""
+        sender, msg = verified.sender, verified.body
+        if sender == self.peer_id:
+            self._refuse(sender, Refusal(OWN))
             return
         with self._lock:
             self._arrived["received"] += 1
-            self._arrived["flat"] += group.flat
-            self.pool.admission.heard(group.origin)
-            if group.flat and self.cfg.composition != "cross_actor" and not self.pool.wants_flat(group.origin):
+            self.pool.admission.heard(sender)
+            flat = claims_flat(msg)  # as its sender claims: only a pick or the audit checks it
+            self._arrived["flat"] += flat
+            if flat and self.cfg.composition != "cross_actor" and not self.pool.wants_flat(sender):
+                self._remember_unaudited(sender, msg)
                 return  # SAPO: zero-variance groups carry no signal on their own (a young key's earns it credit)
-            if self.pool.add(PoolEntry(group, round_index, self.pool.now())):
+            with self._timed("precheck"):
+                candidate = precheck_group(sender, msg, self._context())
+        if isinstance(candidate, Refusal):
+            self._refuse(sender, candidate)
+            return
+        with self._lock:
+            self._remember_unaudited(sender, candidate)
+            if self.pool.add(PoolEntry(candidate, round_index, self.pool.now())):
                 self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
+
+    def _skimmed(self, item: Received) -> bool:
+        """An unbanned origin's own zero-variance claim that the pool has no use for: dropped
+        unchecked (node/peek.py), kept as the origin's latest for the audit. An established key's
+        always; a young key's once YOUNG_FLAT_POOLED of its groups wait in the pool (a young slot
+        credits one a round at most). Cross-actor composition merges such groups: none."""
+        origin = item.from_peer
+        if self.cfg.composition == "cross_actor" or self.ingress.is_banned(origin):
+            return False
+        with self._lock:
+            if self.pool.admission.is_young(origin) and self.pool.held_by(origin) < YOUNG_FLAT_POOLED:
+                return False
+        with self._timed("skim"):
+            flat = self._skimmer.flat_claim_of_origin(item)
+        if flat:
+            with self._lock:
+                self._arrived["received"] += 1
+                self._arrived["flat"] += 1
+                self._work["messages_skimmed"] += 1
+                self._remember_unaudited(origin, item)
+        return flat
+
+    def _remember_unaudited(self, sender: str, group: Candidate | swarm_pb2.RolloutGroup | Received) -> None:
+        """The sender's latest group not verified yet: what the audit would check (bounded)."""
+        self._unaudited[sender] = group
+        self._unaudited.move_to_end(sender)
+        while len(self._unaudited) > MAX_AUDIT_SENDERS:
+            self._unaudited.popitem(last=False)
 
     def _ingest_inline(self, round_index: int) -> None:
         """Everything that arrived, as every release so far did it: per topic, the Ingress over the
-        whole drain first (rate limits see the burst), then node-level verification."""
-        for kind in ("hints", "hint-requests", "rollouts"):
+        whole drain first (rate limits see the burst), then node-level checks. Hint requests only
+        wait (node/hint_requests.py)."""
+        self._queue_hint_requests(self.transport.drain(self.topics["hint-requests"]))
+        for kind in ("hints", "rollouts"):
             topic = self.topics[kind]
             drained = self.transport.drain(topic)
+            if kind == "rollouts":
+                drained = [item for item in drained if not self._skimmed(item)]
             self._count(self._work, "messages_checked", len(drained))
-            for verified in self.ingress.accept_many(drained, self._topic_kinds[topic]):
+            with self._timed("ingress"):
+                accepted = self.ingress.accept_many(drained, self._topic_kinds[topic])
+            for verified in accepted:
                 self._guarded(verified.from_peer, lambda: self._take(topic, verified, round_index))
 
     # -- inbound: what the training loop calls ----------------------------------------------------
     def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]:
-        """This round's external groups from the verified pool (never waits for anything). Inline
-        mode verifies what arrived first; background mode only takes what the worker verified."""
+        """This round's external groups from the pool, verified as they are picked (never waits on
+        the network). Inline mode first checks what arrived; background mode only takes what the
+        worker checked."""
         if self._worker is None:
             self._ingest_inline(round_index)
         else:
@@ -282,14 +358,17 @@ class SwarmExchange:
     def _collect(self, round_index: int, local: list[ScoredGroup]) -> list[ScoredGroup]:
         received, flat = self._arrived["received"], self._arrived["flat"]
         self._arrived = {"received": 0, "flat": 0}
-        rejected_now = sum(self.rejected.values())
-        rejected_before, self._rejected_at_last_collect = self._rejected_at_last_collect, rejected_now
+        rejected_before = self._rejected_at_last_collect
         self.pool.evict(round_index)
+        rng = random.Random(f"{self.seed}/{round_index}")  # own stream: never perturbs training RNG
         chosen = []
         if self.cfg.composition == "cross_actor":  # peers' groups for the prompts we just sampled
-            chosen = self.pool.take_matching({g.task.prompt_key for g in local if g.hint is None})
-        rng = random.Random(f"{self.seed}/{round_index}")  # own stream: never perturbs training RNG
-        chosen += self.pool.sample(self.cfg.external_per_round, self.cfg.sampling_policy, rng, self.weakness)
+            chosen = self.pool.take_matching({g.task.prompt_key for g in local if g.hint is None}, self._verify_picked)
+        chosen += self.pool.sample(self.cfg.external_per_round, self.cfg.sampling_policy, rng, self.weakness,
+                                   self._verify_picked)
+        audited = self._audit(rng)
+        rejected_now = sum(self.rejected.values())
+        self._rejected_at_last_collect = rejected_now
         tiers = Counter(str(r.tier) for g in chosen for r in g.rollouts)
         reasons = Counter(reason for g in chosen for reason in g.meta["tier_reasons"])
         for group in chosen:
@@ -302,28 +381,70 @@ class SwarmExchange:
                              "external_groups_received": received, "external_groups_used": len(chosen),
                              "external_groups_dropped": (0 if self.cfg.composition == "cross_actor" else flat)
                                                         + rejected_now - rejected_before,
+                             "groups_verified": self._work["groups_verified"], "groups_audited": audited,
+                             "exchange_s": round(sum(self._seconds.values()), 6),
                              **{f"tier{t}_rollouts": tiers.get(str(t), 0) for t in TIERS}})
-        self.last_round = {
+        self.last_round = self._round_row(received, flat, audited, chosen, tiers, reasons, round_index)
+        self.totals.update({key: self.last_round[key] for key in TOTALED})
+        self._work.clear()
+        self._seconds.clear()
+        return chosen
+
+    _rejected_at_last_collect = 0
+
+    def _round_row(self, received: int, flat: int, audited: int, chosen: list[ScoredGroup], tiers: Counter,
+                   reasons: Counter, round_index: int) -> dict:
+        """What the round's metrics row gets from the exchange (node/loop.py adds it)."""
+        verified = self._work["groups_verified"]
+        seconds = {**self._seconds, "precheck": self._seconds["precheck"] - self._seconds["rebuild"]}  # exclusive
+        return {
             "external_received": received,
             "external_used": len(chosen),
             "external_zero_variance": flat,
+            "groups_audited": audited,
+            "groups_verified_unused": max(0, verified - len(chosen)),
             "external_used_by_sender": dict(Counter(g.origin for g in chosen)),
             "external_tiers": {str(t): tiers.get(str(t), 0) for t in TIERS},
             "external_tier_reasons": dict(reasons),
             "external_staleness_rounds": [round_index - g.meta["sender_round"] for g in chosen],
             "pool_size": len(self.pool),
+            "hint_requests_waiting": len(self._requests),
             "peers_connected": len(self.transport.peers()),
             **self._shared,
             **{key: float(self._work[key]) for key in EXCHANGE_WORK},
+            **{f"t_exchange_{phase}": seconds.get(phase, 0.0) for phase in EXCHANGE_PHASES},
         }
-        self._work.clear()
-        return chosen
 
-    _rejected_at_last_collect = 0
+    def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | None:
+        """The pool's callback: a picked group verified now (None: refused, counted and blamed)."""
+        return group if isinstance(group, ScoredGroup) else self._verify_candidate(group)
+
+    def _audit(self, rng: random.Random) -> int:
+        """Verify the latest unverified group of `audit_per_round` senders chosen at random: a sender
+        whose groups are never picked (e.g. claims with no variance) is still checked. One that
+        passes and is still pooled stays verified there. Returns how many were verified."""
+        senders = sorted(self._unaudited)
+        chosen = rng.sample(senders, min(self.cfg.audit_per_round, len(senders)))
+        for sender in chosen:
+            group = self._unaudited.pop(sender)
+            if isinstance(group, Candidate):
+                verified = self._verify_candidate(group)
+                if verified is not None:
+                    self.pool.replace_unverified(group, verified)
+            elif isinstance(group, Received):  # skimmed: the Ingress, then both stages
+                self._work["messages_checked"] += 1
+                with self._timed("ingress"):
+                    verified = self.ingress.accept_received(group, {Kind.ROLLOUT_GROUP})
+                if verified is not None and verified.sender != self.peer_id:
+                    self.verify_group(verified.sender, verified.body)
+            else:  # a zero-variance claim, never prechecked: both stages now
+                self.verify_group(sender, group)
+        return len(chosen)
 
     def _context(self) -> VerifyContext:
         return VerifyContext(self.source, self.verifier, self.retokenizer, self.max_completion_tokens,
-                             self.max_group_tokens, self.sandbox, self.cfg.accept_sender_answers)
+                             self.max_group_tokens, self.sandbox, self.cfg.accept_sender_answers, self.tasks,
+                             self._add_seconds)
 
     def _refuse(self, sender: str, refusal: Refusal) -> None:
         """Count and log a refusal; the only place evidence against a signer goes to the Ingress."""
@@ -333,10 +454,24 @@ class SwarmExchange:
         if refusal.blame:
             self.ingress.report(sender, refusal.reason)
 
+    def _verify_candidate(self, candidate: Candidate) -> ScoredGroup | None:
+        """The expensive checks of a prechecked group (node/verify.py), or None, counted, if refused."""
+        with self._lock:
+            self._work["groups_verified"] += 1
+            if self._unaudited.get(candidate.sender) is candidate:
+                del self._unaudited[candidate.sender]  # verified now: nothing left to audit there
+            verdict = verify_candidate(candidate, self._context())
+        return self._verdict(candidate.sender, verdict)
+
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
-        """The group verified (node/verify.py), or None, counted, if refused."""
-        self._count(self._work, "groups_verified")
-        verdict = verify_group(sender, msg, self._context())
+        """A peer's group through both stages of node/verify.py now, or None, counted, if refused."""
+        with self._lock:
+            candidate = precheck_group(sender, msg, self._context())
+        if isinstance(candidate, Refusal):
+            return self._verdict(sender, candidate)
+        return self._verify_candidate(candidate)
+
+    def _verdict(self, sender: str, verdict: ScoredGroup | Refusal) -> ScoredGroup | None:
         if isinstance(verdict, Refusal):
             self._refuse(sender, verdict)
             return None
@@ -344,68 +479,6 @@ class SwarmExchange:
             self._count(self.observed, DISAGREES, verdict.meta["reward_disagreements"])
         return verdict
 
-    def _take_hint(self, verified: Verified) -> None:
-        if verified.sender == self.peer_id:
-            return
-        hint = verified.body
-        task = verify_hint(hint, self._context())
-        if isinstance(task, Refusal):
-            self._refuse(verified.sender, task)
-            return
-        with self._lock:
-            self._hints.append(ReceivedHint(task, LEVEL_NAMES[hint.level], hint.text, verified.sender))
-
-    def _take_hint_request(self, verified: Verified) -> None:
-        if verified.sender == self.peer_id:
-            return
-        task = verify_hint_request(verified.body, self._context())
-        if isinstance(task, Refusal):
-            self._refuse(verified.sender, task)
-            return
-        with self._lock:
-            if all(t.prompt_key != task.prompt_key for t, _ in self._requests):
-                self._requests.append((task, verified.sender))
-
-    def take_hints(self) -> list[ReceivedHint]:
-        """Verified hints received since the last call (the caller decides which it wants)."""
-        with self._lock:
-            hints = list(self._hints)
-            self._hints.clear()
-            return hints
-
-    def take_hint_requests(self, k: int) -> list[tuple[Task, str]]:
-        """Up to k verified hint requests, oldest first (the rest wait for later rounds)."""
-        with self._lock:
-            return [self._requests.popleft() for _ in range(min(k, len(self._requests)))]
-
     def status(self) -> dict:
-        """Counters and recent rounds; only ever waits for a few dict copies, never for ingest.
-        `accepted` counts messages that passed every check, the Ingress's and this node's (a group
-        the Ingress let through and we then refused is not accepted); `ingress_accepted` the former."""
-        with self._lock:  # node-level refusals first: each belongs to a message the snapshot below counts
-            refused = sum(n for reason, n in self.rejected.items() if reason != OUTBOUND_INVALID)
-        snap = self.ingress.snapshot()
-        ingest = {"mode": self.ingest_mode}
-        if self._worker is not None:
-            ingest.update(self._worker.snapshot(), alive=self._worker.alive)
-        if self.sandbox is not None:
-            ingest["scorer_sandbox"] = self.sandbox.snapshot()
-        admission = self.admission_status()
-        transport = {"transport": {**self.transport.stats(), **self.outbox.counters}, "connected": self.transport.peers(),
-                     "listen_addrs": self.transport.listen_addrs()}
-        with self._lock:
-            return {
-                "peer_id": self.peer_id,
-                "swarm": self.cfg.name,
-                "accepted": max(0, snap.accepted - refused),
-                "ingress_accepted": snap.accepted,
-                "rejected_by_reason": {**snap.rejected_by_reason, **self.rejected},
-                "peers": snap.peers,
-                **transport,
-                "rounds": list(self.history),
-                "used_by_sender": dict(self.used_by_sender),
-                "tiers_used": dict(self.tiers_used),
-                "observed": dict(self.observed),
-                "ingest": ingest,
-                "admission": admission,
-            }
+        """Counters and recent rounds for `swarm-node status` (node/exchange_status.py)."""
+        return exchange_status(self)

@@ -51,6 +51,10 @@ class ScoredGroup:
         """All rewards equal: alone, the group has no advantage signal."""
         return len(set(self.rewards)) <= 1
 
+    @property
+    def texts(self) -> list[str]:
+        return [r.text for r in self.rollouts]
+
     def unhinted(self) -> list[bool]:
         """Correctness of the completions that saw no hint."""
         hinted = self.hinted or [False] * len(self.correct)

@@ -1,8 +1,10 @@
 """Hints for peers (policy/ALGORITHMS.md, "Hints"): the solving side.
 
 When a peer asks for hints on a task, this node needs a verified-correct completion of it: one it
-produced while training (remembered per prompt), or a fresh attempt (G samples, scored by our own
-verifier). From that solution it writes the levels:
+produced while training (remembered per prompt). It never generates to solve a peer's task: that
+was most of a SmolLM2 node's exchange time (G samples on the training thread, and four solves in
+five found nothing to send); a request for a prompt it has not solved waits (node/hint_requests.py)
+and is answered if it solves that prompt later. From the solution it writes the levels:
     prefix  the first `prefix_fraction` of the solution's characters, cut before the answer
             first appears (any model)
     l1-l3   written by our own model from the problem and the solution (chat models only)
@@ -45,7 +47,6 @@ def solution_prefix(solution: str, answer: str | None, fraction: float) -> str:
 @dataclass
 class HintWriter:
     ctx: SamplingContext
-    group_size: int
     cfg: HintConfig
     solutions: OrderedDict[str, str] = field(default_factory=OrderedDict)  # prompt key -> correct text
     written: OrderedDict[str, dict[str, str]] = field(default_factory=OrderedDict)  # prompt key -> levels
@@ -60,12 +61,16 @@ class HintWriter:
                 _put(self.solutions, group.task.prompt_key, rollout.text)
                 return
 
+    def can_answer(self, task: Task) -> bool:
+        """We hold a correct completion of `task`'s prompt (or hints already written for it)."""
+        return task.prompt_key in self.written or task.prompt_key in self.solutions
+
     def hints_for(self, task: Task) -> dict[str, str]:
-        """Levels for `task` (cached), solving it first if we never did; {} if we cannot."""
+        """Levels for `task` (cached) from the solution we hold; {} if we hold none."""
         key = task.prompt_key
         if key in self.written:
             return self.written[key]
-        solution = self.solutions.get(key) or self._solve(task)
+        solution = self.solutions.get(key)
         if solution is None:
             self.counters["requests_unsolved"] += 1
             return {}
@@ -73,16 +78,6 @@ class HintWriter:
         _put(self.written, key, levels)
         self.counters["hint_sets_written"] += 1
         return levels
-
-    def _solve(self, task: Task) -> str | None:
-        prompt = render_prompt(self.ctx.policy, task.question)
-        with self.ctx.autocast():
-            rollouts = self.ctx.generate([prompt], self.group_size, self.ctx.params, for_peers=True)[0]
-        for rollout in rollouts:
-            if self.ctx.verifier.score(task, self.ctx.source, rollout.text)[1]["correct"]:
-                _put(self.solutions, task.prompt_key, rollout.text)
-                return rollout.text
-        return None
 
     def write(self, task: Task, solution: str) -> dict[str, str]:
         """Every level we can write without leaking the answer."""

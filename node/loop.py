@@ -46,7 +46,7 @@ class Exchange(Protocol):
 
     def take_hints(self) -> list: ...
 
-    def take_hint_requests(self, k: int) -> list[tuple[Task, str]]: ...
+    def take_hint_requests(self, k: int, answerable: Callable[[Task], bool]) -> list[tuple[Task, str]]: ...
 
     def publish_hints(self, task: Task, levels: dict[str, str]) -> None: ...
 
@@ -79,7 +79,7 @@ class Node:
         n = cfg.sampling.group_size + self.objective.extra_samples  # mc needs G+1
         self.sampler = RolloutSampler(parts.sampling, n, cfg.allocation, self.pass_rates,
                                       self.objective.advantage == "mean_std")
-        self.hint_writer = HintWriter(parts.sampling, cfg.sampling.group_size, cfg.hints)
+        self.hint_writer = HintWriter(parts.sampling, cfg.hints)
         ood = make_source(cfg.tasks.source, cfg.eval.ood, cfg.tasks.seed) if cfg.eval.ood else None
         self.evaluator = Evaluator(cfg.eval, parts.sampling, ood)
         self.metrics = MetricsLog(self.run_dir)
@@ -211,15 +211,19 @@ class Node:
         return self.evaluate() if self.evaluator.due(round_index) else {}
 
     def _exchange_hints(self) -> dict:
-        """Keep the hints we asked for; answer a few peers' requests (may cost a generate call)."""
+        """Keep the hints we asked for; answer a few peers' requests for prompts we have solved
+        (writing the abstract levels is a generate call on a chat model; solving is never one)."""
+        started = time.perf_counter()
         accepted = sum(self.hints.add(h.task, h.level, h.text) for h in self.exchange.take_hints())
         served = 0
-        for task, _sender in self.exchange.take_hint_requests(self.cfg.hints.serve_per_round):
+        for task, _sender in self.exchange.take_hint_requests(self.cfg.hints.serve_per_round,
+                                                              self.hint_writer.can_answer):
             levels = self.hint_writer.hints_for(task)
             if levels:
                 self.exchange.publish_hints(task, levels)
                 served += 1
-        return {"hints_accepted": float(accepted), "hint_requests_served": float(served)}
+        return {"hints_accepted": float(accepted), "hint_requests_served": float(served),
+                "t_exchange_hints": time.perf_counter() - started}
 
     def _row(self, round_index: int, tasks: list[Task], local: list[ScoredGroup], external: list[ScoredGroup],
              merged: int, stats: dict, times: tuple[float, float, float, float]) -> dict:

@@ -19,6 +19,14 @@ Samplers (swarm.sampling_policy):
                 (1 - its pass-rate posterior mean), with each sender held to its fair share
 A group is trained on once: sampling removes it from the pool.
 
+Verified when picked: the exchange pools a peer's group once it passed the cheap checks
+(node/verify.py `Candidate`: signed, a task we know, within limits; its rewards still the sender's
+claims) and passes `sample` / `take_matching` a `verify` callback that runs the expensive checks on
+the picked groups only. A group that fails is gone (the callback counts and blames); its slot is
+picked again, at most `MAX_REPICKS` times a call. A group whose verified rewards turn out flat is
+not trained (an established key's) or only credited (a young key's, as below). Without `verify`
+(a bare pool of verified groups, as the tests build) what is pooled is trained as it is.
+
 Admission (node/admission.py; on for a node, off for a bare GroupPool): a group whose content is
 already pooled or was credited recently is refused whoever signed it, and keys that have not
 yet earned weight ("young") hold at most `young_share_max` of the sampled mix. Young keys'
@@ -39,11 +47,13 @@ from protocol.inbox import heaviest_first
 
 SamplingPolicy = Literal["uniform", "per_sender", "weak_tasks"]
 MIN_WEIGHT = 0.05  # weak_tasks: a family we already master still gets an occasional look
+MAX_REPICKS = 3  # sampling again for slots whose picks failed verification, at most this often a call
+Verify = Callable[[object], "ScoredGroup | None"]  # a pooled group -> verified, or None (refused, counted)
 
 
 @dataclass
 class PoolEntry:
-    group: ScoredGroup
+    group: ScoredGroup  # or a node/verify.py Candidate: the same task / origin / flat / texts, unverified
     verified_round: int  # the round during which it was verified: it ages from there
     verified_at: float = 0.0  # the pool's clock then (0 without a clock)
     digest: str = field(default="", compare=False)  # set by GroupPool.add when admission is on
@@ -61,6 +71,7 @@ class GroupPool:
         self.admission = admission  # None: a plain bounded pool (no dedup, no young-key share)
         self.rejected = rejected if rejected is not None else Counter()  # reasons for refused groups
         self.entries: deque[PoolEntry] = deque()
+        self._per_sender: Counter[str] = Counter()  # pooled groups per sender (add checks its cap in O(1))
 
     @classmethod
     def from_config(cls, cfg, rejected: Counter | None = None, clock: Callable[[], float] | None = None) -> GroupPool:
@@ -76,6 +87,10 @@ class GroupPool:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def held_by(self, origin: str) -> int:
+        """How many of `origin`'s groups are pooled now."""
+        return self._per_sender.get(origin, 0)
+
     def add(self, entry: PoolEntry) -> bool:
         """Adds `entry`; returns True when the sender's oldest group had to go to make room. A group
         whose content is already pooled or was used is refused (counted as `duplicate_content`)."""
@@ -84,12 +99,20 @@ class GroupPool:
             if not self.admission.admit(entry.group.origin, entry.digest, entry.verified_round):
                 self.rejected[DUPLICATE] += 1  # no blame: honest peers can produce the same group
                 return False
-        mine = [e for e in self.entries if e.group.origin == entry.group.origin]
-        evicted = len(mine) >= self.max_per_sender
+        origin = entry.group.origin
+        evicted = self._per_sender[origin] >= self.max_per_sender
         if evicted:
-            self._remove(mine[0])  # no peer holds more than its share
+            self._remove(next(e for e in self.entries if e.group.origin == origin))  # no peer holds more than its share
         self.entries.append(entry)
+        self._per_sender[origin] += 1
         return evicted
+
+    def replace_unverified(self, candidate, group: ScoredGroup) -> None:
+        """`candidate`, if still pooled, is now its verified `group` (an audit passed it)."""
+        for entry in self.entries:
+            if entry.group is candidate:
+                entry.group = group
+                return
 
     def evict(self, round_index: int) -> None:
         """Drops groups too old or over the size bound; also starts round `round_index` for admission."""
@@ -107,22 +130,62 @@ class GroupPool:
                     self._remove(entry)
                     excess -= 1
 
-    def take_matching(self, prompt_keys: set[str]) -> list[ScoredGroup]:
-        """Cross-actor: the newest pooled group for each of `prompt_keys`, removed from the pool.
-        Only established keys' groups: young keys reach the mix through `sample`'s share alone."""
-        newest: dict[str, PoolEntry] = {}
-        for entry in self.entries:
-            if entry.group.task.prompt_key in prompt_keys and not self._young(entry):
-                newest[entry.group.task.prompt_key] = entry
-        return self._use(list(newest.values()))
+    def take_matching(self, prompt_keys: set[str], verify: Verify | None = None) -> list[ScoredGroup]:
+        """Cross-actor: the newest pooled group for each of `prompt_keys` that passes `verify`,
+        removed from the pool. Only established keys' groups: young keys reach the mix through
+        `sample`'s share alone. Flat groups count here: merged with ours they can carry signal."""
+        taken: list[ScoredGroup] = []
+        for _ in range(1 + MAX_REPICKS):
+            newest: dict[str, PoolEntry] = {}
+            for entry in self.entries:
+                if entry.group.task.prompt_key in prompt_keys and not self._young(entry):
+                    newest[entry.group.task.prompt_key] = entry
+            good, failed = self._verified(list(newest.values()), verify)
+            taken += self._use(good)
+            prompt_keys = prompt_keys - {e.group.task.prompt_key for e in good}
+            if not failed:
+                break
+        return taken
 
     def sample(self, k: int, policy: SamplingPolicy, rng: random.Random,
-               weakness: Callable[[ScoredGroup], float] | None = None) -> list[ScoredGroup]:
+               weakness: Callable[[ScoredGroup], float] | None = None,
+               verify: Verify | None = None) -> list[ScoredGroup]:
         """Up to k groups with reward variance, removed from the pool (flat groups stay: they are
-        only useful merged into one of our groups). Young keys' groups hold at most their share of
-        the mix (Admission.split), oldest keys first; a young key's flat group picked there is
-        credited to it (node/admission.py), not trained, and leaves its slot to established keys.
-        The sampling policy picks the established ones."""
+        only useful merged into one of our groups), each passing `verify` (module doc). Young keys'
+        groups hold at most their share of the mix (Admission.split), oldest keys first; a young
+        key's flat group picked there is credited to it (node/admission.py), not trained, and
+        leaves its slot to established keys. The sampling policy picks the established ones."""
+        chosen: list[ScoredGroup] = []
+        for _ in range(1 + MAX_REPICKS):
+            picked = self._pick(k - len(chosen), policy, rng, weakness)
+            good, failed = self._verified(picked, verify)
+            self._consume([e for e in good if e.group.flat])  # a young key's: credited, not trained
+            chosen += self._use([e for e in good if not e.group.flat])
+            if not failed or len(chosen) >= k:
+                break
+        return chosen
+
+    def _verified(self, picked: list[PoolEntry], verify: Verify | None) -> tuple[list[PoolEntry], int]:
+        """The picked entries that pass `verify` (their group replaced by the verified one; an
+        established key's group that turns out flat is dropped, uncredited), and how many failed."""
+        if verify is None:
+            return picked, 0
+        good, failed = [], 0
+        for entry in picked:
+            group = verify(entry.group)
+            if group is None:
+                failed += 1
+                self._remove(entry)
+            elif group.flat and not entry.group.flat and not self._young(entry):
+                self._remove(entry)  # claimed variance our verifier does not see (another verifier's)
+            else:
+                entry.group = group
+                good.append(entry)
+        return good, failed
+
+    def _pick(self, k: int, policy: SamplingPolicy, rng: random.Random,
+              weakness: Callable[[ScoredGroup], float] | None) -> list[PoolEntry]:
+        """Up to k entries as `sample` describes (young flat ones included), still pooled."""
         eligible = [e for e in self.entries if not e.group.flat]
         chosen: list[PoolEntry] = []
         established = [e for e in eligible if not self._young(e)]
@@ -130,11 +193,9 @@ class GroupPool:
         if self.admission is not None:
             young = [e for e in self.entries if self._young(e)]  # flat ones too: picking one credits its key
             slots, _ = self.admission.split(k, len(young), len(established))
-            picked = self._seniority(young, slots)
-            self.admission.spend(len(picked))
-            self._consume([e for e in picked if e.group.flat])
-            chosen = [e for e in picked if not e.group.flat]
-            n = min(k - len(chosen), len(established))
+            chosen = self._seniority(young, slots)
+            self.admission.spend(len(chosen))
+            n = min(k - sum(not e.group.flat for e in chosen), len(established))
         if policy == "uniform":
             chosen += rng.sample(established, n)
         elif policy == "per_sender":
@@ -143,7 +204,7 @@ class GroupPool:
             chosen += _weighted_fair(established, n, rng, weakness or (lambda g: 0.5))
         else:
             raise ValueError(f"unknown sampling policy {policy!r}: valid are uniform, per_sender, weak_tasks")
-        return self._use(chosen)
+        return chosen
 
     def wants_flat(self, origin: str) -> bool:
         """Whether a zero-variance group of `origin` is worth pooling outside cross-actor
@@ -186,6 +247,9 @@ class GroupPool:
 
     def _remove(self, entry: PoolEntry) -> None:
         self.entries.remove(entry)
+        self._per_sender[entry.group.origin] -= 1
+        if self._per_sender[entry.group.origin] <= 0:
+            del self._per_sender[entry.group.origin]
         if self.admission is not None:
             self.admission.unpooled(entry.group.origin, entry.digest)
 

@@ -96,7 +96,7 @@ class SelfReplay:
     def take_hints(self) -> list:
         return []
 
-    def take_hint_requests(self, k: int) -> list[tuple[Task, str]]:
+    def take_hint_requests(self, k: int, answerable=None) -> list[tuple[Task, str]]:
         return []
 
     def publish_hints(self, task: Task, levels: dict[str, str]) -> None:

@@ -1,16 +1,26 @@
-"""Verifying a peer's message after protocol.Ingress accepted its bytes: a pure step.
+"""Verifying a peer's message after protocol.Ingress accepted its bytes: pure steps, in two stages.
 
-`verify_group(sender, msg, context)` rebuilds the task from the TaskRef (never the sender's copy),
-re-scores every completion with our verifier, re-tokenizes the text and picks each completion's
-behavior tier (node/tiers.py); `verify_hint` and `verify_hint_request` rebuild the task a hint or
+A rollout group is checked cheaply first and expensively only if the node may train on it:
+  `claims_flat(msg)`  the claimed rewards have no variance (free: a caller may stop here)
+  `precheck_group(sender, msg, context)`  rebuild the task from the TaskRef (never the sender's
+      copy; cached by ref), bound every completion's length: a `Candidate`, whose rewards are still
+      the sender's claims
+  `verify_candidate(candidate, context)`  render and tokenize the prompt, re-score every completion
+      with our verifier (one sandbox round-trip for the group), re-tokenize the texts (one batched
+      call) and pick each completion's behavior tier (node/tiers.py): a `ScoredGroup`
+`verify_group` is both in a row. `verify_hint` and `verify_hint_request` rebuild the task a hint or
 a request is about. Each returns what the message is worth to us, or a `Refusal` naming why not
 (node/reasons.py) and whether that is evidence against the signer (`blame`). Nothing here counts,
-logs or reports: node/exchange.py does, in one place, with what these return.
+logs or reports: node/exchange.py does, in one place, with what these return. `context.timer`, when
+given, adds the seconds each expensive step took (rebuild, score, retokenize, tier).
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+import time
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable
 
 from node.groups import ScoredGroup
 from node.hints import leaks_answer
@@ -52,6 +62,79 @@ class VerifyContext:
     max_group_tokens: int
     sandbox: Sandbox | None = None  # where peers' text is scored; None: in a thread (trusted callers only)
     accept_sender_answers: bool = False  # score an unknown task against the sender's own answer
+    tasks: TaskCache | None = None  # rebuilt tasks by ref: a busy swarm sends the same refs again and again
+    timer: Callable[[str, float], None] | None = None  # told the seconds each step took
+
+    def timed(self, step: str):
+        return timed(self.timer, step)
+
+
+@contextmanager
+def timed(add: Callable[[str, float], None] | None, step: str):
+    """Tells `add(step, seconds)` how long the block took (nothing when `add` is None)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        if add is not None:
+            add(step, time.perf_counter() - started)
+
+
+class TaskCache:
+    """The last `size` tasks rebuilt from peers' refs, and the refs we could not build (an unknown
+    ref costs one failed rebuild, not one per message). Not thread-safe: one per exchange, whose
+    verification runs on one thread at a time."""
+
+    def __init__(self, source: TaskSource, size: int = 4096):
+        self.source, self.size = source, size
+        self._tasks: OrderedDict[str, Task | str] = OrderedDict()  # ref key -> task, or why it is unknown
+        self._prompts: OrderedDict[str, list[int]] = OrderedDict()  # question -> our prompt's token ids
+
+    def rebuild(self, ref) -> Task:
+        key = ref.key
+        hit = self._tasks.get(key)
+        if hit is None:
+            try:
+                hit = self.source.rebuild(ref)
+            except ValueError as err:  # UnknownTaskError / UnknownDatasetError, remembered as such
+                hit = str(err)
+            self._tasks[key] = hit
+            if len(self._tasks) > self.size:
+                self._tasks.popitem(last=False)
+        self._tasks.move_to_end(key)
+        if isinstance(hit, str):
+            raise ValueError(hit)
+        return hit
+
+    def prompt(self, question: str, retokenizer: Retokenizer) -> list[int]:
+        """Our prompt's token ids for `question` (rendered and tokenized once per question)."""
+        ids = self._prompts.get(question)
+        if ids is None:
+            ids = self._prompts[question] = retokenizer.prompt(question)
+            if len(self._prompts) > self.size:
+                self._prompts.popitem(last=False)
+        self._prompts.move_to_end(question)
+        return ids
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A peer's group that passed the cheap checks (signed, within limits, a task we can build, every
+    text within our length cap). Its rewards are the sender's claims until `verify_candidate`."""
+
+    sender: str
+    msg: swarm_pb2.RolloutGroup
+    task: Task
+    verifier: Verifier = field(repr=False)  # ours, or its math-scorer copy (accept_sender_answers)
+    flat: bool = False  # claims_flat(msg): alone, the group would carry no signal (if the claims are true)
+
+    @property
+    def origin(self) -> str:
+        return self.sender
+
+    @property
+    def texts(self) -> list[str]:
+        return [c.text for c in self.msg.completions]
 
 
 @dataclass(frozen=True)
@@ -66,8 +149,10 @@ class _Checked:
 
 
 def _rebuild(msg_ref: swarm_pb2.TaskRef, context: VerifyContext) -> Task | Refusal:
+    rebuild = context.tasks.rebuild if context.tasks is not None else context.source.rebuild
     try:
-        return context.source.rebuild(local_task_ref(msg_ref))
+        with context.timed("rebuild"):
+            return rebuild(local_task_ref(msg_ref))
     except ValueError as err:  # UnknownTaskError / UnknownDatasetError: we cannot check it
         return Refusal(UNKNOWN, blame=True, detail=str(err))
 
@@ -77,8 +162,19 @@ def _too_long_text(text: str, context: VerifyContext) -> bool:
     return len(text) > context.max_completion_tokens * MAX_CHARS_PER_TOKEN
 
 
+def claims_flat(msg: swarm_pb2.RolloutGroup) -> bool:
+    """The group's claimed rewards are all equal (the first thing to look at: it costs nothing)."""
+    return len({round(c.claimed_reward, 6) for c in msg.completions}) <= 1
+
+
 def verify_group(sender: str, msg: swarm_pb2.RolloutGroup, context: VerifyContext) -> ScoredGroup | Refusal:
-    """The group scored, re-tokenized and tiered by us, or why it is refused."""
+    """The group scored, re-tokenized and tiered by us, or why it is refused (both stages)."""
+    candidate = precheck_group(sender, msg, context)
+    return candidate if isinstance(candidate, Refusal) else verify_candidate(candidate, context)
+
+
+def precheck_group(sender: str, msg: swarm_pb2.RolloutGroup, context: VerifyContext) -> Candidate | Refusal:
+    """The cheap checks: no hint, a task we can build, texts within our cap."""
     if msg.hint_text:
         return Refusal(HINTED)
     verifier = context.verifier
@@ -89,59 +185,75 @@ def verify_group(sender: str, msg: swarm_pb2.RolloutGroup, context: VerifyContex
         # opt-in, as rl-swarm does: score against the sender's own answer, nobody blamed
         task = Task(ref=local_task_ref(msg.task_ref), question=msg.question, answer=msg.answer, metadata={})
         verifier = verifier.model_copy(update={"scorer": "math"})
-    try:
-        prompt_ids = context.retokenizer.prompt(task.question)
-    except Exception as err:  # only a sender-supplied question can be outside our vocabulary
-        return Refusal(UNTOKENIZABLE, detail=f"question: {err}")
     if any(_too_long_text(c.text, context) for c in msg.completions):
         return Refusal(TOO_LONG)
-    return _score_group(sender, msg, task, verifier, prompt_ids, context)
+    return Candidate(sender, msg, task, verifier, claims_flat(msg))
 
 
-def _score_group(sender: str, msg: swarm_pb2.RolloutGroup, task: Task, verifier: Verifier,
-                 prompt_ids: list[int], context: VerifyContext) -> ScoredGroup | Refusal:
-    same_verifier = msg.verifier_digest == verifier.digest
+def verify_candidate(candidate: Candidate, context: VerifyContext) -> ScoredGroup | Refusal:
+    """The expensive checks of a prechecked group: our rewards, our tokens, each completion's tier."""
+    msg, task = candidate.msg, candidate.task
+    try:
+        with context.timed("retokenize"):
+            prompt_ids = (context.tasks.prompt(task.question, context.retokenizer) if context.tasks is not None
+                          else context.retokenizer.prompt(task.question))
+    except Exception as err:  # only a sender-supplied question can be outside our vocabulary
+        return Refusal(UNTOKENIZABLE, detail=f"question: {err}")
+    checked = _check_completions(candidate, context)
+    if isinstance(checked, Refusal):
+        return checked
     rewards, correct, rollouts, reasons = [], [], [], []
-    group_tokens = disagreements = 0
-    for completion in msg.completions:
-        checked = _check_completion(completion, task, verifier, same_verifier, context)
-        if isinstance(checked, Refusal):
-            return dataclasses.replace(checked, disagreements=disagreements + checked.disagreements)
-        disagreements += checked.disagrees
-        group_tokens += len(checked.text_ids)
-        if group_tokens > context.max_group_tokens:
-            return Refusal(GROUP_TOO_LONG, disagreements=disagreements)
-        behavior = assign_tier(completion, msg.model.tokenizer_fingerprint, checked.text_ids, checked.offsets,
-                               context.retokenizer)
-        rewards.append(checked.reward)
-        correct.append(checked.correct)
-        reasons.append(behavior.reason)
-        rollouts.append(Rollout(prompt_ids=prompt_ids, completion_ids=behavior.completion_ids,
-                                logprobs=behavior.logprobs, text=completion.text, offsets=[],
-                                truncated=completion.truncated, tier=behavior.tier, alignment=behavior.alignment))
-    return ScoredGroup(task=task, rollouts=rollouts, rewards=rewards, correct=correct, origin=sender,
+    group_tokens = 0
+    disagreements = sum(c.disagrees for c in checked)
+    with context.timed("tier"):
+        for completion, check in zip(msg.completions, checked):
+            group_tokens += len(check.text_ids)
+            if group_tokens > context.max_group_tokens:
+                return Refusal(GROUP_TOO_LONG, disagreements=disagreements)
+            behavior = assign_tier(completion, msg.model.tokenizer_fingerprint, check.text_ids, check.offsets,
+                                   context.retokenizer)
+            rewards.append(check.reward)
+            correct.append(check.correct)
+            reasons.append(behavior.reason)
+            rollouts.append(Rollout(prompt_ids=prompt_ids, completion_ids=behavior.completion_ids,
+                                    logprobs=behavior.logprobs, text=completion.text, offsets=[],
+                                    truncated=completion.truncated, tier=behavior.tier,
+                                    alignment=behavior.alignment))
+    return ScoredGroup(task=task, rollouts=rollouts, rewards=rewards, correct=correct, origin=candidate.sender,
                        policy_version=msg.policy_version,
                        meta={"sender_round": msg.round, "tokenizer": msg.model.tokenizer_fingerprint,
                              "tier_reasons": reasons, "reward_disagreements": disagreements})
 
 
-def _check_completion(completion: swarm_pb2.Completion, task: Task, verifier: Verifier, same_verifier: bool,
-                      context: VerifyContext) -> _Checked | Refusal:
-    reward, info = verifier.score(task, context.source, completion.text, context.sandbox)
-    if info["refused"]:
-        return Refusal(REFUSED)
-    if info["timed_out"]:
-        return Refusal(TIMEOUT)
-    disagrees = abs(reward - completion.claimed_reward) > REWARD_TOLERANCE
-    if disagrees and same_verifier:  # it must have computed exactly our reward: a lie
-        return Refusal(MISMATCH, blame=True, detail=f"claimed {completion.claimed_reward:g}, we score {reward:g}")
-    try:
-        text_ids, offsets = context.retokenizer.encode_text(completion.text)
-    except Exception as err:  # a tokenizer's error on foreign text is not the sender's fault
-        return Refusal(UNTOKENIZABLE, detail=f"completion: {err}", disagreements=int(disagrees))
-    if len(text_ids) > context.max_completion_tokens:  # would blow up our padded batch; not a protocol fault
-        return Refusal(TOO_LONG, disagreements=int(disagrees))
-    return _Checked(reward, bool(info["correct"]), text_ids, offsets, disagrees)
+def _check_completions(candidate: Candidate, context: VerifyContext) -> list[_Checked] | Refusal:
+    """Every completion scored (one batch) and re-tokenized (one batch), in order; the first that
+    fails refuses the group, with the disagreements counted up to it."""
+    msg, verifier = candidate.msg, candidate.verifier
+    texts = candidate.texts
+    same_verifier = msg.verifier_digest == verifier.digest
+    with context.timed("score"):
+        scores = verifier.score_many(candidate.task, context.source, texts, context.sandbox, stop_at_timeout=True)
+    with context.timed("retokenize"):
+        encoded = context.retokenizer.encode_texts(texts)
+    checked: list[_Checked] = []
+    disagreements = 0
+    for completion, (reward, info), tokens in zip(msg.completions, scores, encoded):
+        if info["refused"]:
+            return Refusal(REFUSED, disagreements=disagreements)
+        if info["timed_out"]:
+            return Refusal(TIMEOUT, disagreements=disagreements)
+        disagrees = abs(reward - completion.claimed_reward) > REWARD_TOLERANCE
+        if disagrees and same_verifier:  # it must have computed exactly our reward: a lie
+            return Refusal(MISMATCH, blame=True, detail=f"claimed {completion.claimed_reward:g}, we score {reward:g}",
+                           disagreements=disagreements)
+        disagreements += disagrees
+        if isinstance(tokens, Exception):  # a tokenizer's error on foreign text is not the sender's fault
+            return Refusal(UNTOKENIZABLE, detail=f"completion: {tokens}", disagreements=disagreements)
+        text_ids, offsets = tokens
+        if len(text_ids) > context.max_completion_tokens:  # would blow up our padded batch; not a protocol fault
+            return Refusal(TOO_LONG, disagreements=disagreements)
+        checked.append(_Checked(reward, bool(info["correct"]), text_ids, offsets, disagrees))
+    return checked
 
 
 def verify_hint(msg: swarm_pb2.Hint, context: VerifyContext) -> Task | Refusal:

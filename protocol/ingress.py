@@ -262,6 +262,11 @@ class Ingress:
         if -age_s > self.limits.max_clock_skew_s:
             raise Rejected(Reason.CLOCK_SKEW, f"timestamp is {-age_s:.0f} s in the future > {self.limits.max_clock_skew_s} s")
 
+    def is_banned(self, peer: str) -> bool:
+        """Whether `peer` (a transport origin or a signing key) serves a ban now."""
+        with self._lock:
+            return self.scores.is_banned(peer)
+
     def report(self, peer: str, event: str, count: int = 1) -> None:
         """Evidence found after ingress (scoring.WRONG_REWARD, scoring.UNKNOWN_TASK, ...)."""
         with self._lock:

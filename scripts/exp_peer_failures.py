@@ -80,7 +80,7 @@ class Feed:
     def share(self, round_index, groups): pass
     def request_hints(self, tasks): pass
     def take_hints(self): return []
-    def take_hint_requests(self, k): return []
+    def take_hint_requests(self, k, answerable=None): return []
     def publish_hints(self, task, levels): pass
 
 

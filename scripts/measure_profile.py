@@ -9,6 +9,7 @@ the profile on their rounds, phase by phase, with non-negative least squares:
     t_generate = tokens_generated / gen_rate + generate_calls * generate_call_s
     t_train    = train_fixed + tokens_trained / train_rate
     t_exchange = messages_checked * check_s + groups_verified * verify_s + messages_published * publish_s
+                 + messages_skimmed * skim_s
                  + hint_generate_calls * generate_call_s + hint_tokens_generated / gen_rate   (the last
                  two from the generation fit, subtracted first)
 
@@ -61,13 +62,13 @@ def fit_profile(rows: list[dict]) -> DeviceProfile:
     per_token, per_call = fit([col("tokens_generated"), col("generate_calls")], col("t_generate"))
     train_fixed, per_trained = fit([[1.0] * len(rows), col("tokens_trained")], col("t_train"))
     hints = [c * per_call + t * per_token for c, t in zip(col("hint_generate_calls"), col("hint_tokens_generated"))]
-    check, verify, publish = fit([col("messages_checked"), col("groups_verified"), col("messages_published")],
-                                 [t - h for t, h in zip(col("t_exchange"), hints)])
+    check, verify, publish, skim = fit([col("messages_checked"), col("groups_verified"), col("messages_published"),
+                                        col("messages_skimmed")], [t - h for t, h in zip(col("t_exchange"), hints)])
     rest = mean(r["t_round"] - r["t_generate"] - r["t_exchange"] - r["t_train"] for r in rows)
     return DeviceProfile("fast", gen_tokens_per_s=1.0 / max(per_token, 1e-12),
                          train_tokens_per_s=1.0 / max(per_trained, 1e-12), round_overhead_s=train_fixed + rest,
                          generate_call_s=per_call, message_check_s=check, group_verify_s=verify,
-                         message_publish_s=publish)
+                         message_publish_s=publish, message_skim_s=skim)
 
 
 def main() -> None:
@@ -90,7 +91,8 @@ def main() -> None:
     print(f'    "{args.preset}": DeviceProfile("fast", gen_tokens_per_s={profile.gen_tokens_per_s:.4g}, '
           f"train_tokens_per_s={profile.train_tokens_per_s:.4g}, round_overhead_s={profile.round_overhead_s:.3g}, "
           f"generate_call_s={profile.generate_call_s:.3g}, message_check_s={profile.message_check_s:.3g}, "
-          f"group_verify_s={profile.group_verify_s:.3g}, message_publish_s={profile.message_publish_s:.3g}),")
+          f"group_verify_s={profile.group_verify_s:.3g}, message_publish_s={profile.message_publish_s:.3g}, "
+          f"message_skim_s={profile.message_skim_s:.3g}),")
 
 
 if __name__ == "__main__":

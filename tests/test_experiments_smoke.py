@@ -119,3 +119,14 @@ def test_exp_skeptic_quick(tmp_path, monkeypatch):
     again = subprocess.run([sys.executable, str(ROOT / "scripts" / "exp_skeptic.py"), "--quick", "--out", str(tmp_path)],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "running" not in again.stdout  # every run was kept
+
+
+def test_bench_round_cost_quick(tmp_path):
+    result = run_script("bench_round_cost.py", tmp_path)
+    table = {row["mix"]: row for row in result["table"]}
+    assert set(table) == {"8/0", "4/4"} and all(row["rounds"] == 2 * 2 for row in table.values())  # warm-up left out
+    silo, swarm = table["8/0"], table["4/4"]
+    assert silo["groups_verified"] == 0 and silo["t_exchange"] < 1e-3 and silo["round_vs_silo"] == 1.0
+    assert swarm["external_received"] > 0 and swarm["t_exchange"] > 0 and swarm["round_vs_silo"] > 0
+    assert swarm["generate_calls"] == 1.0  # hinted prompts ride in the round's one generate call
+    assert swarm["groups_verified"] <= swarm["external_used"] + 2  # picks (all used here) and the audit

@@ -136,6 +136,7 @@ def test_a_message_that_breaks_verification_is_dropped_and_the_worker_goes_on(tm
 
     exchange.source = type("Source", (), {"rebuild": staticmethod(rebuild), "score": exchange.source.score,
                                           "score_is_bounded": True})()
+    exchange.tasks.source = exchange.source  # the exchange rebuilds peers' tasks through its cache
     peer = MemoryTransport(bus, "peer")
     peer.start()
     key, now_ms = NodeIdentity.generate(), int(time.time() * 1000)

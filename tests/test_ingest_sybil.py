@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from node.config import load_config
-from node.exchange import wire_task_ref
+from node.wire import wire_task_ref
 from node.loop import Node
 from node.control import status_reply
 from node.swarm import memory_bus_node, snapshot

@@ -145,6 +145,7 @@ def value(fams: dict, name: str, **labels) -> float:
 
 
 def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path):
+    from node.metrics import read_metrics
     from node.observe.prometheus import node_registry
     from node.observe.state import NodeObserver, loop_progress
     from node.swarm import memory_bus_node
@@ -179,10 +180,16 @@ def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path):
         assert value(fams, "swarm_node_messages_accepted_total") > 0
         assert value(fams, "swarm_node_messages_rejected_total", reason="malformed") == 4
         assert value(fams, "swarm_node_external_rollouts_trained_total", tier="0") > 0
+        # the exchange's cost, per phase and per group kind (node/exchange.py)
+        assert value(fams, "swarm_node_exchange_phase_seconds", phase="ingress") > 0
+        assert value(fams, "swarm_node_exchange_seconds_total", phase="score") > 0
+        verified = value(fams, "swarm_node_exchange_groups_total", kind="verified")
+        assert verified == sum(r.get("groups_verified", 0) for r in read_metrics(node.run_dir)) > 0
+        assert value(fams, "swarm_node_exchange_groups_total", kind="received") >= verified
         tracked = value(fams, "swarm_node_peers_tracked")
         assert tracked >= 2 and value(fams, "swarm_node_peer_score_gcount") == tracked
         assert value(fams, "swarm_node_peer_score_bucket", le="+Inf") == tracked
         assert value(fams, "swarm_node_process_resident_memory_bytes") > 10e6
         # bounded cardinality: no series carries a peer id but the node's own info series
         labelled = {k for f in fams.values() if f.name != "swarm_node_info" for s in f.samples for k in s.labels}
-        assert labelled <= {"tier", "reason", "sender_class", "topic", "event", "k", "le"}, labelled
+        assert labelled <= {"tier", "reason", "sender_class", "topic", "event", "k", "le", "phase", "kind"}, labelled

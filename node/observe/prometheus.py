@@ -32,7 +32,15 @@ ROW_GAUGES = {
     "tokens_per_s": ("tokens_per_second", "completion tokens generated per second of the last round"),
     "groups_trained": ("groups_trained", "groups the last update trained on (own and peers')"),
     "external_used": ("external_groups_used", "peers' groups the last update trained on"),
+    "external_received": ("external_groups_received", "peers' groups that passed the cheap checks last round"),
+    "groups_verified": ("external_groups_verified", "peers' groups verified last round (the mix's picks and the "
+                        "audit)"),
 }
+# the exchange's phases (node/exchange.py EXCHANGE_PHASES, and hint serving from node/loop.py)
+EXCHANGE_PARTS = ("skim", "ingress", "precheck", "rebuild", "score", "retokenize", "tier", "publish", "hints")
+# status()["exchange_totals"] counts -> the `kind` label of swarm_node_exchange_groups_total
+GROUP_TOTALS = {"external_received": "received", "groups_verified": "verified", "external_used": "used",
+                "groups_audited": "audited", "groups_verified_unused": "verified_unused"}
 # transport counters that are levels, not counts (protocol/transports/p2pd/transport.py stats())
 TRANSPORT_GAUGES = {"daemon_state": "p2pd daemon: 0 starting, 1 running, 2 restarting, 3 closed",
                     "dht_peers": "peers the last DHT lookup of our own id named",
@@ -75,6 +83,14 @@ class NodeCollector(Collector):
         for key, (name, doc) in ROW_GAUGES.items():
             if isinstance(last.get(key), (int, float)):
                 yield _gauge(name, doc, last[key])
+        phases = {p: last[f"t_exchange_{p}"] for p in EXCHANGE_PARTS if isinstance(last.get(f"t_exchange_{p}"), (int, float))}
+        if phases:
+            family = GaugeMetricFamily(f"{NS}_exchange_phase_seconds", "time the last round's exchange spent per "
+                                       "phase (ingress and precheck run on the ingest worker in background mode)",
+                                       labels=["phase"])
+            for phase, value in phases.items():
+                family.add_metric([phase], float(value))
+            yield family
         if last_eval is None:
             return  # no evaluation yet (or eval.every = 0): no held-out series rather than a made-up 0
         yield _gauge("heldout_round", "round of the last held-out evaluation", last_eval["round"])
@@ -99,6 +115,12 @@ class NodeCollector(Collector):
         yield _gauge("peers_banned", "tracked peers serving a ban now", sum(p.banned for p in peers))
         yield _score_histogram([p.score for p in peers])
         yield from _ingest(status.get("ingest", {}))
+        totals = status.get("exchange_totals", {})
+        yield _counter("exchange_seconds_total", "time the exchange spent per phase since start", "phase",
+                       {k.removeprefix("t_exchange_"): v for k, v in totals.items() if k.startswith("t_exchange_")})
+        yield _counter("exchange_groups_total", "peers' groups since start: received (passed the cheap checks), "
+                       "verified, used, audited, verified_unused", "kind",
+                       {kind: totals.get(key, 0.0) for key, kind in GROUP_TOTALS.items()})
         admission = status.get("admission", {})
         yield _gauge("keys_established", "peer keys established at admission (no longer young)",
                      admission.get("established_count", 0))

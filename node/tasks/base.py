@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import math
@@ -126,11 +127,12 @@ class Task:
     answer: str | None
     metadata: dict = field(default_factory=dict, hash=False)
 
-    @property
+    @functools.cached_property
     def prompt_key(self) -> str:
         """Identifies the prompt rather than the draw: two refs whose rebuilt questions are equal
         (the tiny families have only 10-100 distinct questions) share one key. Used to merge a
-        peer's group with ours (cross-actor), to keep pass-rate posteriors and to match hints."""
+        peer's group with ours (cross-actor), to keep pass-rate posteriors and to match hints.
+        Computed once per task (a sha256 of the question; a node asks it thousands of times a round)."""
         digest = hashlib.sha256(self.question.encode("utf-8")).hexdigest()[:16]
         return f"{self.ref.source}/{self.ref.dataset}/{self.ref.config_digest}/{digest}"
 

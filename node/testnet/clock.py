@@ -12,8 +12,10 @@ A round costs (every count from the round's metrics row, node/loop.py and node/e
                                                        calls of their own)
     + tokens_trained / train_tokens_per_s              every row trained, ours and peers'
     + messages_checked * message_check_s               every message received: signature, limits, replay
-    + groups_verified * group_verify_s                 every peer group re-verified: rebuild, re-score,
-                                                       re-tokenize, tier
+    + messages_skimmed * message_skim_s                every zero-variance group an established peer
+                                                       sent, dropped after a peek (node/peek.py)
+    + groups_verified * group_verify_s                 every peer group re-verified (the mix's picks and
+                                                       the audit): rebuild, re-score, re-tokenize, tier
     + messages_published * message_publish_s           every message we sign and publish
     + hint_generate_calls * generate_call_s            writing hints for peers' requests: generation
       + hint_tokens_generated / gen_tokens_per_s       on our device, for them
@@ -45,6 +47,7 @@ class DeviceProfile:
     message_check_s: float = 0.0  # per message received and checked by the Ingress
     group_verify_s: float = 0.0  # per peer group re-verified
     message_publish_s: float = 0.0  # per message signed and published
+    message_skim_s: float = 0.0  # per message peeked at and dropped unchecked
     speed: float = 1.0  # relative to the measured device: what `--charge wall` divides wall time by
 
     def scaled(self, factor: float, name: str) -> DeviceProfile:
@@ -53,7 +56,8 @@ class DeviceProfile:
                        train_tokens_per_s=self.train_tokens_per_s * factor,
                        round_overhead_s=self.round_overhead_s / factor, generate_call_s=self.generate_call_s / factor,
                        message_check_s=self.message_check_s / factor, group_verify_s=self.group_verify_s / factor,
-                       message_publish_s=self.message_publish_s / factor, speed=self.speed * factor)
+                       message_publish_s=self.message_publish_s / factor, message_skim_s=self.message_skim_s / factor,
+                       speed=self.speed * factor)
 
 
 # The "fast" device per preset: one CPU thread of the machine the numbers were measured on, printed by
@@ -100,6 +104,7 @@ def exchange_cost(row: dict, profile: DeviceProfile) -> float:
     return (row.get("messages_checked", 0) * profile.message_check_s
             + row.get("groups_verified", 0) * profile.group_verify_s
             + row.get("messages_published", 0) * profile.message_publish_s
+            + row.get("messages_skimmed", 0) * profile.message_skim_s
             + row.get("hint_generate_calls", 0) * profile.generate_call_s
             + row.get("hint_tokens_generated", 0) / profile.gen_tokens_per_s)
 

@@ -80,7 +80,10 @@ class MemoryTestnet:
         latency = (impairment.delay_s, impairment.delay_s + impairment.jitter_s) if impairment else (0.0, 0.0)
         self.bus = MemoryBus(loss=impairment.loss if impairment else 0.0, latency_s=latency, seed=seed,
                              clock=self.protocol_clock)
-        measured = [f"node{i}" for i in range(plan.nodes) if i not in frozen_nodes(plan)]
+        # each node's bus name is its key's peer id, as a libp2p host's origin id is its signing key:
+        # what a receiver may assume of an origin (node/peek.py) holds here as on a real network
+        self.bus_names = [derived_identity(f"{seed}/node{i}").peer_id() for i in range(plan.nodes)]
+        measured = [self.bus_names[i] for i in range(plan.nodes) if i not in frozen_nodes(plan)]
         for name in measured if frozen_nodes(plan) else []:  # --frozen-peers: measured nodes hear frozen ones only
             self.bus.mute(name, measured)
         self.nodes: dict[int, Node] = {}
@@ -100,7 +103,7 @@ class MemoryTestnet:
         cfg = self.configs[index]
         if self.mix[1] > 0 and not cfg.swarm.self_replay:
             identity = testnet_identity(self.run_dir(index) / IDENTITY_FILE, f"{self.seed}/node{index}")
-            node = memory_bus_node(cfg, self.run_dir(index), self.bus, f"node{index}", identity,
+            node = memory_bus_node(cfg, self.run_dir(index), self.bus, identity.peer_id(), identity,
                                    swarm_clock=self.swarm_clock, clock=self.protocol_clock)
         else:  # a silo (J = 0, or J own earlier groups: swarm.self_replay) trains alone: no bus, no peers' hints
             node = Node(cfg, self.run_dir(index))
@@ -150,7 +153,7 @@ class MemoryTestnet:
         for part in self.plan.partitions:
             if part.start == self.tick:
                 a, b = halves(self.plan.nodes)
-                self.bus.partition([f"node{i}" for i in a], [f"node{i}" for i in b])
+                self.bus.partition([self.bus_names[i] for i in a], [self.bus_names[i] for i in b])
                 self._event(f"partition {a} | {b}")
             if part.end == self.tick:
                 self.bus.heal()
@@ -268,9 +271,14 @@ def testnet_identity(path: Path, name: str) -> NodeIdentity:
     are sampled, repeat from run to run (a fresh random key made the swarm's figures vary)."""
     if path.exists():
         return NodeIdentity.load(path)
-    identity = NodeIdentity.from_seed(hashlib.sha256(f"swarm-node testnet/{name}".encode()).digest())
+    identity = derived_identity(name)
     identity.save(path)
     return identity
+
+
+def derived_identity(name: str) -> NodeIdentity:
+    """The key a testnet derives for `name` (seed and node)."""
+    return NodeIdentity.from_seed(hashlib.sha256(f"swarm-node testnet/{name}".encode()).digest())
 
 
 def _virtual_times(row: dict, start: float, profile, charge: str) -> dict:

@@ -14,6 +14,7 @@ from node.metrics import read_metrics
 from node.report import rolling_mean
 from node.testnet.plan import halves
 from node.testnet.report_clock import compute_table, compute_text, plot_heldout_vs_time, verdict_lines
+from node.testnet.round_costs import round_cost_text, round_costs
 
 SAPO_PAPER_GAIN = {"8/0": 0.0, "6/2": 0.52, "4/4": 0.94, "2/6": 0.68}  # cumulative reward vs 8/0, 8 x Qwen2.5-0.5B
 INVALID_KINDS = {"forged", "tampered", "liar", "replay", "malformed", "oversized", "hint_leak"}
@@ -139,6 +140,7 @@ def text_summary(report: dict) -> str:
         lines += [*compute_text(report["compute"]), ""]
     else:
         lines += _rounds_table(report)
+    lines += round_cost_text(report.get("round_costs", []))
     for run in report["runs"]:
         head = f"[{run['mix']} seed {run['seed']}] {run['seconds']:.0f} s" + (" TIMED OUT" if run["timed_out"] else "")
         if run["hostile_kinds"]:
@@ -277,7 +279,8 @@ def measured(run: dict) -> dict:
 def write_report(out: Path, plan_json: dict, command: str, runs_raw: list[dict]) -> tuple[Path, Path, str]:
     runs_raw = [measured(r) for r in runs_raw]
     runs = [run_summary(r) for r in runs_raw]
-    report = {"plan": plan_json, "command": command, "runs": runs, "table": sapo_table(runs)}
+    report = {"plan": plan_json, "command": command, "runs": runs, "table": sapo_table(runs),
+              "round_costs": round_costs(runs_raw)}
     if runs_raw and all(r.get("clock") == "compute" for r in runs_raw):
         report["compute"] = compute_table(runs_raw)
     out.mkdir(parents=True, exist_ok=True)
