@@ -169,7 +169,7 @@ class SwarmConfig(Section):
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
     external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
     audit_per_round: int = Field(2, ge=0, description="peer groups verified each round although the mix did not "
-                                 "pick them (the latest of randomly chosen senders): a sender of wrong rewards is "
+                                 "pick them (one of the latest of randomly chosen senders): a sender of wrong rewards is "
                                  "caught even when its groups are never picked")
     pool_max_groups: int = Field(256, ge=1, description="peer groups kept at most, checked cheaply and verified "
                                  "when picked (the heaviest sender's oldest go first)")

@@ -12,9 +12,12 @@ against the signer) reported to the Ingress here, in `_refuse`:
                      verifier (a claimed reward that disagrees refuses the group and counts
                      against the signer), the text re-tokenized, each completion's behavior tier
                      picked (node/tiers.py); a group that fails leaves its slot to another pick
-                  -> an audit: each round `swarm.audit_per_round` senders' latest unpicked groups
-                     are verified all the same, so a sender of wrong rewards is caught (and banned
-                     by its score) even when none of its groups is ever picked
+                  -> an audit: each round one of the latest unverified groups of each of
+                     `swarm.audit_per_round` random senders is verified all the same, so a sender of
+                     wrong rewards is caught (and banned by its score) even when none of its groups
+                     is ever picked
+  An established key's own zero-variance claim is dropped before the Ingress, after a peek at its
+  envelope (node/peek.py: dropping hurts no one); the audit may still draw it.
   hints           -> rebuild the task; a hint that contains the answer is refused and counted
                      against the signer; the node keeps it only if it asked (node/hints.py)
   hint requests   -> wait unverified, one per task (node/hint_requests.py); one the node can
@@ -84,7 +87,8 @@ EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokeniz
 TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited", "groups_verified_unused",
            *(f"t_exchange_{phase}" for phase in EXCHANGE_PHASES))
 YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
-MAX_AUDIT_SENDERS = 1024  # senders whose latest unpicked group is kept for the audit (the oldest forgotten)
+AUDIT_KEPT = 4  # a sender's latest unverified groups the audit draws from
+MAX_AUDIT_SENDERS = 1024  # senders whose unverified groups are kept for the audit (the oldest forgotten)
 
 
 def _scorers_capped(verifier: Verifier, source: TaskSource, sender_answers: bool) -> bool:
@@ -140,8 +144,8 @@ class SwarmExchange(HintTraffic):
         self._requests = HintRequestQueue()  # unverified until we can answer one (node/hint_requests.py)
         self.tasks = TaskCache(source)  # rebuilt tasks by ref, and our prompt tokens per question
         self._skimmer = FlatSkimmer(self.limits)
-        # sender -> its latest group not verified: a candidate, a zero-variance claim, or skimmed bytes
-        self._unaudited: OrderedDict[str, Candidate | swarm_pb2.RolloutGroup | Received] = OrderedDict()
+        # sender -> its latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
+        self._unaudited: OrderedDict[str, deque[Candidate | swarm_pb2.RolloutGroup | Received]] = OrderedDict()
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         # re-entrant: collect verifies its picks holding it (the pool's callback counts under it too);
@@ -171,6 +175,7 @@ class SwarmExchange(HintTraffic):
         self._arrived = {"received": 0, "flat": 0}  # since the last collect
         self._work: Counter[str] = Counter()  # EXCHANGE_WORK since the last collect
         self._seconds: Counter[str] = Counter()  # EXCHANGE_PHASES since the last collect
+        self._rejected_at_last_collect = 0
 
     def _make_worker(self, ingest: str, budget: IngestBudget) -> IngestWorker | None:
         if ingest == "inline":
@@ -320,8 +325,10 @@ class SwarmExchange(HintTraffic):
         return flat
 
     def _remember_unaudited(self, sender: str, group: Candidate | swarm_pb2.RolloutGroup | Received) -> None:
-        """The sender's latest group not verified yet: what the audit would check (bounded)."""
-        self._unaudited[sender] = group
+        """One of the sender's latest groups not verified yet, what the audit draws from (bounded:
+        AUDIT_KEPT per sender, MAX_AUDIT_SENDERS senders): not only the latest, or a sender whose
+        latest is always an honest group the mix picks would never be audited."""
+        self._unaudited.setdefault(sender, deque(maxlen=AUDIT_KEPT)).append(group)
         self._unaudited.move_to_end(sender)
         while len(self._unaudited) > MAX_AUDIT_SENDERS:
             self._unaudited.popitem(last=False)
@@ -390,13 +397,11 @@ class SwarmExchange(HintTraffic):
         self._seconds.clear()
         return chosen
 
-    _rejected_at_last_collect = 0
-
     def _round_row(self, received: int, flat: int, audited: int, chosen: list[ScoredGroup], tiers: Counter,
                    reasons: Counter, round_index: int) -> dict:
         """What the round's metrics row gets from the exchange (node/loop.py adds it)."""
         verified = self._work["groups_verified"]
-        seconds = {**self._seconds, "precheck": self._seconds["precheck"] - self._seconds["rebuild"]}  # exclusive
+        seconds = {**self._seconds, "precheck": max(0.0, self._seconds["precheck"] - self._seconds["rebuild"])}
         return {
             "external_received": received,
             "external_used": len(chosen),
@@ -419,14 +424,29 @@ class SwarmExchange(HintTraffic):
         """The pool's callback: a picked group verified now (None: refused, counted and blamed)."""
         return group if isinstance(group, ScoredGroup) else self._verify_candidate(group)
 
+    def _forget_unaudited(self, candidate: Candidate) -> None:
+        """`candidate` is being verified now: nothing left to audit there."""
+        kept = self._unaudited.get(candidate.sender)
+        for index, group in enumerate(kept or ()):
+            if group is candidate:
+                del kept[index]
+                if not kept:
+                    del self._unaudited[candidate.sender]
+                return
+
     def _audit(self, rng: random.Random) -> int:
-        """Verify the latest unverified group of `audit_per_round` senders chosen at random: a sender
-        whose groups are never picked (e.g. claims with no variance) is still checked. One that
-        passes and is still pooled stays verified there. Returns how many were verified."""
+        """Verify one of the latest unverified groups of `audit_per_round` senders chosen at random:
+        a sender whose groups are never picked (e.g. claims with no variance) is still checked. One
+        that passes and is still pooled stays verified there. Returns how many were verified."""
         senders = sorted(self._unaudited)
         chosen = rng.sample(senders, min(self.cfg.audit_per_round, len(senders)))
         for sender in chosen:
-            group = self._unaudited.pop(sender)
+            kept = self._unaudited[sender]
+            index = rng.randrange(len(kept))
+            group = kept[index]
+            del kept[index]
+            if not kept:
+                del self._unaudited[sender]
             if isinstance(group, Candidate):
                 verified = self._verify_candidate(group)
                 if verified is not None:
@@ -458,8 +478,7 @@ class SwarmExchange(HintTraffic):
         """The expensive checks of a prechecked group (node/verify.py), or None, counted, if refused."""
         with self._lock:
             self._work["groups_verified"] += 1
-            if self._unaudited.get(candidate.sender) is candidate:
-                del self._unaudited[candidate.sender]  # verified now: nothing left to audit there
+            self._forget_unaudited(candidate)
             verdict = verify_candidate(candidate, self._context())
         return self._verdict(candidate.sender, verdict)
 

@@ -145,3 +145,32 @@ def test_hint_requests_wait_unverified_and_are_checked_only_when_answered(tmp_pa
                                                                  asker_out.identity.peer_id())]
     assert exchange.ingress.snapshot().accepted == 1  # only the one answered met the Ingress
     assert exchange.take_hint_requests(5, lambda task: False) == [] and len(exchange._requests) == 2
+
+
+def test_an_established_senders_zero_variance_claims_are_skimmed_yet_audited(tmp_path, bus):
+    """Established keys' flat claims skip the Ingress (node/peek.py); the audit still checks them."""
+    node = make_node(tmp_path, bus, "swarm.external_per_round=2", "swarm.audit_per_round=1",
+                     "swarm.young_groups=1", "swarm.young_rounds=0")
+    key = NodeIdentity.generate()
+    sender, out = peer(bus, key.peer_id()), Outbox(key)  # its bus origin is its key, as on libp2p
+    exchange = node.exchange
+    out.publish(sender, SWARM, group_msg(node, 0, correct=1))
+    assert len(exchange.collect(0)) == 1  # credited: established from the next round
+    exchange.collect(1)
+    assert not exchange.pool.admission.is_young(key.peer_id())
+    for i in range(3):  # right answers claimed wrong: flat lies, never picked
+        out.publish(sender, SWARM, group_msg(node, 10 + i, correct=2, claimed=[0.0] * 4))
+    out.publish(sender, SWARM, group_msg(node, 20, correct=1))
+    used = exchange.collect(2)
+    row = exchange.last_round
+    assert row["messages_skimmed"] == 3 and row["external_zero_variance"] == 3 and row["external_received"] == 4
+    # one message through the Ingress on arrival (the trainable group), one for the audit of the latest skim
+    assert row["messages_checked"] == 2 and len(used) == 1
+    assert exchange.rejected["wrong_reward"] == 1 and row["groups_audited"] == 1
+    # a forgery claiming the established key from another origin is never skimmed: the Ingress refuses it
+    forger = peer(bus, "forger")
+    forger.publish(topic_name(SWARM, "rollouts"), forge(out.seal(group_msg(node, 30, correct=0)), key,
+                                                         NodeIdentity.generate()))
+    exchange.collect(3)
+    assert exchange.last_round["messages_skimmed"] == 0
+    assert exchange.ingress.rejected_counts().get("bad_signature") == 1

@@ -69,9 +69,11 @@ MEASURED: dict[str, DeviceProfile] = {
     # `scripts/measure_profile.py --preset tiny-warm --rounds 60` (464 rounds of 4 + 4 nodes): a 4/4 round
     # took 0.111 s here against a silo round's 0.045 s (generation 0.050 s: hinted prompts are calls of their
     # own; exchange 0.040 s); charged/wall on those rounds 1.04 (8/0) and 0.98 (4/4)
+    # message_skim_s (the peek that drops an established peer's zero-variance group, node/peek.py) came later:
+    # `scripts/bench_round_cost.py`'s t_exchange_skim / messages_skimmed on 8 nodes (0.5 ms / 19.8 a round)
     "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=1.88e+04, train_tokens_per_s=6845, round_overhead_s=0.00942,
                                generate_call_s=0.0156, message_check_s=0.000514, group_verify_s=0.000755,
-                               message_publish_s=0.00037),
+                               message_publish_s=0.00037, message_skim_s=2.5e-05),
     # measured with `scripts/measure_profile.py --preset smollm2 --set sampling.max_new_tokens=48`
     "smollm2": DeviceProfile("fast", gen_tokens_per_s=201.5, train_tokens_per_s=37.79, round_overhead_s=3.2),
 }
