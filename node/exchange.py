@@ -20,24 +20,20 @@ against the signer) reported to the Ingress here, in `_refuse`:
   envelope (node/peek.py: dropping hurts no one); the audit may still draw it.
   hints           -> rebuild the task; a hint that contains the answer is refused and counted
                      against the signer; the node keeps it only if it asked (node/hints.py)
-  hint requests   -> wait unverified, one per task (node/hint_requests.py); one the node can
-                     answer goes through the Ingress and is answered (node/hint_writer.py)
+  hint requests   -> wait unverified (node/hint_requests.py) until the node can answer one
   SAPO mixing: J groups with reward variance from the pool (uniform / per_sender / weak_tasks);
   in cross-actor composition, first every pooled group for a prompt we sampled this round.
-Verifying what the mix uses rather than everything that arrives: on an 8-node tiny-warm swarm a
-node verified 28 groups a round to train on 3 (three quarters had no reward variance).
 Every phase's seconds are in the round's row (`t_exchange_<phase>`, EXCHANGE_PHASES), beside the
 counts the compute clock charges (EXCHANGE_WORK).
 
 Where ingest runs (`ingest`): "background" (`swarm-node join`): a worker thread (node/ingest.py)
-drains the transport and verifies under a per-round budget with per-sender staging quotas,
-established senders first (young and unknown origins share a bounded remainder), so `collect` only
-samples the verified pool and a flood never lengthens a round. "inline" (the
-in-process memory testnet, experiments, most tests): `collect` verifies everything that arrived,
-on the caller's thread, in swarm time: runs stay deterministic and reproducible. Either way the picked groups are verified
-in `collect` (bounded: J picks, MAX_REPICKS retries, the audit).
-Peers' completions are scored in killable worker processes (node/scorer_sandbox.py), a group's in
-one round-trip; the workers start with the exchange when our scorers may need them.
+drains the transport and runs the cheap checks under a per-round budget with per-sender staging
+quotas, established senders first (young and unknown origins share a bounded remainder). "inline"
+(the in-process memory testnet, experiments, most tests): `collect` checks everything that arrived,
+on the caller's thread, in swarm time: runs stay deterministic. Either way `collect` verifies the
+picks (bounded: J, MAX_REPICKS retries, the audit). Peers' completions are scored in killable
+worker processes (node/scorer_sandbox.py), a group's in one round-trip; the workers start with the
+exchange when our scorers may need them.
 """
 from __future__ import annotations
 
@@ -358,9 +354,10 @@ class SwarmExchange(HintTraffic):
             self._ingest_inline(round_index)
         else:
             self._worker.new_round(round_index)
-        self.refusals.log_round(round_index, self.ingress.rejected_counts())
         with self._lock:
-            return self._collect(round_index, local)
+            chosen = self._collect(round_index, local)
+        self.refusals.log_round(round_index, self.ingress.rejected_counts())  # the picks' refusals too
+        return chosen
 
     def _collect(self, round_index: int, local: list[ScoredGroup]) -> list[ScoredGroup]:
         received, flat = self._arrived["received"], self._arrived["flat"]

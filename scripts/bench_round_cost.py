@@ -69,18 +69,20 @@ def plot(table: list[dict], path: Path) -> None:
 
     parts = [("t_generate", "generate"), ("t_score", "score own"), ("t_train", "train"),
              *((f"t_exchange_{p}", f"exchange: {p}") for p in EXCHANGE_PARTS)]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     bottom = [0.0] * len(table)
-    for key, label in parts:
-        values = [r[key] for r in table]
+    for n, (key, label) in enumerate([*parts, (None, "rest (bookkeeping)")]):
+        values = ([max(0.0, r["t_round"] - b) for r, b in zip(table, bottom)] if key is None
+                  else [r[key] for r in table])
         if any(values):
-            ax.bar([r["mix"] for r in table], values, bottom=bottom, label=label)
+            ax.bar([r["mix"] for r in table], values, bottom=bottom, label=label, color=plt.cm.tab20(n))
             bottom = [b + v for b, v in zip(bottom, values)]
     for i, r in enumerate(table):
-        ax.text(i, r["t_round"], f"{r['t_round']:.3f} s" + (f"\n{r['round_vs_silo']:.2f}x silo"
-                                                           if r["round_vs_silo"] else ""), ha="center", va="bottom")
+        ax.text(i, r["t_round"], f"{r['t_round']:.3g} s" + (f", {r['round_vs_silo']:.2f}x silo"
+                                                            if r["round_vs_silo"] else ""), ha="center", va="bottom")
+    ax.set_ylim(0, 1.15 * max(r["t_round"] for r in table))
     ax.set(ylabel="wall seconds per round (mean)", title="what a round costs, by phase")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

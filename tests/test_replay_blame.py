@@ -72,7 +72,11 @@ def test_replaying_an_honest_peers_messages_later_never_bans_it(tmp_path):
     peer = {p.peer_id: p for p in status["peers"]}[honest_id]
     print(f"FIGURES replayed={replayed} delivery_faults={faults} honest_banned={peer.banned} "
           f"ban_count={peer.ban_count} score={peer.score:.2f} reasons={reasons}")
-    assert faults >= replayed - reasons.get("rate_limited", 0) > 0
+    # every replay is refused as a delivery fault, or never checked: a zero-variance group the
+    # receiver skims (node/peek.py) and a hint request that waits, or is dropped, unverified
+    # (node/hint_requests.py); none is held against the honest peer
+    unchecked = status["exchange_totals"].get("messages_skimmed", 0) + sum(status["hint_requests"].values())
+    assert faults + unchecked >= replayed - reasons.get("rate_limited", 0) > 0 and faults > 0
     assert reasons.get("expired", 0) > 0
     assert not peer.banned and peer.ban_count == 0 and peer.score > 0
 
