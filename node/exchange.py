@@ -49,7 +49,7 @@ from node.exchange_hints import NOTHING_TO_TRAIN, TRAINABLE, HintTraffic, Receiv
 from node.exchange_status import exchange_status
 from node.groups import ScoredGroup
 from node.hint_requests import HintRequestQueue
-from node.peek import FlatSkimmer
+from node.peek import flat_claim_of_origin
 from node.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staged
 from node.pool import GroupPool, PoolEntry
 from node.prompts import Retokenizer
@@ -73,8 +73,8 @@ log = logging.getLogger(__name__)
 # senders dropped after a peek (node/peek.py), never checked
 EXCHANGE_WORK = ("messages_checked", "groups_verified", "messages_published", "messages_skimmed")
 # where the exchange's seconds go, each a `t_exchange_<phase>` of the round's row (no two overlap):
-# the peek that drops established senders' zero-variance claims (skim), the Ingress, the cheap checks (precheck, less the task rebuild, which is its own phase), the
-# expensive ones (score, retokenize, tier: the mix's picks and the audit), signing and publishing.
+# the peek that drops established senders' zero-variance claims (skim), the Ingress, the cheap
+# checks (precheck, less the task rebuild, which is its own phase), the expensive ones (score, retokenize, tier: the mix's picks and the audit), signing and publishing.
 # In background mode ingress and precheck run on the worker thread; node/loop.py adds
 # `t_exchange_hints` (answering peers' requests).
 EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokenize", "tier", "publish")
@@ -86,11 +86,6 @@ YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-varia
 AUDIT_KEPT = 4  # a sender's latest unverified groups the audit draws from
 MAX_AUDIT_SENDERS = 1024  # senders whose unverified groups are kept for the audit (the oldest forgotten)
 
-
-def _scorers_capped(verifier: Verifier, source: TaskSource, sender_answers: bool) -> bool:
-    """Whether scoring a peer's text may need the sandbox (a capped scorer, not a string comparison)."""
-    cheap = verifier.scorer == "exact" or (verifier.scorer in ("auto", "dataset") and source.score_is_bounded)
-    return sender_answers or not cheap
 
 class SwarmExchange(HintTraffic):
     """Implements the loop's Exchange over any protocol.Transport; never blocks the loop.
@@ -139,7 +134,6 @@ class SwarmExchange(HintTraffic):
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
         self._requests = HintRequestQueue()  # unverified until we can answer one (node/hint_requests.py)
         self.tasks = TaskCache(source)  # rebuilt tasks by ref, and our prompt tokens per question
-        self._skimmer = FlatSkimmer(self.limits)
         # sender -> its latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
         self._unaudited: OrderedDict[str, deque[Candidate | swarm_pb2.RolloutGroup | Received]] = OrderedDict()
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
@@ -153,7 +147,7 @@ class SwarmExchange(HintTraffic):
         for topic in self.topics.values():
             transport.subscribe(topic)
         self.ingest_mode = ingest
-        if sandbox is not None and _scorers_capped(verifier, source, cfg.accept_sender_answers):
+        if sandbox is not None and (cfg.accept_sender_answers or verifier.may_need_sandbox(source)):
             sandbox.start()  # its workers import for a second or two: now, not in our first round
         self._worker = self._make_worker(ingest, budget)
         if self._worker is not None:  # started once assigned: its callback reads self._worker
@@ -239,6 +233,12 @@ class SwarmExchange(HintTraffic):
     def _add_seconds(self, phase: str, seconds: float) -> None:
         self._count(self._seconds, phase, seconds)
 
+    def _accept(self, item: Received, kinds: set[Kind]) -> Verified | None:
+        """One message through the Ingress, counted (messages_checked) and timed."""
+        self._count(self._work, "messages_checked")
+        with self._timed("ingress"):
+            return self.ingress.accept_received(item, kinds)
+
     def _sender_class(self, from_peer: str) -> str:
         """Staging's lane for a delivering peer: established at admission, or young (unknown included).
         A host's origin id is its signing key, so an honest peer's earned weight carries over."""
@@ -253,10 +253,7 @@ class SwarmExchange(HintTraffic):
             return
         if staged.topic == self.topics["rollouts"] and self._skimmed(item):
             return
-        kinds = self._topic_kinds[staged.topic]
-        self._count(self._work, "messages_checked")
-        with self._timed("ingress"):
-            verified = self.ingress.accept_received(item, kinds)
+        verified = self._accept(item, self._topic_kinds[staged.topic])
         self._guarded(item.from_peer, lambda: self._take(staged.topic, verified, self._worker.round_index))
 
     def _guarded(self, from_peer: str, work: Callable[[], None]) -> None:
@@ -311,7 +308,7 @@ class SwarmExchange(HintTraffic):
             if self.pool.admission.is_young(origin) and self.pool.held_by(origin) < YOUNG_FLAT_POOLED:
                 return False
         with self._timed("skim"):
-            flat = self._skimmer.flat_claim_of_origin(item)
+            flat = flat_claim_of_origin(item, self.limits)
         if flat:
             with self._lock:
                 self._arrived["received"] += 1
@@ -381,30 +378,35 @@ class SwarmExchange(HintTraffic):
         if useful and self._note_useful is not None:  # p2pd keeps them connected and first in its cache
             self._note_useful(useful)  # established keys only: a young slot must not buy a flooder that
         self.tiers_used.update(tiers)
+        seconds = self._phase_seconds()
         self.history.append({"round": round_index, "local_groups": self._local_groups,
                              "external_groups_received": received, "external_groups_used": len(chosen),
                              "external_groups_dropped": (0 if self.cfg.composition == "cross_actor" else flat)
                                                         + rejected_now - rejected_before,
                              "groups_verified": self._work["groups_verified"], "groups_audited": audited,
-                             "exchange_s": round(sum(self._seconds.values()), 6),
+                             "exchange_s": round(sum(seconds.values()), 6),
                              **{f"tier{t}_rollouts": tiers.get(str(t), 0) for t in TIERS}})
-        self.last_round = self._round_row(received, flat, audited, chosen, tiers, reasons, round_index)
+        self.last_round = self._round_row(received, flat, audited, chosen, tiers, reasons, round_index, seconds)
         self.totals.update({key: self.last_round[key] for key in TOTALED})
         self._work.clear()
         self._seconds.clear()
         return chosen
 
+    def _phase_seconds(self) -> dict[str, float]:
+        """Seconds per EXCHANGE_PHASES since the last collect, none twice (the precheck times the rebuild)."""
+        seconds = {phase: self._seconds[phase] for phase in EXCHANGE_PHASES}
+        seconds["precheck"] = max(0.0, seconds["precheck"] - seconds["rebuild"])
+        return seconds
+
     def _round_row(self, received: int, flat: int, audited: int, chosen: list[ScoredGroup], tiers: Counter,
-                   reasons: Counter, round_index: int) -> dict:
+                   reasons: Counter, round_index: int, seconds: dict[str, float]) -> dict:
         """What the round's metrics row gets from the exchange (node/loop.py adds it)."""
-        verified = self._work["groups_verified"]
-        seconds = {**self._seconds, "precheck": max(0.0, self._seconds["precheck"] - self._seconds["rebuild"])}
         return {
             "external_received": received,
             "external_used": len(chosen),
             "external_zero_variance": flat,
             "groups_audited": audited,
-            "groups_verified_unused": max(0, verified - len(chosen)),
+            "groups_verified_unused": max(0, self._work["groups_verified"] - len(chosen)),
             "external_used_by_sender": dict(Counter(g.origin for g in chosen)),
             "external_tiers": {str(t): tiers.get(str(t), 0) for t in TIERS},
             "external_tier_reasons": dict(reasons),
@@ -414,7 +416,7 @@ class SwarmExchange(HintTraffic):
             "peers_connected": len(self.transport.peers()),
             **self._shared,
             **{key: float(self._work[key]) for key in EXCHANGE_WORK},
-            **{f"t_exchange_{phase}": seconds.get(phase, 0.0) for phase in EXCHANGE_PHASES},
+            **{f"t_exchange_{phase}": value for phase, value in seconds.items()},
         }
 
     def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | None:
@@ -423,12 +425,12 @@ class SwarmExchange(HintTraffic):
 
     def _forget_unaudited(self, candidate: Candidate) -> None:
         """`candidate` is being verified now: nothing left to audit there."""
-        kept = self._unaudited.get(candidate.sender)
+        kept = self._unaudited.get(candidate.origin)
         for index, group in enumerate(kept or ()):
             if group is candidate:
                 del kept[index]
                 if not kept:
-                    del self._unaudited[candidate.sender]
+                    del self._unaudited[candidate.origin]
                 return
 
     def _audit(self, rng: random.Random) -> int:
@@ -449,9 +451,7 @@ class SwarmExchange(HintTraffic):
                 if verified is not None:
                     self.pool.replace_unverified(group, verified)
             elif isinstance(group, Received):  # skimmed: the Ingress, then both stages
-                self._work["messages_checked"] += 1
-                with self._timed("ingress"):
-                    verified = self.ingress.accept_received(group, {Kind.ROLLOUT_GROUP})
+                verified = self._accept(group, {Kind.ROLLOUT_GROUP})
                 if verified is not None and verified.sender != self.peer_id:
                     self.verify_group(verified.sender, verified.body)
             else:  # a zero-variance claim, never prechecked: both stages now
@@ -477,7 +477,7 @@ class SwarmExchange(HintTraffic):
             self._work["groups_verified"] += 1
             self._forget_unaudited(candidate)
             verdict = verify_candidate(candidate, self._context())
-        return self._verdict(candidate.sender, verdict)
+        return self._verdict(candidate.origin, verdict)
 
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
         """A peer's group through both stages of node/verify.py now, or None, counted, if refused."""

@@ -5,7 +5,7 @@
          unverified until we can answer one (node/hint_requests.py) and only then meet the Ingress
 
 `HintTraffic` is a mixin of `SwarmExchange`: it uses the exchange's lock, counters, Ingress, task
-cache and publishing (`_publish`, `_timed`, `_count`, `_context`, `_refuse`).
+cache and publishing (`_publish`, `_accept`, `_context`, `_refuse`).
 """
 from __future__ import annotations
 
@@ -55,9 +55,7 @@ class HintTraffic:
         for item in items:
             ref = peek_task_ref(item, self.limits)
             if ref is None:
-                self._count(self._work, "messages_checked")
-                with self._timed("ingress"):
-                    self.ingress.accept_received(item, {Kind.HINT_REQUEST})  # refused: counted and charged
+                self._accept(item, {Kind.HINT_REQUEST})  # refused: counted and charged
                 continue
             with self._lock:
                 self._requests.add(item, ref)
@@ -112,9 +110,7 @@ class HintTraffic:
         return served
 
     def _check_hint_request(self, item: Received) -> tuple[Task, str] | None:
-        self._work["messages_checked"] += 1
-        with self._timed("ingress"):
-            verified = self.ingress.accept_received(item, {Kind.HINT_REQUEST})
+        verified = self._accept(item, {Kind.HINT_REQUEST})
         if verified is None or verified.sender == self.peer_id:
             return None
         task = verify_hint_request(verified.body, self._context())

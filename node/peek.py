@@ -17,16 +17,12 @@ Anything a peek cannot parse goes through the Ingress, which says why it is refu
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from node.verify import claims_flat
 from node.wire import local_task_ref
 from protocol import Kind, Limits
 from protocol.envelope import decode_body, decode_envelope
 from protocol.identity import peer_id_from_public_key
 from protocol.transports.base import Received
-
-MAX_KEYS_CACHED = 4096
 
 
 def peek_task_ref(item: Received, limits: Limits):
@@ -41,30 +37,14 @@ def peek_task_ref(item: Received, limits: Limits):
         return None
 
 
-class FlatSkimmer:
-    """Says which rollout-group messages carry a zero-variance claim of their own transport origin."""
-
-    def __init__(self, limits: Limits):
-        self.limits = limits
-        self._peer_ids: OrderedDict[bytes, str] = OrderedDict()  # public key -> peer id (base58 is slow)
-
-    def flat_claim_of_origin(self, item: Received) -> bool:
-        """The message is a rollout group, signed (by its claim) with its transport origin's key,
-        and its claimed rewards are all equal. Nothing is authenticated: see the module doc."""
-        try:
-            envelope = decode_envelope(bytes(item.data), self.limits)
-            if envelope.kind != Kind.ROLLOUT_GROUP or self._peer_id(envelope.sender_public_key) != item.from_peer:
-                return False
-            body = decode_body(envelope)
-            return len(body.completions) > 0 and claims_flat(body)  # an empty group: the Ingress refuses it
-        except Exception:  # any malformed input: the Ingress says why
+def flat_claim_of_origin(item: Received, limits: Limits) -> bool:
+    """The message is a rollout group, signed (by its claim) with its transport origin's key, and its
+    claimed rewards are all equal. Nothing is authenticated: see the module doc."""
+    try:
+        envelope = decode_envelope(bytes(item.data), limits)
+        if envelope.kind != Kind.ROLLOUT_GROUP or peer_id_from_public_key(envelope.sender_public_key) != item.from_peer:
             return False
-
-    def _peer_id(self, public_key: bytes) -> str:
-        key = bytes(public_key)
-        peer_id = self._peer_ids.get(key)
-        if peer_id is None:
-            peer_id = self._peer_ids[key] = peer_id_from_public_key(key)
-            if len(self._peer_ids) > MAX_KEYS_CACHED:
-                self._peer_ids.popitem(last=False)
-        return peer_id
+        body = decode_body(envelope)
+        return len(body.completions) > 0 and claims_flat(body)  # an empty group: the Ingress refuses it
+    except Exception:  # any malformed input: the Ingress says why
+        return False

@@ -304,6 +304,10 @@ class Verifier(BaseModel):
             return self.scorer
         return "dataset"
 
+    def may_need_sandbox(self, source: TaskSource) -> bool:
+        """Whether some answer to `source`'s tasks may need a capped scorer (not a string comparison)."""
+        return not self._is_cheap("dataset" if self.scorer == "auto" else self.scorer, source)
+
     @staticmethod
     def _is_cheap(scorer: str, source: TaskSource) -> bool:
         """A string comparison: bounded on any text, needs no cap."""

@@ -122,15 +122,11 @@ class Candidate:
     """A peer's group that passed the cheap checks (signed, within limits, a task we can build, every
     text within our length cap). Its rewards are the sender's claims until `verify_candidate`."""
 
-    sender: str
+    origin: str  # its signer, as a ScoredGroup's
     msg: swarm_pb2.RolloutGroup
     task: Task
     verifier: Verifier = field(repr=False)  # ours, or its math-scorer copy (accept_sender_answers)
     flat: bool = False  # claims_flat(msg): alone, the group would carry no signal (if the claims are true)
-
-    @property
-    def origin(self) -> str:
-        return self.sender
 
     @property
     def texts(self) -> list[str]:
@@ -219,7 +215,7 @@ def verify_candidate(candidate: Candidate, context: VerifyContext) -> ScoredGrou
                                     logprobs=behavior.logprobs, text=completion.text, offsets=[],
                                     truncated=completion.truncated, tier=behavior.tier,
                                     alignment=behavior.alignment))
-    return ScoredGroup(task=task, rollouts=rollouts, rewards=rewards, correct=correct, origin=candidate.sender,
+    return ScoredGroup(task=task, rollouts=rollouts, rewards=rewards, correct=correct, origin=candidate.origin,
                        policy_version=msg.policy_version,
                        meta={"sender_round": msg.round, "tokenizer": msg.model.tokenizer_fingerprint,
                              "tier_reasons": reasons, "reward_disagreements": disagreements})
