@@ -19,31 +19,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from node.logs import configure as configure_logs, json_lines, say
-
-console = Console(stderr=True)
-
-
-_MAY_REEXEC = False  # main() runs as the process entry point: it may restart the process
-
-
-def pin_hash_seed_if_needed(cfg) -> None:
-    """Restart this process with PYTHONHASHSEED=0 when its tasks need it (node/tasks/hash_seed.py),
-    before any model or dataset is loaded; every other node keeps hash randomization on."""
-    from node.tasks.hash_seed import datasets_needing_fixed_hash_seed, hash_randomization_off
-
-    names = datasets_needing_fixed_hash_seed(cfg.tasks.source, cfg.tasks.datasets, cfg.eval.ood)
-    if names and _MAY_REEXEC and not hash_randomization_off():
-        say(console, f"{', '.join(names)}: tasks depend on Python's hash seed; restarting with PYTHONHASHSEED=0",
-            "reexec", datasets=names)
-        os.execve(sys.executable, [sys.executable, "-m", "node.cli", *sys.argv[1:]],
-                  {**os.environ, "PYTHONHASHSEED": "0"})
-
+from node.observe.logs import configure as configure_logs, json_lines, say
+from node.service.console import allow_reexec, console, pin_hash_seed_if_needed
 
 def resolve_preset(args: argparse.Namespace) -> str:
     """--preset, else $SWARM_NODE_PRESET (a service's environment file picks it), else tiny."""
-    from node.config import ConfigError
-    from node.presets import PRESETS
+    from node.config.schema import ConfigError
+    from node.config.presets import PRESETS
 
     if args.preset:
         return args.preset
@@ -55,7 +37,7 @@ def resolve_preset(args: argparse.Namespace) -> str:
 
 
 def _config(args: argparse.Namespace, extra: list[str] = ()):
-    from node.config import load_config
+    from node.config.schema import load_config
 
     overrides = list(args.set or [])
     if args.rounds is not None:
@@ -76,12 +58,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args)
     pin_hash_seed_if_needed(cfg)
 
-    from node.config import ConfigError
-    from node.loop import Node  # heavy imports (torch, transformers) only once the config is valid
-    from node.metrics import RoundTable
+    from node.config.schema import ConfigError
+    from node.train.loop import Node  # heavy imports (torch, transformers) only once the config is valid
+    from node.observe.metrics import RoundTable
     from node.observe.state import NodeObserver, loop_progress
     from node.observe.web import announce, serve_node
-    from node.shutdown import StopOnSignals
+    from node.service.shutdown import StopOnSignals
 
     run_dir = Path(args.run_dir)
     if not args.resume and (run_dir / "checkpoints").exists():
@@ -106,8 +88,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if observe is not None:
             observe.stop()
         node.close()
-    from node.report import summarize, summary_text
-    from node.metrics import read_metrics
+    from node.observe.report import summarize, summary_text
+    from node.observe.metrics import read_metrics
 
     summary = summarize(read_metrics(run_dir))
     say(console, summary_text(summary).rstrip(), "summary", **summary)
@@ -115,7 +97,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    from node.config import ConfigError
+    from node.config.schema import ConfigError
 
     extra = []
     if args.peers:
@@ -133,7 +115,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         extra += [f"tasks.prompts_per_round={local}", f"swarm.external_per_round={external}"]
     cfg = _config(args, extra)
     pin_hash_seed_if_needed(cfg)
-    from node.swarm import join
+    from node.service.join import join
 
     return join(cfg, Path(args.run_dir), console, quiet=args.quiet)
 
@@ -178,7 +160,7 @@ def transport_summary(name: str, counters: dict[str, int]) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from node.control import control_address, fetch_status
+    from node.observe.control import control_address, fetch_status
 
     address = args.control or control_address(Path(args.run_dir))
     s = fetch_status(address, timeout_s=args.timeout)
@@ -241,12 +223,12 @@ def cmd_config(args: argparse.Namespace) -> int:
     --explain adds what each knob does."""
     import json
 
-    from node.config import explain
+    from node.config.schema import explain
 
     cfg = _config(args)
     if args.env:
-        from node.config import load_config
-        from node.env_file import render_env_file
+        from node.config.schema import load_config
+        from node.config.env_file import render_env_file
 
         preset = resolve_preset(args)
         print(render_env_file(cfg, load_config(preset), preset), end="")
@@ -259,7 +241,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from node.report import write_report
+    from node.observe.report import write_report
 
     png, txt, text = write_report(Path(args.run_dir))
     console.print(text, highlight=False)
@@ -268,14 +250,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Held-out pass@1 / pass@k of a run's latest checkpoint (node/eval.py): a table on stdout and
+    """Held-out pass@1 / pass@k of a run's latest checkpoint (node/train/eval.py): a table on stdout and
     RUN_DIR/eval-round-NNNNNN.json."""
     import json
 
     from pydantic import ValidationError
     from rich.table import Table
 
-    from node.config import ConfigError, NodeConfig
+    from node.config.schema import ConfigError, NodeConfig
     from policy.checkpoint import latest_checkpoint_path
 
     run_dir = Path(args.run_dir)
@@ -297,7 +279,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"invalid configuration in {config_file} (with --tasks/--k): {problems}") from None
     pin_hash_seed_if_needed(cfg)
 
-    from node.loop import Node
+    from node.train.loop import Node
 
     node = Node(cfg, run_dir)
     round_index = node.resume(truncate_metrics=False)  # reading the run, not continuing it
@@ -340,7 +322,7 @@ def add_config_options(p: argparse.ArgumentParser, run_dir: str, presets: list[s
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from node.presets import PRESETS  # names only: the config's schema loads after parsing
+    from node.config.presets import PRESETS  # names only: the config's schema loads after parsing
 
     parser = argparse.ArgumentParser(prog="swarm-node", description="Decentralized RL post-training node.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -399,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors whose message already says what is wrong and what to do: no traceback for these."""
-    from node.config import ConfigError
+    from node.config.schema import ConfigError
     from node.tasks.base import UnknownDatasetError, UnknownTaskError
     from policy.settings import ModelNotFoundError  # not policy.models: a config error needs no torch
 
@@ -418,8 +400,7 @@ def _report(err: Exception) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _MAY_REEXEC
-    _MAY_REEXEC = argv is None
+    allow_reexec(argv is None)
     args = build_parser().parse_args(argv)
     configure_logs()  # defaults until a command has its config (run.log_level, run.log_format)
     try:
@@ -428,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         return _report(err)
     except _user_errors() as err:
         return _report(err)
-    except KeyboardInterrupt:  # a second stop signal (node/shutdown.py), or Ctrl-C while starting
+    except KeyboardInterrupt:  # a second stop signal (node/service/shutdown.py), or Ctrl-C while starting
         console.print("[red]stopped at once[/]: rounds since the last checkpoint are lost")
         return 130
 

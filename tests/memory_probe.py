@@ -12,9 +12,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from node.config import load_config  # noqa: E402
-from node.loop import Node  # noqa: E402
-from node.swarm import memory_bus_node  # noqa: E402
+from node.config.schema import load_config  # noqa: E402
+from node.train.loop import Node  # noqa: E402
+from node.service.join import memory_bus_node  # noqa: E402
 from protocol import Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name  # noqa: E402
 from protocol.testing import seal_message  # noqa: E402
 from test_exchange import honest_group  # noqa: E402

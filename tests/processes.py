@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from node.child_env import stop_processes as stop  # noqa: F401 (the tests' name for it)
+from node.service.child_env import stop_processes as stop  # noqa: F401 (the tests' name for it)
 
 ROOT = Path(__file__).resolve().parents[1]
 

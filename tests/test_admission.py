@@ -1,4 +1,4 @@
-"""Admission to the external mix (node/admission.py, node/pool.py): content dedup across signers and
+"""Admission to the external mix (node/peers/admission.py, node/peers/pool.py): content dedup across signers and
 the capped share of young keys; then issue 9's acceptance tests (c) and (d) on real tiny nodes with
 real signed envelopes through the real Ingress (scripts/exp_admission.py runs the same scenarios)."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from node.admission import DUPLICATE, Admission
-from node.config import load_config
-from node.groups import ScoredGroup
-from node.pool import GroupPool, PoolEntry
+from node.peers.admission import DUPLICATE, Admission
+from node.config.schema import load_config
+from node.train.groups import ScoredGroup
+from node.peers.pool import GroupPool, PoolEntry
 from node.tasks.synthetic import SyntheticSource
 from policy.types import Rollout
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 
-from node.admission import DUPLICATE
-from node.config import load_config
-from node.exchange import to_wire
-from node.groups import ScoredGroup
-from node.loop import EXCHANGE_STATE, Node
-from node.swarm import memory_bus_node
+from node.peers.admission import DUPLICATE
+from node.config.schema import load_config
+from node.peers.exchange import to_wire
+from node.train.groups import ScoredGroup
+from node.train.loop import EXCHANGE_STATE, Node
+from node.service.join import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox

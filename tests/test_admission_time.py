@@ -1,13 +1,13 @@
-"""Admission's windows in time (node/admission.py, issue 31), with a fake clock: a node running 50
+"""Admission's windows in time (node/peers/admission.py, issue 31), with a fake clock: a node running 50
 rounds/s or 1 round/s, fresh keys that earn their credits at once, and the bootstrap window."""
 from __future__ import annotations
 
 import random
 from collections import Counter
 
-from node.admission import Admission
-from node.config import load_config
-from node.pool import GroupPool, PoolEntry
+from node.peers.admission import Admission
+from node.config.schema import load_config
+from node.peers.pool import GroupPool, PoolEntry
 from test_admission import distinct, group
 
 ROUNDS_PER_S = 50

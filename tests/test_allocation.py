@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from node.allocation import dars_extra_rollouts
-from node.pass_rates import BetaPassRate
+from node.train.allocation import dars_extra_rollouts
+from node.train.pass_rates import BetaPassRate
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from node.config import load_config
-from node.prompts import Retokenizer
-from node.scorer_sandbox import ScorerSandbox
+from node.config.schema import load_config
+from node.train.prompts import Retokenizer
+from node.scoring.sandbox import ScorerSandbox
 from node.tasks import make_source
-from node.verifiers import MAX_MATH_ANSWER_CHARS, Verifier, plain_number_answer_ok
+from node.scoring.verifiers import MAX_MATH_ANSWER_CHARS, Verifier, plain_number_answer_ok
 from policy.generation import eos_token_ids
 from policy.models import ModelConfig, load_policy
 
@@ -168,7 +168,7 @@ def test_a_hanging_answer_costs_only_its_own_slot(spec, tasks, position, workers
 
 
 def test_stop_at_timeout_scores_nothing_after_the_hanging_answer(spec, tasks):
-    """node/verify.py refuses a group at its first timeout: the answers after it are not worth a
+    """node/peers/verify.py refuses a group at its first timeout: the answers after it are not worth a
     replacement worker's start-up."""
     task = tasks[1]
     answers = [task.answer, BOMB, task.answer, "1"]

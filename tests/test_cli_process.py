@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from node import cli
-from node.config import load_config
+from node.service import console as session
+from node.config.schema import load_config
 from node.tasks.hash_seed import datasets_needing_fixed_hash_seed
 from protocol import NodeIdentity
 
@@ -69,14 +69,14 @@ def test_hash_seed_is_pinned_exactly_when_a_configured_dataset_depends_on_it(mon
         calls.append((argv, env.get("PYTHONHASHSEED")))
         raise Restarted
 
-    monkeypatch.setattr(cli.os, "execve", fake_execve)
-    monkeypatch.setattr(cli, "_MAY_REEXEC", True)
+    monkeypatch.setattr(session.os, "execve", fake_execve)
+    monkeypatch.setattr(session, "_may_reexec", True)
     monkeypatch.setattr("node.tasks.hash_seed.hash_randomization_off", lambda: False)
-    cli.pin_hash_seed_if_needed(tiny)
+    session.pin_hash_seed_if_needed(tiny)
     assert calls == []
     with pytest.raises(Restarted):
-        cli.pin_hash_seed_if_needed(ransom)
+        session.pin_hash_seed_if_needed(ransom)
     assert calls[0][0][1:3] == ["-m", "node.cli"] and calls[0][1] == "0"
     monkeypatch.setattr("node.tasks.hash_seed.hash_randomization_off", lambda: True)  # already pinned
-    cli.pin_hash_seed_if_needed(ransom)
+    session.pin_hash_seed_if_needed(ransom)
     assert len(calls) == 1

@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 import torch
 
-from node.groups import HintUse, ScoredGroup, compose
-from node.pool import GroupPool, PoolEntry
+from node.train.groups import HintUse, ScoredGroup, compose
+from node.peers.pool import GroupPool, PoolEntry
 from node.tasks.synthetic import SyntheticSource
 from policy.advantages import group_advantages
 from policy.types import Rollout

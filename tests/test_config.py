@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from node.config import PRESETS, ConfigError, explain, load_config, parse_override
+from node.config.schema import PRESETS, ConfigError, explain, load_config, parse_override
 
 
 def test_presets_validate_and_differ():
@@ -111,7 +111,7 @@ def _torch_loaded_by(code: str) -> str:
 
 def test_the_command_line_parses_without_loading_torch():
     """`swarm-node status` and friends pay only for what they use: the preset names come from
-    node/presets.py, which imports nothing."""
+    node/config/presets.py, which imports nothing."""
     assert not _torch_loaded_by("import node.cli; node.cli.build_parser(); node.cli._user_errors()")
 
 
@@ -119,9 +119,9 @@ def test_the_config_its_registry_and_the_control_client_load_without_torch():
     """The schema (every section, the presets, the objective registry's names and knobs) and
     node.json's writer and reader are torch-free, so `swarm-node config` and `status` start fast."""
     assert not _torch_loaded_by(
-        "import node.config, node.control, node.env_file, policy.settings, policy.files; "
+        "import node.config.schema, node.observe.control, node.config.env_file, policy.settings, policy.files; "
         "from policy.loss_knobs import OBJECTIVE_KNOBS, check_objective; "
-        "[node.config.load_config(p) for p in node.config.PRESETS]; "
+        "[node.config.schema.load_config(p) for p in node.config.schema.PRESETS]; "
         "assert check_objective('tis(mc(dapo))', inner={'inner': {'eps_high': 0.5}}).extra_samples == 1")
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from node.config import ConfigError, env_overrides, load_config
+from node.config.schema import ConfigError, env_overrides, load_config
 
 from processes import repo_env
 

@@ -10,14 +10,14 @@ import torch
 from rich.console import Console
 from safetensors.torch import load_file
 
-from node.config import load_config
-from node.groups import compose
-from node.loop import Node
-from node.metrics import read_metrics
-from node.self_replay import ORIGIN, SelfReplay
+from node.config.schema import load_config
+from node.train.groups import compose
+from node.train.loop import Node
+from node.observe.metrics import read_metrics
+from node.peers.self_replay import ORIGIN, SelfReplay
 from node.testnet.plan import Plan, node_overrides
 from node.testnet.runner import run_testnet
-from node.warm_start import warm_model_config
+from node.train.warm_start import warm_model_config
 from policy.models import load_policy
 from policy.types import TIER_EXACT
 from tests.tiny_node import tiny_cfg

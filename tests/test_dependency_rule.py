@@ -46,12 +46,25 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node of `tree` but those under `if TYPE_CHECKING:`, which never run (a type-only import
+    is not a circle: node/testnet/hostile_attacks.py names hostile.py's HostilePeer that way)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            todo += node.orelse
+            continue
+        todo += ast.iter_child_nodes(node)
+
+
 def imported_modules(path: Path) -> set[str]:
     """Dotted names that the module at `path` imports (relative ones resolved), wherever the import
     stands; `from a import b` yields both `a` and `a.b` (b may be a submodule)."""
     name, package = module_name(path), path.name == "__init__.py"
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -76,10 +89,10 @@ def import_cycles(graph: dict[str, set[str]]) -> list[str]:
     return [f"{a} -> {b}" for a in sorted(graph) for b in sorted(graph[a]) if a in reachable(b)]
 
 
-def test_no_import_circles_inside_policy_or_protocol():
+def test_no_import_circles_inside_node_policy_or_protocol():
     """Lazy imports inside functions count: a circle hidden in a function is still a circle. A
     module importing its own package (whose __init__ runs first anyway) is not an edge."""
-    for layer in FORBIDDEN:
+    for layer in ("node", *FORBIDDEN):
         paths = {module_name(p): p for p in (REPO / layer).rglob("*.py")}
         graph = {name: {m for m in imported_modules(path) if m in paths and m != name
                         and not name.startswith(m + ".")}
@@ -95,3 +108,15 @@ def test_the_circle_finder_sees_a_lazy_circle():
                                     "policy.vllm_backend -> policy.generation"]
     graph["policy.generation"] = set()
     assert import_cycles(graph) == []
+
+
+def test_a_type_only_import_is_not_an_edge(tmp_path):
+    """Negative control of the TYPE_CHECKING rule: the same import outside the block is seen."""
+    hidden = tmp_path / "hidden.py"
+    hidden.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from node.cli import main\n")
+    seen = tmp_path / "seen.py"
+    seen.write_text("import typing\nif not typing.TYPE_CHECKING:\n    from node.cli import main\n")
+    runtime = {n.module for n in _runtime_nodes(ast.parse(hidden.read_text())) if isinstance(n, ast.ImportFrom)}
+    assert runtime == {"typing"}
+    runtime = {n.module for n in _runtime_nodes(ast.parse(seen.read_text())) if isinstance(n, ast.ImportFrom)}
+    assert runtime == {"node.cli"}

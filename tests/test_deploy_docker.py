@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from env_files import ROOT
-from node.config import env_overrides
+from node.config.schema import env_overrides
 from processes import repo_env, stop, wait_for
 
 DOCKERFILE = ROOT / "scripts" / "deploy" / "Dockerfile"

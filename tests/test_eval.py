@@ -1,4 +1,4 @@
-"""Held-out evaluation (node/eval.py): refs never trained on, metrics on the evaluated rounds only,
+"""Held-out evaluation (node/train/eval.py): refs never trained on, metrics on the evaluated rounds only,
 exact resume untouched, a trained policy scores higher, and `swarm-node eval`."""
 import json
 import subprocess
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from node.cli import main
-from node.config import load_config
-from node.loop import Node
-from node.metrics import COLUMNS, RoundTable, _cell
-from node.report import write_report
+from node.config.schema import load_config
+from node.train.loop import Node
+from node.observe.metrics import COLUMNS, RoundTable, _cell
+from node.observe.report import write_report
 from node.tasks import make_source
 from node.tasks.base import TaskRef, heldout_seed
 

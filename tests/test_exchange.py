@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from node.config import load_config
-from node.exchange import SwarmExchange, to_wire
-from node.groups import ScoredGroup
-from node.loop import Node
-from node.metrics import RoundTable, read_metrics
-from node.swarm import memory_bus_node
+from node.config.schema import load_config
+from node.peers.exchange import SwarmExchange, to_wire
+from node.train.groups import ScoredGroup
+from node.train.loop import Node
+from node.observe.metrics import RoundTable, read_metrics
+from node.service.join import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, topic_name
@@ -183,8 +183,8 @@ def test_status_accepted_counts_only_messages_that_passed_every_check(node, bus)
 def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path, bus):
     """The p2pd peer cache ranks those peers first (issue 16); protocol never imports node, so the
     exchange tells the transport plain peer ids."""
-    from node.assembly import build_parts
-    from node.swarm import build_exchange
+    from node.train.assembly import build_parts
+    from node.service.join import build_exchange
 
     class NotingTransport(MemoryTransport):
         def __init__(self, *args) -> None:

@@ -7,12 +7,12 @@ import time
 import pytest
 
 from node.cli import exchange_summary
-from node.config import load_config
-from node.control import status_reply
-from node.groups import ScoredGroup
-from node.swarm import memory_bus_node, snapshot
+from node.config.schema import load_config
+from node.observe.control import status_reply
+from node.train.groups import ScoredGroup
+from node.service.join import memory_bus_node, snapshot
 from node.tasks.base import Task
-from node.wire import to_wire, wire_task_ref
+from node.peers.wire import to_wire, wire_task_ref
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, topic_name
@@ -148,7 +148,7 @@ def test_hint_requests_wait_unverified_and_are_checked_only_when_answered(tmp_pa
 
 
 def test_an_established_senders_zero_variance_claims_are_skimmed_yet_audited(tmp_path, bus):
-    """Established keys' flat claims skip the Ingress (node/peek.py); the audit still checks them."""
+    """Established keys' flat claims skip the Ingress (node/peers/peek.py); the audit still checks them."""
     node = make_node(tmp_path, bus, "swarm.external_per_round=2", "swarm.audit_per_round=1",
                      "swarm.young_groups=1", "swarm.young_rounds=0")
     key = NodeIdentity.generate()

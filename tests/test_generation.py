@@ -409,8 +409,8 @@ def test_honest_smollm2_completions_re_encode_within_the_peer_cap(tmp_path_facto
     """A sampled completion need not be its text's canonical encoding: a receiver's re-encoding can
     be longer than the tokens sampled. The default peer cap (NodeConfig.max_external_tokens, an
     eighth of slack) must take every honest completion; the sampler's own budget alone does not."""
-    from node.config import load_config
-    from node.prompts import Retokenizer
+    from node.config.schema import load_config
+    from node.train.prompts import Retokenizer
     from policy.generation import eos_token_ids
 
     budget = 48

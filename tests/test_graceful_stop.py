@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from node.loop import Node
-from node.metrics import RoundTable, read_metrics
-from node.shutdown import StopOnSignals
+from node.train.loop import Node
+from node.observe.metrics import RoundTable, read_metrics
+from node.service.shutdown import StopOnSignals
 from policy.checkpoint import latest_checkpoint_path
 from processes import repo_env, stop, wait_for
 from tiny_node import tiny_cfg

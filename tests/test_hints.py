@@ -6,14 +6,15 @@ import time
 
 import pytest
 
-from node.pass_rates import PassRates
-from node.config import load_config
-from node.groups import HintUse, ScoredGroup, to_train_group
-from node.hint_writer import solution_prefix
-from node.hints import HintBook, HintConfig, leaks_answer
-from node.loop import Node
-from node.metrics import read_metrics
-from node.swarm import memory_bus_node
+from node.train.pass_rates import PassRates
+from node.config.schema import load_config
+from node.train.groups import HintUse, ScoredGroup, to_train_group
+from node.train.hint_writer import solution_prefix
+from node.config.sections import HintConfig
+from node.train.hints import HintBook, leaks_answer
+from node.train.loop import Node
+from node.observe.metrics import read_metrics
+from node.service.join import memory_bus_node
 from node.tasks.base import TaskRef
 from node.tasks.synthetic import SyntheticSource
 from policy.types import Rollout

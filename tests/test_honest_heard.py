@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 QUIET_S, FLOOD_S, SETTLE_S, KEYS, PROCS, RATE = 40, 35, 5, 8, 2, 20
 TRAINED_MIN = 0.9
-# Young keys earn share / (1 - share) of a slot per established group trained (node/admission.py
+# Young keys earn share / (1 - share) of a slot per established group trained (node/peers/admission.py
 # Admission.split; rounds without an established group earn nothing while the established peer is
 # heard from), and a window may open with up to one slot of young credit carried over: the share
 # may exceed young_share_max by 1 / groups trained, capped here.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from node.config import load_config
-from node.swarm import memory_bus_node
+from node.config.schema import load_config
+from node.service.join import memory_bus_node
 from node.tasks import make_source
 from node.testnet.flood_origins import KIND, Origin, _ContentOnly
 from node.testnet.hostile import HostilePeer

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from node.config import load_config
-from node.loop import Node
-from node.metrics import read_metrics
-from node.swarm import memory_bus_node
+from node.config.schema import load_config
+from node.train.loop import Node
+from node.observe.metrics import read_metrics
+from node.service.join import memory_bus_node
 from node.tasks import make_source
 from node.testnet.hostile import (
     EXPECTED_REASONS,
@@ -173,8 +173,8 @@ def test_kinds_are_classified():
 def test_process_entry_point_against_a_libp2p_node(tmp_path):
     """`python -m node.testnet.hostile_process --kind liar ... --rounds 2` against an in-process tiny node
     on a real libp2p transport (127.0.0.1): it connects, lies, is caught, and exits with a summary."""
-    from node.assembly import build_parts
-    from node.swarm import build_exchange
+    from node.train.assembly import build_parts
+    from node.service.join import build_exchange
     from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}"])

@@ -1,4 +1,4 @@
-"""Ingest off the training thread (node/ingest.py): staging quotas, the background worker inside a
+"""Ingest off the training thread (node/peers/ingest.py): staging quotas, the background worker inside a
 real tiny node, and a flood of valid peer messages that must not lengthen a round."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from collections import Counter
 
 import pytest
 
-from node.config import load_config
-from node.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staging
-from node.loop import Node
-from node.swarm import memory_bus_node
+from node.config.schema import load_config
+from node.peers.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staging
+from node.train.loop import Node
+from node.service.join import memory_bus_node
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Received, topic_name
 from protocol.testing import seal_message
 from test_exchange import honest_group

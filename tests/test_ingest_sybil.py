@@ -17,11 +17,11 @@ from collections import Counter
 
 import pytest
 
-from node.config import load_config
-from node.wire import wire_task_ref
-from node.loop import Node
-from node.control import status_reply
-from node.swarm import memory_bus_node, snapshot
+from node.config.schema import load_config
+from node.peers.wire import wire_task_ref
+from node.train.loop import Node
+from node.observe.control import status_reply
+from node.service.join import memory_bus_node, snapshot
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 from protocol.testing import seal_message
@@ -41,7 +41,7 @@ WARMUP_ROUNDS = 8       # A earns `young_groups` (8) used groups, one a round in
 class GroupMaker:
     """Valid, distinct groups with reward variance: a real task, one-character completions (the tiny
     model's), the rewards the receiver's verifier computes. Distinct content: different multisets
-    of completions, so content dedup (node/admission.py) refuses none of them."""
+    of completions, so content dedup (node/peers/admission.py) refuses none of them."""
 
     def __init__(self, node: Node, seed: int):
         self.node = node

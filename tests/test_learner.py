@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from node.config import load_config
-from node.loop import Node
-from node.metrics import RoundTable, read_metrics
+from node.config.schema import load_config
+from node.train.loop import Node
+from node.observe.metrics import RoundTable, read_metrics
 from policy.checkpoint import latest_checkpoint, latest_checkpoint_path, latest_round, load_weights, save_checkpoint
 from policy.learner import Learner, OffPolicyConfig, OptimConfig, apply_lora
 from policy.losses import make_objective

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from node.groups import ScoredGroup, compose
+from node.train.groups import ScoredGroup, compose
 from node.tasks.synthetic import SyntheticSource
 from policy.advantages import group_advantages
 from policy.learner import Learner, OffPolicyConfig, OptimConfig
@@ -122,7 +122,7 @@ def success_logprob(learner: Learner, train_sample: TrainSample) -> float:
 def test_a_peers_wrong_answer_above_its_groups_mean_is_not_trained_its_right_one_is():
     """Partial credit: the peer's formatted wrong answer (0.6) sits above the group's baseline, so
     the former drop (A < 0 only) trained it. The verifier's verdict travels from the scored group
-    (node/groups.py) to the learner, which trains the correct answer alone."""
+    (node/train/groups.py) to the learner, which trains the correct answer alone."""
     task = SyntheticSource({"copy": 1.0}, seed=0).batch(0, 1)[0]
     completions = [[3, 4, 5], [6, 7, 8], [9, 10], [11, 12]]
     rollouts = [Rollout(prompt_ids=PROMPT, completion_ids=c, logprobs=None, text="", offsets=[], truncated=False,

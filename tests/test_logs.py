@@ -1,4 +1,4 @@
-"""Structured logs (run.log_level, run.log_format; node/logs.py): real `swarm-node` processes in
+"""Structured logs (run.log_level, run.log_format; node/observe/logs.py): real `swarm-node` processes in
 JSON mode print only JSON lines with the events an operator greps for, and a peer's malformed
 message, its ban and a p2pd daemon restart are logged with their fields, rate-limited where a peer
 could flood the log."""
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from node.logs import JsonFormatter, TextFormatter, configure, node_log
-from node.metrics import RoundTable
-from node.tensorboard import TB_DIR, read_scalars
+from node.observe.logs import JsonFormatter, TextFormatter, configure, node_log
+from node.observe.metrics import RoundTable
+from node.observe.tensorboard import TB_DIR, read_scalars
 from protocol import Ingress, MemoryBus, MemoryTransport, NodeIdentity, P2pdOptions, topic_name
 from protocol.logthrottle import LogThrottle, short_id
 from protocol.testing import seal_message
@@ -155,8 +155,8 @@ def test_throttle_caps_all_keys_together():
 
 def test_a_lying_peer_is_refused_with_its_reason_and_each_round_sums_the_rejections(tmp_path, caplog):
     """The real exchange of a tiny node: a group whose claimed rewards are false, a garbage message."""
-    from node.config import load_config
-    from node.swarm import memory_bus_node
+    from node.config.schema import load_config
+    from node.service.join import memory_bus_node
     from test_exchange import honest_group
 
     bus = MemoryBus()
@@ -230,8 +230,8 @@ def test_node_log_keeps_a_nodes_records_in_its_file_and_warnings_on_stderr(tmp_p
     configure("info", "text")
     try:
         with node_log(tmp_path / "node0.log"):
-            logging.getLogger("node.loop").info("checkpoint of round 9 written", extra={"event": "checkpoint"})
-            logging.getLogger("node.exchange").warning("a peer broke something")
+            logging.getLogger("node.train.loop").info("checkpoint of round 9 written", extra={"event": "checkpoint"})
+            logging.getLogger("node.peers.exchange").warning("a peer broke something")
         logging.getLogger("node.cli").info("outside any node")
     finally:
         configure()

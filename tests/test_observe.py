@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.config import ConfigError, load_config
+from node.config.schema import ConfigError, load_config
 from node.observe.address import parse_listen
 from node.observe.history import RoundHistory
 from node.observe.server import ObserveServer
@@ -145,10 +145,10 @@ def value(fams: dict, name: str, **labels) -> float:
 
 
 def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path):
-    from node.metrics import read_metrics
+    from node.observe.metrics import read_metrics
     from node.observe.prometheus import node_registry
     from node.observe.state import NodeObserver, loop_progress
-    from node.swarm import memory_bus_node
+    from node.service.join import memory_bus_node
     from protocol import MemoryBus, MemoryTransport, topic_name
 
     tick = [0]
@@ -180,7 +180,7 @@ def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path):
         assert value(fams, "swarm_node_messages_accepted_total") > 0
         assert value(fams, "swarm_node_messages_rejected_total", reason="malformed") == 4
         assert value(fams, "swarm_node_external_rollouts_trained_total", tier="0") > 0
-        # the exchange's cost, per phase and per group kind (node/exchange.py)
+        # the exchange's cost, per phase and per group kind (node/peers/exchange.py)
         assert value(fams, "swarm_node_exchange_phase_seconds", phase="ingress") > 0
         assert value(fams, "swarm_node_exchange_seconds_total", phase="score") > 0
         verified = value(fams, "swarm_node_exchange_groups_total", kind="verified")

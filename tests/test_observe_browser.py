@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node.metrics import read_metrics
+from node.observe.metrics import read_metrics
 from processes import stop, wait_for
 from test_observe import get
 from test_observe_live import ARGS

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.metrics import read_metrics
+from node.observe.metrics import read_metrics
 from processes import repo_env, stop, wait_for
 from protocol import NodeIdentity
 from test_observe import get, non_loopback_ip, value

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node.config import ConfigError, load_config
+from node.config.schema import ConfigError, load_config
 from protocol import NodeIdentity, P2pdOptions
 from protocol.transports.p2pd import P2pdTransport
 from protocol.transports.p2pd.bounds import ConnectionBounds

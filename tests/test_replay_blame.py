@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 
-from node.config import load_config
-from node.loop import Node
-from node.swarm import memory_bus_node
+from node.config.schema import load_config
+from node.train.loop import Node
+from node.service.join import memory_bus_node
 from protocol import Ingress, Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name
 
 SWARM = "replay"
@@ -73,8 +73,8 @@ def test_replaying_an_honest_peers_messages_later_never_bans_it(tmp_path):
     print(f"FIGURES replayed={replayed} delivery_faults={faults} honest_banned={peer.banned} "
           f"ban_count={peer.ban_count} score={peer.score:.2f} reasons={reasons}")
     # every replay is refused as a delivery fault, or never checked: a zero-variance group the
-    # receiver skims (node/peek.py) and a hint request that waits, or is dropped, unverified
-    # (node/hint_requests.py); none is held against the honest peer
+    # receiver skims (node/peers/peek.py) and a hint request that waits, or is dropped, unverified
+    # (node/peers/hint_requests.py); none is held against the honest peer
     unchecked = status["exchange_totals"].get("messages_skimmed", 0) + sum(status["hint_requests"].values())
     assert faults + unchecked >= replayed - reasons.get("rate_limited", 0) > 0 and faults > 0
     assert reasons.get("expired", 0) > 0

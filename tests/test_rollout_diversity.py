@@ -1,4 +1,4 @@
-"""The own rollouts' diversity of a round (node/rollouts.py diversity_stats): sampling entropy,
+"""The own rollouts' diversity of a round (node/train/rollouts.py diversity_stats): sampling entropy,
 distinct completions per group, flat-group share; on hand-built groups, through the real sampler
 with a prefix hint, in the testnet report and on /metrics."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.assembly import build_parts
-from node.groups import HintUse, ScoredGroup
+from node.train.assembly import build_parts
+from node.train.groups import HintUse, ScoredGroup
 from node.observe.prometheus import node_registry
 from node.observe.state import NodeObserver
-from node.rollouts import RolloutSampler, diversity_stats
+from node.train.rollouts import RolloutSampler, diversity_stats
 from node.tasks.synthetic import SyntheticSource
 from node.testnet.report import node_summary, run_summary, sapo_table, text_summary
 from policy.types import Rollout

@@ -1,4 +1,4 @@
-"""A round's own completions in one generate call (node/rollouts.py RolloutSampler.sample): plain,
+"""A round's own completions in one generate call (node/train/rollouts.py RolloutSampler.sample): plain,
 abstract-hinted and prefix-hinted groups come out of a single call of n = 1 rows, with the sizes,
 flags and hint tokens of before, prefix rows cut to their room exactly as a call with that budget
 would have sampled them; and the generator prefills each distinct prompt once however often it
@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import node.rollouts
-from node.assembly import build_parts
-from node.groups import HintUse
-from node.prompts import render_prompt
-from node.rollouts import RolloutSampler
+import node.train.rollouts
+from node.train.assembly import build_parts
+from node.train.groups import HintUse
+from node.train.prompts import render_prompt
+from node.train.rollouts import RolloutSampler
 from policy.generation import HFGenerator
 from policy.models import ModelConfig, load_policy
 from policy.types import SamplingParams
@@ -41,13 +41,13 @@ class CountingGenerator:
 
 def tiny_render(policy, question, hint=None):
     """render_prompt with an abstract hint the tiny model can read: its characters after the
-    question (the tiny model has no chat template, node/prompts.py refuses one)."""
+    question (the tiny model has no chat template, node/train/prompts.py refuses one)."""
     ids = render_prompt(policy, question)
     return ids if hint is None else ids + policy.tokenizer(hint, add_special_tokens=False)["input_ids"]
 
 
 def round_of(monkeypatch, temperature: float):
-    monkeypatch.setattr(node.rollouts, "render_prompt", tiny_render)
+    monkeypatch.setattr(node.train.rollouts, "render_prompt", tiny_render)
     cfg = tiny_cfg(f"sampling.max_new_tokens={MAX_NEW}", "sampling.group_size=5", 'allocation.scheme="off"')
     parts = build_parts(cfg)
     parts.sampling.params = SamplingParams(temperature, MAX_NEW)  # 0 = greedy, which the config refuses

@@ -1,12 +1,12 @@
 """sampling.precision: the rollouts' behavior log-probs are the sampling copy's, the copy follows the
 learner after every optimizer step, and tis(...) wraps the local objective exactly when the sampler
-is not the learner (policy/sampling_copy.py, policy/backends.py, node/assembly.py)."""
+is not the learner (policy/sampling_copy.py, policy/backends.py, node/train/assembly.py)."""
 import pytest
 import torch
 
-from node.assembly import build_parts, local_objective
-from node.config import ConfigError, LossConfig, load_config
-from node.loop import Node
+from node.train.assembly import build_parts, local_objective
+from node.config.schema import ConfigError, LossConfig, load_config
+from node.train.loop import Node
 from policy.backends import make_generator
 from policy.generation import HFGenerator, StaleWeightsError
 from policy.learner import apply_lora

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-import node.verifiers
-from node.answer_filter import bomb_reason
-from node.config import load_config
-from node.scorer_sandbox import ScorerSandbox
-from node.swarm import memory_bus_node
+import node.scoring.verifiers
+from node.scoring.answer_filter import bomb_reason
+from node.config.schema import load_config
+from node.scoring.sandbox import ScorerSandbox
+from node.service.join import memory_bus_node
 from node.tasks import make_source
-from node.verifiers import Verifier
+from node.scoring.verifiers import Verifier
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 from protocol.testing import seal_message
 from test_exchange import honest_group
@@ -108,8 +108,8 @@ def pid_alive(pid: int) -> bool:
 @pytest.mark.parametrize("prefilter", [True, False], ids=["prefilter", "sandbox_only"])
 def test_node_rejects_math_bombs_keeps_training_and_answers_status(tmp_path, monkeypatch, prefilter):
     if not prefilter:  # the last defence on its own: every bomb reaches a worker and is killed
-        monkeypatch.setattr(node.verifiers, "bomb_reason", lambda answer: None)
-        monkeypatch.setattr(node.verifiers, "plain_number_answer_ok", lambda answer, gold: True)
+        monkeypatch.setattr(node.scoring.verifiers, "bomb_reason", lambda answer: None)
+        monkeypatch.setattr(node.scoring.verifiers, "plain_number_answer_ok", lambda answer, gold: True)
     swarm = "bomb"
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={swarm}", "verifier.scorer=math",
                                      f"verifier.timeout_s={DEADLINE_S}"])

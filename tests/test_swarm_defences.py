@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from node.control import control_address, fetch_status
-from node.metrics import read_metrics
+from node.observe.control import control_address, fetch_status
+from node.observe.metrics import read_metrics
 from processes import repo_env, stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

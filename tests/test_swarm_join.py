@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node.metrics import read_metrics
+from node.observe.metrics import read_metrics
 from processes import repo_env, stop, wait_for
 from protocol import NodeIdentity
 

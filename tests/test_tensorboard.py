@@ -2,15 +2,15 @@
 metric, flushed every round, and a resumed run leaves no duplicated or contradictory steps.
 
 The files are read back with TensorBoard's own EventAccumulator where the `tensorboard` package is
-installed, else with the TFRecord reader of node/tensorboard.py (which the node itself uses)."""
+installed, else with the TFRecord reader of node/observe/tensorboard.py (which the node itself uses)."""
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from node.loop import Node
-from node.metrics import RoundTable, read_metrics
-from node.tensorboard import TB_DIR, event_files, read_records, read_scalars, scalars
+from node.train.loop import Node
+from node.observe.metrics import RoundTable, read_metrics
+from node.observe.tensorboard import TB_DIR, event_files, read_records, read_scalars, scalars
 
 from tiny_node import tiny_cfg
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from node.metrics import read_metrics
+from node.observe.metrics import read_metrics
 from node.testnet.plan import (Plan, halves, node_overrides, parse_hostile, parse_kills, parse_mix, parse_partitions,
                                parse_sizes)
 from node.testnet.process import start_waves
@@ -40,7 +40,7 @@ def test_plan_parsing_and_errors():
 def test_testnet_defaults_to_the_transport_join_uses():
     """One default transport: a testnet without --transport runs its nodes as `join` would."""
     from node import cli
-    from node.config import SwarmConfig
+    from node.config.schema import SwarmConfig
 
     assert SwarmConfig().transport == "p2pd"
     assert cli.build_parser().parse_args(["testnet"]).transport == SwarmConfig().transport == Plan().transport
@@ -130,7 +130,7 @@ def test_netem_loss_and_delay_in_memory_mode(tmp_path):
 
 def test_resume_keeps_finished_runs_and_refuses_another_plan(tmp_path):
     """A sweep killed after its first seed (or extended with --seeds) runs only what is missing."""
-    from node.config import ConfigError
+    from node.config.schema import ConfigError
 
     console = Console(file=open(Path(tmp_path, "console.txt"), "w"), width=120)
     plan = Plan(nodes=2, rounds=3, transport="memory", out=tmp_path / "sweep", seeds=1)
@@ -184,7 +184,7 @@ def test_memory_testnet_frees_its_nodes_when_a_run_ends_and_when_one_is_killed(t
     out of memory). With the collector off, only the testnet's own release can free them."""
     import gc
 
-    from node.loop import Node
+    from node.train.loop import Node
     from node.testnet.memory import MemoryTestnet
 
     def live_nodes() -> int:

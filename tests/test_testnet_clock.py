@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from node.metrics import read_metrics
+from node.observe.metrics import read_metrics
 from node.testnet.clock import DeviceProfile, TurnQueue, charged_over_wall, parse_duration, profiles, round_cost
 from node.testnet.memory import MemoryTestnet
 from node.testnet.plan import Plan
@@ -61,8 +61,8 @@ def test_a_swarm_round_counts_its_exchange_work_and_the_evaluation_is_free(tmp_p
     silo = MemoryTestnet(plan, (8, 0), 0, tmp_path / "silo").run()
     silo_row = read_metrics(Path(silo["nodes"][0]["run_dir"]))[-1]
     assert "messages_checked" not in silo_row and silo_row["generate_calls"] == 1.0  # one batched call
-    from node.loop import Node
-    from node.config import load_config
+    from node.train.loop import Node
+    from node.config.schema import load_config
 
     node = Node(load_config("tiny", None, ["eval.every=1", "eval.tasks_per_family=2"]), tmp_path / "alone")
     node.run_round(0)  # evaluates after its update

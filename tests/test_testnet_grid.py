@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from node.config import load_config
-from node.loop import Node
-from node.metrics import read_metrics
+from node.config.schema import load_config
+from node.train.loop import Node
+from node.observe.metrics import read_metrics
 from node.testnet.grid import GridEvaluator, WeightCopy, grid_instants, grid_spacing
 from node.testnet.memory import MemoryTestnet
 from node.testnet.plan import Plan, parse_kills

@@ -1,12 +1,12 @@
-"""Behavior tiers at ingest (node/tiers.py) with real tokenizers: the tiny preset's character
+"""Behavior tiers at ingest (node/peers/tiers.py) with real tokenizers: the tiny preset's character
 tokenizer and SmolLM2's byte-level BPE, and policy/ALGORITHMS.md numeric check 8 on that pair."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from node.prompts import Retokenizer
-from node.tiers import EXACT, NO_LOGPROBS, NO_OFFSETS, NONCANONICAL, OTHER_TOKENIZER, assign_tier
+from node.train.prompts import Retokenizer
+from node.peers.tiers import EXACT, NO_LOGPROBS, NO_OFFSETS, NONCANONICAL, OTHER_TOKENIZER, assign_tier
 from policy.behavior import apply_alignment
 from policy.generation import HFGenerator, eos_token_ids
 from policy.models import ModelConfig, load_policy

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from node.hints import HintState
-from node.loop import Node
-from node.metrics import RoundTable, read_metrics
-from node.report import write_report
+from node.train.hints import HintState
+from node.train.loop import Node
+from node.observe.metrics import RoundTable, read_metrics
+from node.observe.report import write_report
 from policy.generation import StaleWeightsError
 
 from tiny_node import run_node, tiny_cfg
@@ -80,7 +80,7 @@ def test_checkpoint_keeps_pass_rates_and_hint_state(tmp_path):
 
 
 def test_dars_gives_low_accuracy_prompts_more_rollouts(tmp_path):
-    from node.allocation import dars_extra_rollouts
+    from node.train.allocation import dars_extra_rollouts
 
     node = Node(tiny_cfg("allocation.scheme=equal", "allocation.max_rollouts=24"), tmp_path)
     tasks = node.source.batch(0, 16)

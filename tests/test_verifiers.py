@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from node import verifiers
+from node.scoring import verifiers
 from node.tasks.base import Task, TaskRef, TaskSource
 from node.tasks.synthetic import SyntheticSource
-from node.verifiers import (
+from node.scoring.verifiers import (
     SYSTEM_PROMPT,
     Verifier,
     exact_match,

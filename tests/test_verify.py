@@ -1,16 +1,16 @@
-"""node/verify.py on its own: every refusal reason reachable, blame only where it is evidence.
+"""node/peers/verify.py on its own: every refusal reason reachable, blame only where it is evidence.
 
 A real tiny node supplies the task source, verifier and tokenizer; no exchange, transport or
 Ingress is involved: verify is a function of the message and its context."""
 import pytest
 
-from node.config import load_config
-from node.groups import ScoredGroup
-from node.loop import Node
-from node.reasons import BLAMED
-from node.scorer_sandbox import ScorerSandbox
-from node.verify import Refusal, VerifyContext, verify_group, verify_hint, verify_hint_request
-from node.wire import LEVEL_CODES, wire_task_ref
+from node.config.schema import load_config
+from node.train.groups import ScoredGroup
+from node.train.loop import Node
+from node.peers.reasons import BLAMED
+from node.scoring.sandbox import ScorerSandbox
+from node.peers.verify import Refusal, VerifyContext, verify_group, verify_hint, verify_hint_request
+from node.peers.wire import LEVEL_CODES, wire_task_ref
 from proto import swarm_pb2
 from test_exchange import honest_group
 

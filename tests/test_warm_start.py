@@ -1,4 +1,4 @@
-"""The tiny model's warm start (node/warm_start.py): the corpus, the cache, determinism, and the
+"""The tiny model's warm start (node/train/warm_start.py): the corpus, the cache, determinism, and the
 node that loads it."""
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from node.config import load_config
-from node.loop import Node
+from node.config.schema import load_config
+from node.train.loop import Node
 from node.tasks.synthetic import GENERATORS, SPLIT_FAMILIES, is_heldout_question
-from node.warm_start import NOISY_POSITIONS, WarmStartConfig, cache_key, corpus_example, warm_model_config
+from node.config.sections import WarmStartConfig
+from node.train.warm_start import NOISY_POSITIONS, cache_key, corpus_example, warm_model_config
 from policy.models import ModelConfig, load_policy
 
 FAST = WarmStartConfig(recipe="digits3", steps=5)

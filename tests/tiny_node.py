@@ -1,7 +1,7 @@
 """Shared by the end-to-end tests: a tiny-preset config and a node run for some rounds."""
-from node.config import load_config
-from node.loop import Node
-from node.metrics import RoundTable, read_metrics
+from node.config.schema import load_config
+from node.train.loop import Node
+from node.observe.metrics import RoundTable, read_metrics
 
 
 def tiny_cfg(*overrides):

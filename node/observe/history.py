@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from pathlib import Path
 
-from node.metrics import METRICS_FILE
+from node.observe.metrics import METRICS_FILE
 
 CURVE_POINTS = 2000
 RECENT_ROWS = 20

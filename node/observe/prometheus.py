@@ -36,7 +36,7 @@ ROW_GAUGES = {
     "groups_verified": ("external_groups_verified", "peers' groups verified last round (the mix's picks and the "
                         "audit)"),
 }
-# the exchange's phases (node/exchange.py EXCHANGE_PHASES, and hint serving from node/loop.py)
+# the exchange's phases (node/peers/exchange.py EXCHANGE_PHASES, and hint serving from node/train/loop.py)
 EXCHANGE_PARTS = ("skim", "ingress", "precheck", "rebuild", "score", "retokenize", "tier", "publish", "hints")
 # status()["exchange_totals"] counts -> the `kind` label of swarm_node_exchange_groups_total
 GROUP_TOTALS = {"external_received": "received", "groups_verified": "verified", "external_used": "used",

@@ -52,5 +52,5 @@ def swarm_summary(status: dict) -> dict:
 
 
 def loop_progress(node) -> Callable[[], dict]:
-    """What the listener reads of a node.loop.Node's round loop: two ints, safe from another thread."""
+    """What the listener reads of a node.train.loop.Node's round loop: two ints, safe from another thread."""
     return lambda: {"round": node.next_round, "policy_version": node.learner.policy_version}

@@ -9,7 +9,7 @@ import json
 import threading
 from pathlib import Path
 
-from node.control import NODE_FILE
+from node.observe.control import NODE_FILE
 from node.observe.history import RoundHistory
 
 

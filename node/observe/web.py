@@ -10,7 +10,7 @@ from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from node.logs import say
+from node.observe.logs import say
 from node.observe.address import is_loopback, parse_listen
 from node.observe.prometheus import node_registry
 from node.observe.server import ObserveServer, Routes

@@ -10,7 +10,7 @@ prefixes let a node learn it one token at a time (set sampling.max_new_tokens >=
 
 "rev", "inc" and "rot" map three digits to three digits ("123m=" -> "321", "123+=" -> "234",
 "123==" -> "231"): a random policy succeeds about once in 65,000 samples. They are the families of
-the tiny-warm preset, whose model is warm-started (node/warm_start.py) to solve them now and then.
+the tiny-warm preset, whose model is warm-started (node/train/warm_start.py) to solve them now and then.
 A wrong answer of the right form (three digits) scores FORMAT_CREDIT: without it, the negative
 advantages of a group's failures fall on their end-of-answer token too, after a wrong digit, and RL
 taught nodes to stop ending their answers at all (every rollout then ran to the token budget and

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from node.logs import configure as configure_logs
+from node.observe.logs import configure as configure_logs
 
 
 def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> None:
@@ -66,9 +66,9 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
 def cmd_testnet(args: argparse.Namespace) -> int:
     """N nodes on this machine (processes over p2pd or py-libp2p, or one process over the in-memory bus), faults
     and hostile peers on a schedule, a live dashboard, then the report (node/testnet/)."""
-    from node.cli import console, pin_hash_seed_if_needed  # the CLI's console; the re-exec is main's to allow
+    from node.service.console import console, pin_hash_seed_if_needed  # the re-exec is main's to allow
 
-    from node.config import ConfigError
+    from node.config.schema import ConfigError
     from node.testnet.clock import parse_duration
     from node.observe.address import parse_listen
     from node.testnet.plan import Plan, parse_hostile, parse_kills, parse_mix, parse_partitions, parse_sizes
@@ -91,7 +91,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             parse_listen(args.page_listen)
         except ValueError as err:
             raise ValueError(f"--page-listen: {err}") from None
-        from node.config import load_config
+        from node.config.schema import load_config
         from node.testnet.plan import node_overrides
 
         for index in range(plan.nodes):  # every node's config must load before anything starts

@@ -103,7 +103,7 @@ class Origin:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from node.presets import PRESETS
+    from node.config.presets import PRESETS
 
     p = argparse.ArgumentParser(prog="python -m node.testnet.flood_origins",
                                 description="K flooding origins (keys) in one process (see the module docstring).")
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
-    from node.config import ConfigError, load_config
+    from node.config.schema import ConfigError, load_config
     from node.tasks import make_source
 
     base = {"kind": "flood_origins", "swarm": args.swarm, "keys": [], "started_unix": time.time()}

@@ -19,7 +19,7 @@ afterwards, so before each round the weights its optimizer updates are copied (a
 trainable tensors: microseconds for the tiny model, ~0.5 GB of float32 for a 135M one), and an
 instant inside [start, end) is measured with that copy swapped in. Instants are measured lazily:
 when the node's next round starts (every instant before that start is settled then) and at the
-end; instants with the same weights share one evaluation (it is deterministic: node/eval.py). A node
+end; instants with the same weights share one evaluation (it is deterministic: node/train/eval.py). A node
 down (--kill) at an instant is measured with the weights it restarts from (its checkpoint). The
 budget's point uses the weights of the last round that ended by the budget: a round that straddles
 it counts in the training figures (rounds, reward), not in the held-out ones.
@@ -32,7 +32,7 @@ from typing import Iterator
 
 import torch
 
-from node.config import load_config
+from node.config.schema import load_config
 from node.testnet.clock import fast_profile, round_cost
 
 

@@ -3,7 +3,7 @@
 Two README-default join nodes on 127.0.0.1: A unpaced, B paced (swarm.min_round_s) and dialing A;
 phase "quiet" with nobody else, phase "flood" with H `node.testnet.flood_origins` processes that
 run K keys (each its own host) sending R valid, distinct, trainable groups a second each, dialing
-both nodes. A `Probe` per node polls its status every second (node/control.py) and tails its
+both nodes. A `Probe` per node polls its status every second (node/observe/control.py) and tails its
 metrics.jsonl; `node_figures` turns what it saw in a time window into the acceptance figures:
 
   honest_trained_fraction   rounds in which the node trained its honest peer's groups, over rounds
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.child_env import child_env
+from node.service.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 JOIN = ["join", "--preset", "tiny", "--rounds", "1000000", "--quiet", "--listen", "/ip4/127.0.0.1/tcp/0",
@@ -40,10 +40,10 @@ JOIN = ["join", "--preset", "tiny", "--rounds", "1000000", "--quiet", "--listen"
 VERIFIED_PREFIX = "verified_by_peer/"
 MIN_INTERVAL_S = 0.5  # polls closer than this are merged into the next interval
 ESTABLISHED_KEY = re.compile(r"(?:^|/)established(?:_at)?/([^/]+)$")
-MISSING_VERIFIED = ("status has no ingest verified_by_peer/<peer> counters (node/ingest.py snapshot "
+MISSING_VERIFIED = ("status has no ingest verified_by_peer/<peer> counters (node/peers/ingest.py snapshot "
                     "'verified_by_peer'); per-second verification falls back to peers[].accepted")
 MISSING_ESTABLISHED = ("status carries no established keys: neither a StatusReply field 'established' / "
-                       "'admission' nor flattened 'established/<key>' counters (node/control.py status_reply "
+                       "'admission' nor flattened 'established/<key>' counters (node/observe/control.py status_reply "
                        "copies only the fields it knows; a list of [key, time] is dropped by flat_counts)")
 
 
@@ -187,7 +187,7 @@ class Probe:
         return read_json(self.run_dir / "node.json") or {}
 
     def poll(self, timeout_s: float = 5.0) -> Sample | None:
-        from node.control import fetch_status
+        from node.observe.control import fetch_status
 
         now = time.time()
         new_rows = self.tail.read()

@@ -38,7 +38,7 @@ VALID-but-hostile: they pass every check and may be used, but must not hurt.
   sybil      valid groups, each from the next of `sybil_keys` fresh keys: captured honest groups
              re-signed as its own (`duplicate_content` once the original was pooled or used), or
              its own honestly scored ones; young keys, they share a capped part of the mix
-             (node/admission.py). Over libp2p every key shares the process's host id, so one
+             (node/peers/admission.py). Over libp2p every key shares the process's host id, so one
              rate bucket.
   hint_junk  well-formed hints (prefix, or l1-l3) with junk text that never contains the answer, for
              tasks it saw requested (HintRequests) or failed (groups whose claims are all 0); a
@@ -68,11 +68,11 @@ import time
 from collections import Counter, OrderedDict, deque
 from typing import Callable
 
-from node.wire import local_task_ref, to_wire
-from node.groups import ScoredGroup
+from node.peers.wire import local_task_ref, to_wire
+from node.train.groups import ScoredGroup
 from node.tasks.base import Task, TaskSource
 from node.testnet.hostile_attacks import ATTACKS
-from node.verifiers import ANSWER_CLOSE, ANSWER_OPEN, Verifier
+from node.scoring.verifiers import ANSWER_CLOSE, ANSWER_OPEN, Verifier
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import Kind, Limits, NodeIdentity, Outbox, Sequencer, Transport, topic_name

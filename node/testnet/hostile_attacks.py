@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from node.hints import leaks_answer
+from node.train.hints import leaks_answer
 from node.tasks.base import Task
-from node.verifiers import ANSWER_CLOSE, ANSWER_OPEN
-from node.wire import wire_task_ref
+from node.scoring.verifiers import ANSWER_CLOSE, ANSWER_OPEN
+from node.peers.wire import wire_task_ref
 from proto import swarm_pb2
 from protocol import Kind, peer_id_from_public_key
 from protocol.testing import forge, raw_envelope, tamper_body, with_fields

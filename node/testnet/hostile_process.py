@@ -44,7 +44,7 @@ from protocol import Limits, NodeIdentity, Transport, topic_name  # noqa: E402
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from node.presets import PRESETS
+    from node.config.presets import PRESETS
 
     p = argparse.ArgumentParser(prog="python -m node.testnet.hostile_process",
                                 description="Run one hostile testnet peer over libp2p (see the module docstring).")
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
 
-    from node.config import ConfigError, load_config
+    from node.config.schema import ConfigError, load_config
     from node.tasks import make_source
     from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport, TransportStartError
 

@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as hf_logging
 
-from node.config import load_config
-from node.logs import node_log
-from node.loop import Node
-from node.swarm import IDENTITY_FILE, memory_bus_node
+from node.config.schema import load_config
+from node.observe.logs import node_log
+from node.train.loop import Node
+from node.service.join import IDENTITY_FILE, memory_bus_node
 from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
 from node.testnet.grid import GridEvaluator, grid_spacing
 from node.testnet.hostile import HostilePeer
@@ -81,7 +81,7 @@ class MemoryTestnet:
         self.bus = MemoryBus(loss=impairment.loss if impairment else 0.0, latency_s=latency, seed=seed,
                              clock=self.protocol_clock)
         # each node's bus name is its key's peer id, as a libp2p host's origin id is its signing key:
-        # what a receiver may assume of an origin (node/peek.py) holds here as on a real network
+        # what a receiver may assume of an origin (node/peers/peek.py) holds here as on a real network
         self.bus_names = [derived_identity(f"{seed}/node{i}").peer_id() for i in range(plan.nodes)]
         measured = [self.bus_names[i] for i in range(plan.nodes) if i not in frozen_nodes(plan)]
         for name in measured if frozen_nodes(plan) else []:  # --frozen-peers: measured nodes hear frozen ones only

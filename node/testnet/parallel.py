@@ -12,7 +12,7 @@ from statistics import mean
 
 from rich.console import Console
 
-from node.metrics import METRICS_FILE
+from node.observe.metrics import METRICS_FILE
 from node.testnet.dashboard import Dashboard
 from node.testnet.plan import Plan
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.presets import PRESETS
+from node.config.presets import PRESETS
 
 # task families a node can specialise in, per preset
 FAMILIES = {"tiny": ["copy", "succ", "max"], "tiny-warm": ["rev", "inc", "rot"]}

@@ -10,8 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean, pstdev
 
-from node.metrics import read_metrics
-from node.report import rolling_mean
+from node.observe.metrics import read_metrics
+from node.observe.report import rolling_mean
 from node.testnet.plan import halves
 from node.testnet.report_clock import compute_table, compute_text, plot_heldout_vs_time, verdict_lines
 from node.testnet.round_costs import round_cost_text, round_costs
@@ -42,7 +42,7 @@ def family_pass_rates(rows: list[dict], family: str | None) -> tuple[float | Non
     return (mean(own) if own else None), (mean(others) if others else None)
 
 
-DIVERSITY_KEYS = ("entropy_mean", "distinct_completions", "flat_group_share")  # own rollouts, node/rollouts.py
+DIVERSITY_KEYS = ("entropy_mean", "distinct_completions", "flat_group_share")  # own rollouts, node/train/rollouts.py
 
 
 def late_diversity(rows: list[dict]) -> dict:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
-from node.metrics import read_metrics
+from node.observe.metrics import read_metrics
 from node.testnet.clock import charged_over_wall
 from node.testnet.stats import ci_excludes_zero, format_interval, learned_counts, paired_comparison, sample_std
 

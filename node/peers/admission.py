@@ -1,0 +1,309 @@
+"""Which verified peer groups may enter the external mix: content dedup across signers, and the
+weight new keys earn. Identities are free (anyone can make 100 keys), so neither rule trusts a key.
+
+Duplicates: a group's content digest covers its prompt and its completion texts (order and runs
+of whitespace ignored), not the signer. A group whose content is already in the pool, or was
+credited within the last `remember_rounds` rounds, is refused as `duplicate_content`: one honest
+group re-signed by 100 keys is trained (or credited) at most once. Neither signer is blamed (two
+honest peers can produce the same group of short answers). Only credited groups are remembered, so
+the memory grows with this node's own rounds (at most J + I groups a round), never with what
+peers send.
+
+Young keys: a key is young until both `young_groups` of its verified, valid, non-duplicate groups
+were credited and its first such group arrived `young_rounds` rounds ago. A group is credited when
+this node trains on it, or, for a young key, when one of the young slots picks it although it has
+no reward variance (verified, but nothing to train: an honest peer that has solved its tasks
+sends mostly such groups, and would otherwise stay young forever). Young keys together hold at
+most `young_share_max` of the external mix (with J = 4: one young group beside three established
+ones, and fewer when established keys offer fewer; a fraction carries over), and in a round with
+no established group at most that share of the J slots (0.25 of J = 2 is one slot every other
+round) while no established key was heard from lately (`split`), trained or credited alike. They are served in order of first appearance (keys still short
+of `young_groups` credits first), so a burst of fresh keys queues behind earlier newcomers.
+
+Windows in time (with a `clock`: `swarm-node join`'s background ingest). Rounds alone mean nothing
+to an attacker: at 50 rounds/s, 20 rounds are 0.4 s and 32 flooding keys were established within
+30 s, holding 0.92 of a node's mix. So with a clock, a key that has earned its credits and rounds is
+also kept young until `young_seconds` after its first group, and it is then *promoted* at the start
+of a round, at most one key per `establish_interval_s` across all keys (most senior first): however
+many keys an attacker runs, over however many hosts and address groups, they become established
+no faster than that, and none sooner than `young_seconds` after it was first seen. One exception,
+the bootstrap window: while no key is established at all (a node that just joined a new swarm),
+the first key to earn its credits and rounds is promoted at once, time waived, so that a slow node
+establishes its honest peer in `young_rounds` rounds rather than minutes; a Sybil present from the
+start competes for that one promotion in order of first appearance, and every later key waits.
+The dedup memory likewise keeps a credited digest for `remember_rounds` rounds AND
+`remember_seconds` seconds (1000 rounds were 20 s at a fast node: one group re-signed by 100 keys
+was trained twice), at most `MAX_REMEMBERED` digests (the oldest forgotten first). Without a clock
+(the in-process testnet, which runs in virtual time and must stay deterministic) every window is
+in rounds only and a key is established the moment it has earned its credits and rounds.
+
+Key table: at most `max_keys` records. When full, the record worth least goes: young before
+established, fewest credits, longest inactive, nothing pooled, newest arrival, in that order. A
+flood of fresh keys forgets itself; an active newcomer that has earned credit is never forgotten
+for it.
+
+Restarts: `state_dict` / `load_state_dict` carry key records, credits and the dedup memory across a
+checkpoint (node/train/loop.py saves them with the model), so a restart neither makes every key young
+again nor forgets what was trained.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from node.train.groups import ScoredGroup
+
+if TYPE_CHECKING:
+    from node.peers.verify import Candidate
+from node.peers.reasons import DUPLICATE  # the refusal admission decides (node/peers/pool.py counts it)
+
+MAX_KEYS = 4096  # key records kept; beyond it the record worth least is forgotten (see _make_room)
+MAX_REMEMBERED = 200_000  # credited digests kept at most (the oldest go first): ~30 MB
+STATE_VERSION = 2  # 1: no times (read: its keys that earned their credits and rounds are established)
+
+
+@dataclass
+class KeyRecord:
+    first_seen: int   # round of its first admitted group
+    arrival: int      # admission order, to break ties within a round
+    credited: int = 0  # its verified, non-duplicate groups trained on or credited without variance
+    pooled: int = 0   # its groups in the pool now
+    last_active: int = 0  # round of its latest admitted group
+    first_seen_s: float = 0.0  # clock time of its first admitted group (with a clock)
+    established_at: float = 0.0  # clock time it was promoted (0: not yet; with a clock)
+
+
+def content_digest(group: ScoredGroup | Candidate) -> str:
+    """sha256 over the prompt and the sorted, whitespace-normalised completion texts (the same for a
+    peer's group before and after verification)."""
+    texts = sorted(" ".join(text.split()) for text in group.texts)
+    h = hashlib.sha256(group.task.prompt_key.encode())
+    for text in texts:
+        h.update(b"\0" + text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+class Admission:
+    """The state behind both rules: digests pooled and credited, and what each key has earned."""
+
+    def __init__(self, young_share_max: float, young_groups: int, young_rounds: int, remember_rounds: int,
+                 max_keys: int = MAX_KEYS, *, clock: Callable[[], float] | None = None, young_seconds: float = 0.0,
+                 establish_interval_s: float = 0.0, remember_seconds: float = 0.0):
+        if not 0.0 <= young_share_max <= 1.0:
+            raise ValueError(f"young_share_max must be in [0, 1], got {young_share_max}")
+        self.young_share_max = young_share_max
+        self.young_groups = young_groups
+        self.young_rounds = young_rounds
+        self.remember_rounds = remember_rounds
+        self.max_keys = max_keys
+        self.clock = clock  # None: every window in rounds only (module doc)
+        self.young_seconds = young_seconds
+        self.establish_interval_s = establish_interval_s
+        self.remember_seconds = remember_seconds
+        self._last_promotion = float("-inf")
+        self._established_heard = (-(10**18), float("-inf"))  # (round, time) an established key was last heard
+        self.keys: OrderedDict[str, KeyRecord] = OrderedDict()  # in order of first appearance
+        self._pooled: set[str] = set()
+        self._credited: OrderedDict[str, tuple[int, float]] = OrderedDict()  # digest -> (round, time) credited
+        self._round = 0
+        self._arrivals = 0
+        self._slot_credit = 0.0  # young slots earned and not yet spent
+        self.any_established = False  # some key established, as of the last start_round
+
+    @classmethod
+    def from_config(cls, cfg, clock: Callable[[], float] | None = None) -> Admission:
+        """From a SwarmConfig; with `clock` (wall seconds) the windows in time apply too."""
+        return cls(cfg.young_share_max, cfg.young_groups, cfg.young_rounds, cfg.dedup_rounds, clock=clock,
+                   young_seconds=cfg.young_seconds, establish_interval_s=cfg.establish_interval_s,
+                   remember_seconds=cfg.dedup_seconds)
+
+    def _now(self) -> float:
+        return 0.0 if self.clock is None else self.clock()
+
+    digest = staticmethod(content_digest)
+
+    def admit(self, origin: str, digest: str, round_index: int) -> bool:
+        """False for content already pooled or credited; else records the group as pooled."""
+        if digest in self._pooled or digest in self._credited:
+            return False
+        record = self.keys.get(origin)
+        if record is None:
+            self._make_room()
+            record = self.keys[origin] = KeyRecord(first_seen=round_index, arrival=self._arrivals,
+                                                   first_seen_s=self._now())
+            self._arrivals += 1
+        record.pooled += 1
+        record.last_active = max(record.last_active, round_index)
+        self._pooled.add(digest)
+        return True
+
+    def unpooled(self, origin: str, digest: str) -> None:
+        self._pooled.discard(digest)
+        record = self.keys.get(origin)
+        if record is not None:
+            record.pooled = max(0, record.pooled - 1)  # a record re-made after being forgotten counts fewer
+
+    def credit(self, origin: str, digest: str) -> None:
+        """A group of `origin` was trained on, or credited as verified without variance: it earns
+        the key weight and its content is remembered."""
+        record = self.keys.get(origin)
+        if record is not None:
+            record.credited += 1
+        if digest:
+            self._credited[digest] = (self._round, self._now())
+            self._credited.move_to_end(digest)
+            if len(self._credited) > MAX_REMEMBERED:
+                self._credited.popitem(last=False)
+
+    def start_round(self, round_index: int) -> None:
+        """Forgets digests past both memory windows, promotes at most one key (with a clock), and
+        notes whether any key is established. Once a round: O(keys)."""
+        self._round = round_index
+        now = self._now()
+        while self._credited:
+            credited_round, credited_at = next(iter(self._credited.values()))
+            if round_index - credited_round <= self.remember_rounds or (
+                    self.clock is not None and now - credited_at <= self.remember_seconds):
+                break
+            self._credited.popitem(last=False)
+        if self.clock is not None:
+            self._promote(now)
+        self.any_established = any(not self.is_young(key) for key in self.keys)
+
+    def _earned(self, record: KeyRecord) -> bool:
+        return record.credited >= self.young_groups and self._round - record.first_seen >= self.young_rounds
+
+    def _promote(self, now: float) -> None:
+        """The most senior key that has earned its credits, rounds and `young_seconds` becomes
+        established, if `establish_interval_s` passed since the last promotion; in the bootstrap
+        window (no key established) the first key with its credits and rounds, time waived."""
+        bootstrap = not self.any_established  # as of the last start_round: only _promote changes it
+        if not bootstrap and now - self._last_promotion < self.establish_interval_s:
+            return
+        ready = [key for key, r in self.keys.items() if not r.established_at and self._earned(r)
+                 and (bootstrap or now - r.first_seen_s >= self.young_seconds)]
+        if ready:
+            self.keys[min(ready, key=self.seniority)].established_at = max(now, 1e-9)
+            self._last_promotion = now
+
+    def is_young(self, origin: str) -> bool:
+        record = self.keys.get(origin)
+        if record is None or not self._earned(record):
+            return True
+        off = self.young_groups == 0 and self.young_rounds == 0  # the documented "no key is young"
+        return self.clock is not None and not off and not record.established_at
+
+    def established(self) -> list[tuple[str, float]]:
+        """Established keys and when they were promoted (0.0 without a clock), in promotion order."""
+        keys = [(key, record.established_at) for key, record in self.keys.items() if not self.is_young(key)]
+        return sorted(keys, key=lambda kv: kv[1])
+
+    def seniority(self, origin: str) -> tuple[bool, int, int]:
+        """Sort key among young keys: those still earning credits, then oldest first (a key that
+        only waits for time does not hold the young slots)."""
+        record = self.keys.get(origin)
+        if record is None:  # forgotten while pooled (a full table of pooled keys): last in line
+            return True, self._round, self._arrivals
+        return record.credited >= self.young_groups, record.first_seen, record.arrival
+
+    def split(self, k: int, young: int, established: int) -> tuple[int, int]:
+        """This round's (young, established) slots out of k, given how many groups of each are
+        eligible. Young keys hold at most `young_share_max` of the mix: each established group taken
+        earns them share / (1 - share) of a slot. In a round with no established group they earn
+        share * k slots instead, but only while no established key was heard from lately (a new
+        swarm, or established peers gone: nobody to protect). At a node running 50 rounds/s beside
+        an established peer sending a few groups a second, most rounds have no established group,
+        and that allowance gave 32 flooding keys 0.63 of the mix. Fractions carry over, capped so
+        that quiet rounds never bank a burst; established keys fill what young ones leave."""
+        share = self.young_share_max
+        if share >= 1.0 or (established == 0 and not self.established_heard_lately()):
+            credit = self._earn(share * k)
+            taken = min(young, k, math.floor(credit + 1e-9))
+            self._slot_credit = credit
+            return taken, min(established, k - taken)
+        per_group = share / (1.0 - share)
+        for taken in range(min(young, k), -1, -1):  # the most young slots that the rest would earn
+            credit = self._earn(per_group * min(established, k - taken))
+            if taken <= math.floor(credit + 1e-9):
+                self._slot_credit = credit
+                return taken, min(established, k - taken)
+        raise AssertionError("unreachable: no young slot is always earned")
+
+    def heard(self, origin: str) -> None:
+        """A verified group of `origin` arrived (pooled or not, flat or not)."""
+        if not self.is_young(origin):
+            self._established_heard = (self._round, self._now())
+
+    def established_heard_lately(self) -> bool:
+        """An established key sent a verified group within `young_rounds` rounds or (with a clock)
+        `establish_interval_s` seconds."""
+        heard_round, heard_at = self._established_heard
+        return (self._round - heard_round <= self.young_rounds
+                or (self.clock is not None and self._now() - heard_at <= self.establish_interval_s))
+
+    def _earn(self, earned: float) -> float:
+        return min(self._slot_credit + earned, max(1.0, earned))
+
+    def spend(self, n: int) -> None:
+        self._slot_credit -= n
+
+    def _make_room(self) -> None:
+        """Keeps the key table bounded: forgets the record worth least (module doc)."""
+        if len(self.keys) < self.max_keys:
+            return
+
+        def worth(key: str) -> tuple:
+            r = self.keys[key]
+            return not self.is_young(key), r.credited, r.last_active, r.pooled > 0, -r.arrival
+
+        del self.keys[min(self.keys, key=worth)]
+
+    # -- restarts ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Key records and the dedup memory (JSON-able). Pool membership is not kept: the pool
+        itself starts empty after a restart."""
+        last_promotion = self._last_promotion if self._last_promotion > float("-inf") else None
+        return {"version": STATE_VERSION, "round": self._round, "arrivals": self._arrivals,
+                "slot_credit": self._slot_credit, "last_promotion": last_promotion,
+                "keys": [[key, r.first_seen, r.arrival, r.credited, r.last_active, r.first_seen_s, r.established_at]
+                         for key, r in self.keys.items()],
+                "credited": [[digest, round_index, at] for digest, (round_index, at) in self._credited.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replaces this state with `state`; raises ValueError (leaving this state as it was) if it
+        is not a state this version (or version 1) wrote."""
+        try:
+            version = state["version"]
+            if version not in (1, STATE_VERSION):
+                raise ValueError(f"admission state version {version!r}, expected 1 or {STATE_VERSION}")
+            keys = OrderedDict(_key_record(entry) for entry in state["keys"][-self.max_keys:])
+            credited = OrderedDict((str(entry[0]), (int(entry[1]), float(entry[2]) if len(entry) > 2 else 0.0))
+                                   for entry in state["credited"][-MAX_REMEMBERED:])
+            round_index, arrivals = int(state["round"]), int(state["arrivals"])
+            slot_credit = float(state["slot_credit"])
+            if not -1.0 <= slot_credit <= 1e6:  # split re-caps it; this only refuses nonsense (nan too)
+                raise ValueError(f"slot credit {slot_credit}")
+            last_promotion = state.get("last_promotion")
+            last_promotion = float("-inf") if last_promotion is None else float(last_promotion)
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise ValueError(f"not an admission state: {err!r}") from err
+        self.keys, self._credited = keys, credited
+        self._pooled = set()
+        self._round, self._arrivals, self._slot_credit = round_index, arrivals, slot_credit
+        self._last_promotion = last_promotion
+        if version == 1:  # no times then: the keys that earned their credits and rounds were established
+            for record in self.keys.values():
+                record.established_at = self._now() if self._earned(record) else 0.0
+        self.any_established = any(not self.is_young(key) for key in self.keys)
+
+
+def _key_record(entry: list) -> tuple[str, KeyRecord]:
+    """A saved key row: [key, first_seen, arrival, credited, last_active] (+ first_seen_s,
+    established_at since version 2)."""
+    key, first, arrival, credited, active = entry[:5]
+    first_s, established_at = (float(entry[5]), float(entry[6])) if len(entry) >= 7 else (0.0, 0.0)
+    return str(key), KeyRecord(first_seen=int(first), arrival=int(arrival), credited=int(credited),
+                               last_active=int(active), first_seen_s=first_s, established_at=established_at)

@@ -1,0 +1,500 @@
+"""SAPO exchange: publish this node's groups and hints, verify peers', mix verified groups in.
+
+What crosses the network is never trusted (proto/PROTOCOL.md); what the Ingress lets through is
+verified by node/peers/verify.py, and its refusals are counted, logged and (where they are evidence
+against the signer) reported to the Ingress here, in `_refuse`:
+  transport bytes -> protocol.Ingress (signature, limits, replay, rate, bans)
+  rollout groups  -> the cheap checks (node/peers/verify.py precheck_group): the task rebuilt from the
+                     TaskRef (never the sender's copy), lengths bounded; a group whose claimed
+                     rewards have no variance goes no further (SAPO would not train it)
+                  -> a bounded pool (node/peers/pool.py), still unverified
+                  -> when the mix picks it (and only then): every reward recomputed with our own
+                     verifier (a claimed reward that disagrees refuses the group and counts
+                     against the signer), the text re-tokenized, each completion's behavior tier
+                     picked (node/peers/tiers.py); a group that fails leaves its slot to another pick
+                  -> an audit: each round one of the latest unverified groups of each of
+                     `swarm.audit_per_round` random senders is verified all the same, so a sender of
+                     wrong rewards is caught (and banned by its score) even when none of its groups
+                     is ever picked
+  An established key's own zero-variance claim is dropped before the Ingress, after a peek at its
+  envelope (node/peers/peek.py: dropping hurts no one); the audit may still draw it.
+  hints           -> rebuild the task; a hint that contains the answer is refused and counted
+                     against the signer; the node keeps it only if it asked (node/train/hints.py)
+  hint requests   -> wait unverified (node/peers/hint_requests.py) until the node can answer one
+  SAPO mixing: J groups with reward variance from the pool (uniform / per_sender / weak_tasks);
+  in cross-actor composition, first every pooled group for a prompt we sampled this round.
+Every phase's seconds are in the round's row (`t_exchange_<phase>`, EXCHANGE_PHASES), beside the
+counts the compute clock charges (EXCHANGE_WORK).
+
+Where ingest runs (`ingest`): "background" (`swarm-node join`): a worker thread (node/peers/ingest.py)
+drains the transport and runs the cheap checks under a per-round budget with per-sender staging
+quotas, established senders first (young and unknown origins share a bounded remainder). "inline"
+(the in-process memory testnet, experiments, most tests): `collect` checks everything that arrived,
+on the caller's thread, in swarm time: runs stay deterministic. Either way `collect` verifies the
+picks (bounded: J, MAX_REPICKS retries, the audit). Peers' completions are scored in killable
+worker processes (node/scoring/sandbox.py), a group's in one round-trip; the workers start with the
+exchange when our scorers may need them.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from typing import Callable, Literal
+
+from node.config.schema import SwarmConfig
+from node.peers.exchange_hints import NOTHING_TO_TRAIN, TRAINABLE, HintTraffic, ReceivedHint
+from node.peers.exchange_status import exchange_status
+from node.train.groups import ScoredGroup
+from node.peers.hint_requests import HintRequestQueue
+from node.peers.peek import flat_claim_of_origin
+from node.peers.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staged
+from node.peers.pool import GroupPool, PoolEntry
+from node.train.prompts import Retokenizer
+from node.peers.reasons import DISAGREES, OUTBOUND_INVALID, OWN, VERIFY_ERROR
+from node.peers.refusals import Refusals
+from node.tasks.base import TaskSource
+from node.scoring.sandbox import ScorerSandbox
+from node.scoring.verifiers import Verifier
+from node.peers.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group, timed,
+                         verify_candidate)
+from node.peers.wire import to_wire
+from policy.types import TIERS
+from proto import swarm_pb2
+from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, Verified, topic_name
+from protocol.transports.base import Received
+
+log = logging.getLogger(__name__)
+# the exchange work a round row counts, what the compute clock charges (node/testnet/clock.py):
+# messages through the Ingress (signature, limits, replay), peer groups re-verified (re-score,
+# re-tokenize, tier), messages signed and published, and zero-variance groups of established
+# senders dropped after a peek (node/peers/peek.py), never checked
+EXCHANGE_WORK = ("messages_checked", "groups_verified", "messages_published", "messages_skimmed")
+# where the exchange's seconds go, each a `t_exchange_<phase>` of the round's row (no two overlap):
+# the peek that drops established senders' zero-variance claims (skim), the Ingress, the cheap
+# checks (precheck, less the task rebuild, which is its own phase), the expensive ones (score, retokenize, tier: the mix's picks and the audit), signing and publishing.
+# In background mode ingress and precheck run on the worker thread; node/train/loop.py adds
+# `t_exchange_hints` (answering peers' requests).
+EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokenize", "tier", "publish")
+# what `status` sums over every round: the work, groups received / used / audited / verified unused,
+# and each phase's seconds
+TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited", "groups_verified_unused",
+           *(f"t_exchange_{phase}" for phase in EXCHANGE_PHASES))
+YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
+AUDIT_KEPT = 4  # a sender's latest unverified groups the audit draws from
+MAX_AUDIT_SENDERS = 1024  # senders whose unverified groups are kept for the audit (the oldest forgotten)
+
+
+class SwarmExchange(HintTraffic):
+    """Implements the loop's Exchange over any protocol.Transport; never blocks the loop.
+
+    Thread-safety: `_lock` guards the pool, the hint queues, every counter and verification's
+    tokenizer and task cache. The ingest worker holds it for the cheap checks of one message at a
+    time; `collect` holds it while it verifies its picks (J groups, bounded), so `status` may wait
+    that long. The Ingress runs outside it (it has its own lock)."""
+
+    def __init__(self, transport: Transport, identity: NodeIdentity, cfg: SwarmConfig, source: TaskSource,
+                 verifier: Verifier, retokenizer: Retokenizer, model: swarm_pb2.ModelCard,
+                 sampling: swarm_pb2.SamplingParams, *, seed: int = 0, limits: Limits | None = None,
+                 max_completion_tokens: int = 4096, max_group_tokens: int | None = None,
+                 weakness: Callable[[ScoredGroup], float] | None = None,
+                 ingest: Literal["inline", "background"] = "inline", budget: IngestBudget = IngestBudget(),
+                 sandbox: ScorerSandbox | None = None, swarm_clock: Callable[[], float] | None = None,
+                 clock: Callable[[], float] = time.time, state: dict | None = None):
+        self.transport = transport
+        self.peer_id = identity.peer_id()
+        self.cfg = cfg
+        self.source = source
+        self.verifier = verifier
+        self.retokenizer = retokenizer
+        self.model_card = model
+        self.sampling = sampling
+        self.seed = seed
+        self.max_completion_tokens = max_completion_tokens  # ours: longer peer text is refused
+        self.max_group_tokens = max_group_tokens or 64 * max_completion_tokens  # all completions of a group
+        self.weakness = weakness  # for the weak_tasks sampler: 1 - our pass rate on a group's family
+        self.sandbox = sandbox  # where peers' text is scored; None: in a thread (trusted callers only)
+        # swarm_clock: the time rate limits and our publication pace run on (default: the wall clock;
+        # an in-process simulation passes its swarm time, as its nodes share one CPU); clock: the
+        # time messages are stamped and checked on (a compute-clock testnet's virtual time)
+        self.clock = clock
+        self.limits = limits or Limits()
+        self.ingress = Ingress(self.limits, clock=clock, rate_clock=swarm_clock)
+        self.outbox = Outbox(identity, limits=limits or Limits(), clock=clock, pace_clock=swarm_clock)
+        self.topics = {kind: topic_name(cfg.name, kind) for kind in ("rollouts", "hints", "hint-requests")}
+        self._topic_kinds = {self.topics["rollouts"]: {Kind.ROLLOUT_GROUP}, self.topics["hints"]: {Kind.HINT},
+                             self.topics["hint-requests"]: {Kind.HINT_REQUEST}}  # anything else: wrong_topic
+        self.rejected: Counter[str] = Counter()  # node-level reasons (Ingress counts its own)
+        # windows in time where they protect a real node (background ingest, `join`); the inline
+        # in-process testnet runs in virtual time and keeps them in rounds (node/peers/admission.py)
+        self.pool = GroupPool.from_config(cfg, self.rejected, time.time if ingest == "background" else None)
+        self._init_counters()
+        self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
+        self._requests = HintRequestQueue()  # unverified until we can answer one (node/peers/hint_requests.py)
+        self.tasks = TaskCache(source)  # rebuilt tasks by ref, and our prompt tokens per question
+        # sender -> its latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
+        self._unaudited: OrderedDict[str, deque[Candidate | swarm_pb2.RolloutGroup | Received]] = OrderedDict()
+        # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
+        self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
+        # re-entrant: collect verifies its picks holding it (the pool's callback counts under it too);
+        # verification's tokenizer and task cache are used under it alone, from either thread
+        self._lock = threading.RLock()
+        self.refusals = Refusals(self.rejected, self._lock)  # counted and logged (rate-limited)
+        if state is not None:  # before the ingest worker starts: nothing is pooled yet
+            self._load_state(state)
+        for topic in self.topics.values():
+            transport.subscribe(topic)
+        self.ingest_mode = ingest
+        if sandbox is not None and (cfg.accept_sender_answers or verifier.may_need_sandbox(source)):
+            sandbox.start()  # its workers import for a second or two: now, not in our first round
+        self._worker = self._make_worker(ingest, budget)
+        if self._worker is not None:  # started once assigned: its callback reads self._worker
+            self._worker.start()
+
+    def _init_counters(self) -> None:
+        self.observed: Counter[str] = Counter()  # things worth counting that are not rejections
+        self.used_by_sender: Counter[str] = Counter()
+        self.tiers_used: Counter[str] = Counter()  # behavior tier -> external rollouts trained on
+        self.last_round: dict = {}
+        self.history: deque[dict] = deque(maxlen=100)  # per-round usage, for `swarm-node status`
+        self.totals: Counter[str] = Counter()  # TOTALED over every round, for `swarm-node status`
+        self._local_groups = 0
+        self._shared = {"wire_bytes": 0, "wire_tokens": 0}
+        self._arrived = {"received": 0, "flat": 0}  # since the last collect
+        self._work: Counter[str] = Counter()  # EXCHANGE_WORK since the last collect
+        self._seconds: Counter[str] = Counter()  # EXCHANGE_PHASES since the last collect
+        self._rejected_at_last_collect = 0
+
+    def _make_worker(self, ingest: str, budget: IngestBudget) -> IngestWorker | None:
+        if ingest == "inline":
+            return None
+        if ingest != "background":
+            raise ValueError(f"ingest must be 'inline' or 'background', got {ingest!r}")
+        return IngestWorker(self.transport, list(self.topics.values()), self._verify_staged, budget,
+                            self._sender_class, name=f"ingest-{self.peer_id[-8:]}",
+                            max_wait_s=self.cfg.ingest_max_wait_s,
+                            young_capped=lambda: self.pool.admission.any_established)
+
+    def state_dict(self) -> dict:
+        """What a restart must not forget (saved with each checkpoint, node/train/loop.py): admission's
+        key records and dedup memory. The pool and the replay windows are not kept: pooled groups
+        are rounds old by then, and a replayed group that was trained is still duplicate_content."""
+        with self._lock:
+            return {"admission": self.pool.admission.state_dict()}
+
+    def _load_state(self, state: dict) -> None:
+        try:
+            self.pool.admission.load_state_dict(state["admission"])
+        except (KeyError, TypeError, ValueError) as err:
+            log.warning("ignoring the saved admission state (%s): every peer key starts young", err)
+
+    def close(self) -> None:
+        """Stop the ingest worker and the scorer processes (idempotent); the transport is the caller's."""
+        if self._worker is not None:
+            self._worker.stop()
+        if self.sandbox is not None:
+            self.sandbox.close()
+
+    # -- outbound ----------------------------------------------------------------------------
+    def share(self, round_index: int, groups: list[ScoredGroup]) -> None:
+        self._local_groups = len(groups)
+        self._shared = {"wire_bytes": 0, "wire_tokens": 0}  # what one completion token costs on the wire
+        for group in groups:
+            if group.hint is not None:  # conditioned on context peers would not see
+                continue
+            data = self._publish(to_wire(group, round_index, self.model_card, self.sampling, self.verifier.digest),
+                                 group.task.ref.key, NOTHING_TO_TRAIN if group.flat else TRAINABLE)
+            if data is not None:
+                self._shared["wire_bytes"] += len(data)
+                self._shared["wire_tokens"] += sum(len(r.completion_ids) for r in group.rollouts)
+
+    def _publish(self, message, what: str, priority: int) -> bytes | None:
+        """The signed bytes sent now, or None (it waits in the paced outbox, or breaks a limit peers
+        enforce)."""
+        self._count(self._work, "messages_published")
+        try:
+            with self._timed("publish"):
+                return self.outbox.publish(self.transport, self.cfg.name, message, priority=priority)
+        except ValueError as err:  # skip it and say why
+            log.warning("not sharing a %s for %s: %s", type(message).__name__, what, err)
+            self._count(self.rejected, OUTBOUND_INVALID)
+            return None
+
+    # -- inbound: checks on arrival (the ingest worker's thread, or collect's in inline mode) -----
+    def _count(self, counter: Counter, key: str, n: int = 1) -> None:
+        with self._lock:
+            counter[key] += n
+
+    def _timed(self, phase: str):
+        return timed(self._add_seconds, phase)
+
+    def _add_seconds(self, phase: str, seconds: float) -> None:
+        self._count(self._seconds, phase, seconds)
+
+    def _accept(self, item: Received, kinds: set[Kind]) -> Verified | None:
+        """One message through the Ingress, counted (messages_checked) and timed."""
+        self._count(self._work, "messages_checked")
+        with self._timed("ingress"):
+            return self.ingress.accept_received(item, kinds)
+
+    def _sender_class(self, from_peer: str) -> str:
+        """Staging's lane for a delivering peer: established at admission, or young (unknown included).
+        A host's origin id is its signing key, so an honest peer's earned weight carries over."""
+        with self._lock:
+            return YOUNG if self.pool.admission.is_young(from_peer) else ESTABLISHED
+
+    def _verify_staged(self, staged: Staged) -> None:
+        """One message from the transport, whatever its topic (the background worker's callback)."""
+        item = staged.item
+        if staged.topic == self.topics["hint-requests"]:
+            self._queue_hint_requests([item])
+            return
+        if staged.topic == self.topics["rollouts"] and self._skimmed(item):
+            return
+        verified = self._accept(item, self._topic_kinds[staged.topic])
+        self._guarded(item.from_peer, lambda: self._take(staged.topic, verified, self._worker.round_index))
+
+    def _guarded(self, from_peer: str, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Exception as err:  # our code broke on peer data: drop that message, count it, go on
+            log.warning("dropping a message from %s: %r", from_peer, err, exc_info=True,
+                        extra={"event": "verify_error", "peer_id": from_peer, "error": repr(err)})
+            self._count(self.rejected, VERIFY_ERROR)
+
+    def _take(self, topic: str, verified: Verified | None, round_index: int) -> None:
+        if verified is None:
+            return
+        if topic == self.topics["rollouts"]:
+            self._take_rollout(verified, round_index)
+        else:
+            self._take_hint(verified)
+
+    def _take_rollout(self, verified: Verified, round_index: int) -> None:
+        """A signed group: the cheap checks now; pooled unverified (verified if the mix picks it)."""
+        sender, msg = verified.sender, verified.body
+        if sender == self.peer_id:
+            self._refuse(sender, Refusal(OWN))
+            return
+        with self._lock:
+            self._arrived["received"] += 1
+            self.pool.admission.heard(sender)
+            flat = claims_flat(msg)  # as its sender claims: only a pick or the audit checks it
+            self._arrived["flat"] += flat
+            if flat and self.cfg.composition != "cross_actor" and not self.pool.wants_flat(sender):
+                self._remember_unaudited(sender, msg)
+                return  # SAPO: zero-variance groups carry no signal on their own (a young key's earns it credit)
+            with self._timed("precheck"):
+                candidate = precheck_group(sender, msg, self._context())
+        if isinstance(candidate, Refusal):
+            self._refuse(sender, candidate)
+            return
+        with self._lock:
+            self._remember_unaudited(sender, candidate)
+            if self.pool.add(PoolEntry(candidate, round_index, self.pool.now())):
+                self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
+
+    def _skimmed(self, item: Received) -> bool:
+        """An unbanned origin's own zero-variance claim that the pool has no use for: dropped
+        unchecked (node/peers/peek.py), kept as the origin's latest for the audit. An established key's
+        always; a young key's once YOUNG_FLAT_POOLED of its groups wait in the pool (a young slot
+        credits one a round at most). Cross-actor composition merges such groups: none."""
+        origin = item.from_peer
+        if self.cfg.composition == "cross_actor" or self.ingress.is_banned(origin):
+            return False
+        with self._lock:
+            if self.pool.admission.is_young(origin) and self.pool.held_by(origin) < YOUNG_FLAT_POOLED:
+                return False
+        with self._timed("skim"):
+            flat = flat_claim_of_origin(item, self.limits)
+        if flat:
+            with self._lock:
+                self._arrived["received"] += 1
+                self._arrived["flat"] += 1
+                self._work["messages_skimmed"] += 1
+                self._remember_unaudited(origin, item)
+        return flat
+
+    def _remember_unaudited(self, sender: str, group: Candidate | swarm_pb2.RolloutGroup | Received) -> None:
+        """One of the sender's latest groups not verified yet, what the audit draws from (bounded:
+        AUDIT_KEPT per sender, MAX_AUDIT_SENDERS senders): not only the latest, or a sender whose
+        latest is always an honest group the mix picks would never be audited."""
+        self._unaudited.setdefault(sender, deque(maxlen=AUDIT_KEPT)).append(group)
+        self._unaudited.move_to_end(sender)
+        while len(self._unaudited) > MAX_AUDIT_SENDERS:
+            self._unaudited.popitem(last=False)
+
+    def _ingest_inline(self, round_index: int) -> None:
+        """Everything that arrived, as every release so far did it: per topic, the Ingress over the
+        whole drain first (rate limits see the burst), then node-level checks. Hint requests only
+        wait (node/peers/hint_requests.py)."""
+        self._queue_hint_requests(self.transport.drain(self.topics["hint-requests"]))
+        for kind in ("hints", "rollouts"):
+            topic = self.topics[kind]
+            drained = self.transport.drain(topic)
+            if kind == "rollouts":
+                drained = [item for item in drained if not self._skimmed(item)]
+            self._count(self._work, "messages_checked", len(drained))
+            with self._timed("ingress"):
+                accepted = self.ingress.accept_many(drained, self._topic_kinds[topic])
+            for verified in accepted:
+                self._guarded(verified.from_peer, lambda: self._take(topic, verified, round_index))
+
+    # -- inbound: what the training loop calls ----------------------------------------------------
+    def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]:
+        """This round's external groups from the pool, verified as they are picked (never waits on
+        the network). Inline mode first checks what arrived; background mode only takes what the
+        worker checked."""
+        if self._worker is None:
+            self._ingest_inline(round_index)
+        else:
+            self._worker.new_round(round_index)
+        with self._lock:
+            chosen = self._collect(round_index, local)
+        self.refusals.log_round(round_index, self.ingress.rejected_counts())  # the picks' refusals too
+        return chosen
+
+    def _collect(self, round_index: int, local: list[ScoredGroup]) -> list[ScoredGroup]:
+        received, flat = self._arrived["received"], self._arrived["flat"]
+        self._arrived = {"received": 0, "flat": 0}
+        rejected_before = self._rejected_at_last_collect
+        self.pool.evict(round_index)
+        rng = random.Random(f"{self.seed}/{round_index}")  # own stream: never perturbs training RNG
+        chosen = []
+        if self.cfg.composition == "cross_actor":  # peers' groups for the prompts we just sampled
+            chosen = self.pool.take_matching({g.task.prompt_key for g in local if g.hint is None}, self._verify_picked)
+        chosen += self.pool.sample(self.cfg.external_per_round, self.cfg.sampling_policy, rng, self.weakness,
+                                   self._verify_picked)
+        audited = self._audit(rng)
+        rejected_now = sum(self.rejected.values())
+        self._rejected_at_last_collect = rejected_now
+        tiers = Counter(str(r.tier) for g in chosen for r in g.rollouts)
+        reasons = Counter(reason for g in chosen for reason in g.meta["tier_reasons"])
+        for group in chosen:
+            self.used_by_sender[group.origin] += 1
+        useful = sorted({g.origin for g in chosen if not self.pool.admission.is_young(g.origin)})
+        if useful and self._note_useful is not None:  # p2pd keeps them connected and first in its cache
+            self._note_useful(useful)  # established keys only: a young slot must not buy a flooder that
+        self.tiers_used.update(tiers)
+        seconds = self._phase_seconds()
+        self.history.append({"round": round_index, "local_groups": self._local_groups,
+                             "external_groups_received": received, "external_groups_used": len(chosen),
+                             "external_groups_dropped": (0 if self.cfg.composition == "cross_actor" else flat)
+                                                        + rejected_now - rejected_before,
+                             "groups_verified": self._work["groups_verified"], "groups_audited": audited,
+                             "exchange_s": round(sum(seconds.values()), 6),
+                             **{f"tier{t}_rollouts": tiers.get(str(t), 0) for t in TIERS}})
+        self.last_round = self._round_row(received, flat, audited, chosen, tiers, reasons, round_index, seconds)
+        self.totals.update({key: self.last_round[key] for key in TOTALED})
+        self._work.clear()
+        self._seconds.clear()
+        return chosen
+
+    def _phase_seconds(self) -> dict[str, float]:
+        """Seconds per EXCHANGE_PHASES since the last collect, none twice (the precheck times the rebuild)."""
+        seconds = {phase: self._seconds[phase] for phase in EXCHANGE_PHASES}
+        seconds["precheck"] = max(0.0, seconds["precheck"] - seconds["rebuild"])
+        return seconds
+
+    def _round_row(self, received: int, flat: int, audited: int, chosen: list[ScoredGroup], tiers: Counter,
+                   reasons: Counter, round_index: int, seconds: dict[str, float]) -> dict:
+        """What the round's metrics row gets from the exchange (node/train/loop.py adds it)."""
+        return {
+            "external_received": received,
+            "external_used": len(chosen),
+            "external_zero_variance": flat,
+            "groups_audited": audited,
+            "groups_verified_unused": max(0, self._work["groups_verified"] - len(chosen)),
+            "external_used_by_sender": dict(Counter(g.origin for g in chosen)),
+            "external_tiers": {str(t): tiers.get(str(t), 0) for t in TIERS},
+            "external_tier_reasons": dict(reasons),
+            "external_staleness_rounds": [round_index - g.meta["sender_round"] for g in chosen],
+            "pool_size": len(self.pool),
+            "hint_requests_waiting": len(self._requests),
+            "peers_connected": len(self.transport.peers()),
+            **self._shared,
+            **{key: float(self._work[key]) for key in EXCHANGE_WORK},
+            **{f"t_exchange_{phase}": value for phase, value in seconds.items()},
+        }
+
+    def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | None:
+        """The pool's callback: a picked group verified now (None: refused, counted and blamed)."""
+        return group if isinstance(group, ScoredGroup) else self._verify_candidate(group)
+
+    def _forget_unaudited(self, candidate: Candidate) -> None:
+        """`candidate` is being verified now: nothing left to audit there."""
+        kept = self._unaudited.get(candidate.origin)
+        for index, group in enumerate(kept or ()):
+            if group is candidate:
+                del kept[index]
+                if not kept:
+                    del self._unaudited[candidate.origin]
+                return
+
+    def _audit(self, rng: random.Random) -> int:
+        """Verify one of the latest unverified groups of `audit_per_round` senders chosen at random:
+        a sender whose groups are never picked (e.g. claims with no variance) is still checked. One
+        that passes and is still pooled stays verified there. Returns how many were verified."""
+        senders = sorted(self._unaudited)
+        chosen = rng.sample(senders, min(self.cfg.audit_per_round, len(senders)))
+        for sender in chosen:
+            kept = self._unaudited[sender]
+            index = rng.randrange(len(kept))
+            group = kept[index]
+            del kept[index]
+            if not kept:
+                del self._unaudited[sender]
+            if isinstance(group, Candidate):
+                verified = self._verify_candidate(group)
+                if verified is not None:
+                    self.pool.replace_unverified(group, verified)
+            elif isinstance(group, Received):  # skimmed: the Ingress, then both stages
+                verified = self._accept(group, {Kind.ROLLOUT_GROUP})
+                if verified is not None and verified.sender != self.peer_id:
+                    self.verify_group(verified.sender, verified.body)
+            else:  # a zero-variance claim, never prechecked: both stages now
+                self.verify_group(sender, group)
+        return len(chosen)
+
+    def _context(self) -> VerifyContext:
+        return VerifyContext(self.source, self.verifier, self.retokenizer, self.max_completion_tokens,
+                             self.max_group_tokens, self.sandbox, self.cfg.accept_sender_answers, self.tasks,
+                             self._add_seconds)
+
+    def _refuse(self, sender: str, refusal: Refusal) -> None:
+        """Count and log a refusal; the only place evidence against a signer goes to the Ingress."""
+        if refusal.disagreements:
+            self._count(self.observed, DISAGREES, refusal.disagreements)
+        self.refusals.add(refusal.reason, sender, refusal.detail)
+        if refusal.blame:
+            self.ingress.report(sender, refusal.reason)
+
+    def _verify_candidate(self, candidate: Candidate) -> ScoredGroup | None:
+        """The expensive checks of a prechecked group (node/peers/verify.py), or None, counted, if refused."""
+        with self._lock:
+            self._work["groups_verified"] += 1
+            self._forget_unaudited(candidate)
+            verdict = verify_candidate(candidate, self._context())
+        return self._verdict(candidate.origin, verdict)
+
+    def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
+        """A peer's group through both stages of node/peers/verify.py now, or None, counted, if refused."""
+        with self._lock:
+            candidate = precheck_group(sender, msg, self._context())
+        if isinstance(candidate, Refusal):
+            return self._verdict(sender, candidate)
+        return self._verify_candidate(candidate)
+
+    def _verdict(self, sender: str, verdict: ScoredGroup | Refusal) -> ScoredGroup | None:
+        if isinstance(verdict, Refusal):
+            self._refuse(sender, verdict)
+            return None
+        if verdict.meta["reward_disagreements"]:
+            self._count(self.observed, DISAGREES, verdict.meta["reward_disagreements"])
+        return verdict
+
+    def status(self) -> dict:
+        """Counters and recent rounds for `swarm-node status` (node/peers/exchange_status.py)."""
+        return exchange_status(self)

@@ -1,0 +1,285 @@
+"""Ingest off the training thread: staging in two lanes by sender class, a per-round budget, a worker thread.
+
+    transport.drain (every topic) -> Staging: a lane per sender class, a queue per delivering peer
+        -> take: established senders first, young ones within their share -> verify -> pool
+
+Identities are free, so a verification budget shared round-robin by every origin would go to
+whoever has the most origins: 1,000 fresh keys would leave an established peer one turn in a
+thousand, and its groups would expire unverified. Staging therefore keeps two lanes, by what
+`sender_class(peer)` says now (node/peers/admission.py: "established", or "young" for young and unknown
+origins), and young senders together get at most `young_share` of each round's verification
+budget (messages, bytes, seconds) and of staging capacity; established senders get the rest, and
+what young ones leave unused. Within a lane, peers are served round-robin, oldest message first.
+
+When more arrives than the worker may verify, a lane drops from its heaviest sender (the peer with
+the most staged messages loses its oldest; protocol/inbox.py's FairBuffer, the rule every bounded
+per-sender buffer follows), never oldest-first across everyone: a flooder fills only its own queue.
+A message that waited more than `max_wait_s` seconds is dropped unverified when its sender's turn
+comes, and that same turn verifies the sender's next fresh message (protocol/inbox.py
+`take_fresh`): an expired message never costs its sender the turn, so a sender served one turn in N
+is verified one time in N, not never. The limit is in seconds, not rounds: 5 rounds were 0.1 s at a
+node running 50 rounds/s (hundreds of honest messages expired unverified) and 5 minutes at a slow
+one. Drops are counted by reason and sender class ("expired/young").
+The budget bounds what the worker verifies per round (messages, bytes, and its share of wall time,
+since verification holds the GIL the training thread also needs), with one floor: while established
+senders have messages waiting, one of theirs is verified at least every `heard_every_s` (1 s)
+whatever the budget. Under a flood on a saturated machine (load 16 on 2 cores) a verification took
+so long that the share of wall time was spent for seconds at a time, and the honest peer went 2-3 s
+unheard; the floor costs at most one verification a second.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from protocol import Received, Transport
+from protocol.inbox import FULL, QUOTA, FairBuffer
+
+log = logging.getLogger(__name__)
+
+MAX_PEERS_COUNTED, MAX_PEERS_SHOWN = 1024, 64  # verified_by_peer: kept, and shown in status
+IDLE_SLEEP_S = 0.02  # nothing to verify now: poll again after this long (each wake-up wants the GIL)
+ESTABLISHED, YOUNG = "established", "young"  # sender classes (young: young and unknown origins)
+CLASSES = (ESTABLISHED, YOUNG)
+_REASONS = {QUOTA: "sender_quota", FULL: "staging_full"}  # a FairBuffer's drop reasons, as staging counts them
+
+
+@dataclass(frozen=True)
+class IngestBudget:
+    max_messages: int = 64           # verified per round at most
+    max_bytes: int = 8 * 1024 * 1024  # of envelopes verified per round at most
+    max_share: float = 0.05          # of wall time the worker may spend verifying (GIL shared with training)
+    per_sender_staged: int = 64      # staged messages per delivering peer
+    max_staged: int = 2048           # staged messages in all
+    young_share: float = 0.25        # of the budget and of staging that young senders share at most
+    heard_every_s: float = 1.0       # an established sender's message is verified this often at least, budget or not
+
+
+@dataclass(frozen=True)
+class Staged:
+    topic: str
+    item: Received
+    staged_at: float = 0.0  # time.monotonic() when staged: it expires `max_wait_s` later
+
+
+class Staging:
+    """Messages waiting for verification, in a lane per sender class, each lane a FairBuffer
+    (protocol/inbox.py: a per-sender quota, the heaviest sender's oldest goes when full, round-robin
+    take). Not thread-safe (one owner). Young senders together hold at most `young_share` of
+    `max_total`; established senders may use the rest and whatever young ones leave free. When the
+    lanes together are full, the lane whose heaviest sender holds more loses (ties: young pays)."""
+
+    def __init__(self, per_sender: int, max_total: int, sender_class: Callable[[str], str],
+                 young_share: float = 1.0):
+        self.per_sender = per_sender
+        self.max_total = max_total
+        self.young_max = max(1, math.ceil(young_share * max_total))
+        self.sender_class = sender_class
+        arrivals = itertools.count()  # shared: a queue that changes lanes keeps its age
+        self.lanes: dict[str, FairBuffer[Staged]] = {
+            ESTABLISHED: FairBuffer(max_total, per_sender, arrivals=arrivals),
+            YOUNG: FairBuffer(self.young_max, per_sender, arrivals=arrivals)}
+        self.dropped: Counter[str] = Counter()  # "<reason>/<sender class>"
+
+    @property
+    def total(self) -> int:
+        return sum(len(lane) for lane in self.lanes.values())
+
+    def staged(self) -> dict[str, int]:
+        return {cls: len(lane) for cls, lane in self.lanes.items()}
+
+    def queued(self, peer: str) -> int:
+        return sum(lane.queued(peer) for lane in self.lanes.values())
+
+    def add(self, topic: str, items: list[Received], now: float = 0.0) -> None:
+        for item in items:
+            peer = item.from_peer
+            cls = self._classify(peer)
+            for reason in self.lanes[cls].put(peer, Staged(topic, item, now)):
+                self.dropped[f"{_REASONS[reason]}/{cls}"] += 1
+            young = self.lanes[YOUNG]
+            while len(young) > self.young_max:  # (a queue that changed lanes can bring several)
+                self._evict(YOUNG)
+            while self.total > self.max_total:
+                self._shed()
+
+    def _classify(self, peer: str) -> str:
+        """The peer's class now; its queue moves lanes when the class changed since it last sent."""
+        cls = self.sender_class(peer)
+        for other, lane in self.lanes.items():
+            if other != cls and lane.queued(peer):
+                self.lanes[cls].attach(peer, lane.detach(peer))
+        return cls
+
+    def _shed(self) -> None:
+        """Full: the heaviest sender loses, but established senders within their reserve never do."""
+        candidates = [cls for cls in (YOUNG, ESTABLISHED) if len(self.lanes[cls])
+                      and (cls == YOUNG or len(self.lanes[cls]) > self.max_total - self.young_max)]
+        self._evict(max(candidates, key=lambda c: self.lanes[c].heaviest()[1]))  # ties: young pays
+
+    def _evict(self, cls: str) -> None:
+        self.lanes[cls].evict()
+        self.dropped[f"staging_full/{cls}"] += 1
+
+    def take(self, cls: str, not_before: float = float("-inf")) -> Staged | None:
+        """The oldest message staged at or after `not_before` of the `cls` peer whose turn it is;
+        that peer's older ones are dropped as expired on the way, in the same turn."""
+        staged, expired = self.lanes[cls].take_fresh(lambda s: s.staged_at >= not_before)
+        if expired:
+            self.dropped[f"expired/{cls}"] += expired
+        return staged
+
+    def take_fair(self, not_before: float = float("-inf")) -> Staged | None:
+        """Established senders' first, then young ones' (no budget: tests and simple callers)."""
+        for cls in CLASSES:
+            staged = self.take(cls, not_before)
+            if staged is not None:
+                return staged
+        return None
+
+
+class IngestWorker:
+    """Drains `topics` of `transport` into staging and verifies within `budget` per round, on its own
+    thread. `verify(staged)` does the work; an exception from it drops that message (counted).
+    `sender_class(peer)` says ESTABLISHED or YOUNG; a message staged more than `max_wait_s` seconds
+    ago is dropped unverified. `young_capped()` says whether young senders are held to their
+    share: only once some key is established is there anyone to protect. In a new swarm every peer
+    is young, and a quarter of the budget let whole rounds of honest groups expire unverified, so
+    peers could not earn the credits that would establish them (a demo node used 2 peer groups in
+    200 rounds)."""
+
+    def __init__(self, transport: Transport, topics: list[str], verify: Callable[[Staged], None],
+                 budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest",
+                 max_wait_s: float = 10.0, young_capped: Callable[[], bool] = lambda: True):
+        self.transport = transport
+        self.topics = topics
+        self.verify = verify
+        self.budget = budget
+        self.max_wait_s = max_wait_s
+        self.young_capped = young_capped
+        self.staging = Staging(budget.per_sender_staged, budget.max_staged, sender_class, budget.young_share)
+        self.counters: Counter[str] = Counter()
+        self.verified_by_peer: Counter[str] = Counter()  # delivering peer -> messages verified (bounded)
+        self._lock = threading.Lock()  # guards counters and the round's budget, read by status()
+        self._round_started = time.monotonic()
+        self._round = self._fresh_usage()
+        self._established_heard_at = float("-inf")  # when an established sender's message was last verified
+        self.round_index = 0  # the training loop's current round
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    @staticmethod
+    def _fresh_usage() -> dict[str, Counter]:
+        return {cls: Counter(messages=0, bytes=0, seconds=0.0) for cls in CLASSES}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def new_round(self, round_index: int) -> None:
+        """The training loop started collecting round `round_index`: the budget starts over."""
+        with self._lock:
+            self.round_index = round_index
+            self._round_started = time.monotonic()
+            self._round = self._fresh_usage()
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {**self.counters, "staged": self.staging.total, "staged_by_class": self.staging.staged(),
+                    "dropped": dict(self.staging.dropped),
+                    "verified_by_peer": dict(self.verified_by_peer.most_common(MAX_PEERS_SHOWN))}
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.warning("ingest worker still busy after %.1f s; it is a daemon thread and ends with "
+                            "the process", timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = self.step()
+            except Exception:  # our bug, not a peer's: keep ingesting, say so loudly
+                log.exception("ingest worker step failed")
+                worked = False
+            if not worked:
+                self._stop.wait(IDLE_SLEEP_S)
+
+    def step(self) -> bool:
+        """Drain, stage, verify what the budget allows; True if it verified anything."""
+        with self._lock:
+            now = time.monotonic()
+            for topic in self.topics:
+                self.staging.add(topic, self.transport.drain(topic), now)
+        verified_any = False
+        while not self._stop.is_set():
+            with self._lock:
+                cls = self._class_to_serve()
+                staged = None if cls is None else self.staging.take(cls, time.monotonic() - self.max_wait_s)
+            if staged is None:
+                break
+            started = time.monotonic()
+            try:
+                self.verify(staged)
+            except Exception as err:  # peer data broke our code: drop that message, never the worker
+                log.warning("dropping a message from %s: verification raised %r", staged.item.from_peer, err,
+                            extra={"event": "verify_error", "peer_id": staged.item.from_peer, "error": repr(err)})
+                with self._lock:
+                    self.counters["verify_error"] += 1
+            spent = time.monotonic() - started
+            with self._lock:
+                self._round[cls].update(messages=1, bytes=len(staged.item.data), seconds=spent)
+                self.counters["verified"] += 1
+                self.counters[f"verified/{cls}"] += 1
+                if cls == ESTABLISHED:
+                    self._established_heard_at = time.monotonic()
+                self._count_peer(staged.item.from_peer)
+            verified_any = True
+        return verified_any
+
+    def _count_peer(self, peer: str) -> None:
+        """Per-peer verification counts for status; bounded: past the bound the least-verified
+        half is forgotten (a flood of fresh origins cannot grow it)."""
+        self.verified_by_peer[peer] += 1
+        if len(self.verified_by_peer) > MAX_PEERS_COUNTED:
+            self.verified_by_peer = Counter(dict(self.verified_by_peer.most_common(MAX_PEERS_COUNTED // 2)))
+
+    def _class_to_serve(self) -> str | None:
+        """Which lane the next message comes from, or None: the round's budget is spent (or nothing
+        is staged). Young senders get at most their share of every limit (all of it while
+        `young_capped()` is False), and while both lanes wait, of the messages verified so far (so
+        they are served early in a round, not only last)."""
+        limits = {"messages": self.budget.max_messages, "bytes": self.budget.max_bytes,
+                  "seconds": self.budget.max_share * (time.monotonic() - self._round_started)}
+        used = self._round[ESTABLISHED] + self._round[YOUNG]
+        if not all(used[k] < limit or (k == "seconds" and used[k] <= limit) for k, limit in limits.items()):
+            if (len(self.staging.lanes[ESTABLISHED])
+                    and time.monotonic() - self._established_heard_at >= self.budget.heard_every_s):
+                self.counters["heard_floor"] += 1  # beyond the budget: established peers are heard every second
+                return ESTABLISHED
+            self.counters["budget_waits"] += 1
+            return None
+        share = self.budget.young_share if self.young_capped() else 1.0
+        young = self._round[YOUNG]
+        young_ok = (len(self.staging.lanes[YOUNG]) > 0
+                    and all(young[k] < share * limit or (k == "seconds" and young[k] <= share * limit)
+                            for k, limit in limits.items()))
+        waiting = len(self.staging.lanes[ESTABLISHED]) > 0
+        if young_ok and (not waiting or young["messages"] < share * (used["messages"] + 1)):
+            return YOUNG
+        if waiting:
+            return ESTABLISHED
+        if len(self.staging.lanes[YOUNG]):
+            self.counters["young_budget_waits"] += 1
+        return None

@@ -1,0 +1,288 @@
+"""The bounded pool of verified peer groups, and the samplers that pick the J external groups.
+
+Bounds: age, total size, and groups per sender (a flooding peer evicts only its own). A group ages
+from its verification, not its arrival: a node that verifies a busy peer's backlog late must still
+get to sample what it verified (aged from arrival, a paced node's honest peer had every group
+verified at the age limit and evicted before any sampling: trained in 0 of 120 rounds). It goes
+after `max_age_rounds` of our rounds (its behaviour log-probs grow stale as we train) or, with a
+clock, `max_age_s` seconds, whichever comes first.
+Over the size bound, young keys' groups go first, and within young or established keys the rule of
+every bounded per-sender buffer (protocol/inbox.py): the sender holding the most groups loses its
+oldest. Oldest-first would be safe enough here (every pooled group passed the Ingress, staging's
+quotas and verification, and no sender holds more than max_per_sender), but it still lets a few
+busy established senders age out a quiet one's groups; heaviest-first costs one pass over the
+pool in a round where it is over its bound.
+Samplers (swarm.sampling_policy):
+    uniform     uniform over the pool's groups, as in the SAPO paper
+    per_sender  senders in random order, one group each, repeat: fair across senders (default)
+    weak_tasks  informed: weighted by how badly this node does on the group's task family
+                (1 - its pass-rate posterior mean), with each sender held to its fair share
+A group is trained on once: sampling removes it from the pool.
+
+Verified when picked: the exchange pools a peer's group once it passed the cheap checks
+(node/peers/verify.py `Candidate`: signed, a task we know, within limits; its rewards still the sender's
+claims) and passes `sample` / `take_matching` a `verify` callback that runs the expensive checks on
+the picked groups only. A group that fails is gone (the callback counts and blames); its slot is
+picked again, at most `MAX_REPICKS` times a call. A group whose verified rewards turn out flat is
+not trained (an established key's) or only credited (a young key's, as below). Without `verify`
+(a bare pool of verified groups, as the tests build) what is pooled is trained as it is.
+
+Admission (node/peers/admission.py; on for a node, off for a bare GroupPool): a group whose content is
+already pooled or was credited recently is refused whoever signed it, and keys that have not
+yet earned weight ("young") hold at most `young_share_max` of the sampled mix. Young keys'
+zero-variance groups are pooled too: a young slot that picks one credits the key without training.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from node.peers.admission import Admission
+from node.train.groups import ScoredGroup
+from node.peers.reasons import DUPLICATE
+from protocol.inbox import heaviest_first
+
+SamplingPolicy = Literal["uniform", "per_sender", "weak_tasks"]
+MIN_WEIGHT = 0.05  # weak_tasks: a family we already master still gets an occasional look
+MAX_REPICKS = 3  # sampling again for slots whose picks failed verification, at most this often a call
+Verify = Callable[[object], "ScoredGroup | None"]  # a pooled group -> verified, or None (refused, counted)
+
+
+@dataclass
+class PoolEntry:
+    group: ScoredGroup  # or a node/peers/verify.py Candidate: the same task / origin / flat / texts, unverified
+    verified_round: int  # the round during which it was verified: it ages from there
+    verified_at: float = 0.0  # the pool's clock then (0 without a clock)
+    digest: str = field(default="", compare=False)  # set by GroupPool.add when admission is on
+
+
+class GroupPool:
+    def __init__(self, max_groups: int, max_age_rounds: int, max_per_sender: int,
+                 admission: Admission | None = None, rejected: Counter | None = None, *,
+                 max_age_s: float = float("inf"), clock: Callable[[], float] | None = None):
+        self.max_groups = max_groups
+        self.max_age_rounds = max_age_rounds
+        self.max_age_s = max_age_s
+        self.clock = clock  # None: ages in rounds only
+        self.max_per_sender = max_per_sender
+        self.admission = admission  # None: a plain bounded pool (no dedup, no young-key share)
+        self.rejected = rejected if rejected is not None else Counter()  # reasons for refused groups
+        self.entries: deque[PoolEntry] = deque()
+        self._per_sender: Counter[str] = Counter()  # pooled groups per sender (add checks its cap in O(1))
+
+    @classmethod
+    def from_config(cls, cfg, rejected: Counter | None = None, clock: Callable[[], float] | None = None) -> GroupPool:
+        """The pool of a node from its SwarmConfig, admission on; with `clock` (wall seconds) the
+        windows in time apply too (node/peers/admission.py)."""
+        return cls(cfg.pool_max_groups, cfg.pool_max_age_rounds, cfg.pool_max_per_sender,
+                   Admission.from_config(cfg, clock), rejected, max_age_s=cfg.pool_max_age_s, clock=clock)
+
+    def now(self) -> float:
+        """The pool's clock (0.0 without one): what a new entry's `verified_at` should be."""
+        return 0.0 if self.clock is None else self.clock()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def held_by(self, origin: str) -> int:
+        """How many of `origin`'s groups are pooled now."""
+        return self._per_sender.get(origin, 0)
+
+    def add(self, entry: PoolEntry) -> bool:
+        """Adds `entry`; returns True when the sender's oldest group had to go to make room. A group
+        whose content is already pooled or was used is refused (counted as `duplicate_content`)."""
+        if self.admission is not None:
+            entry.digest = self.admission.digest(entry.group)
+            if not self.admission.admit(entry.group.origin, entry.digest, entry.verified_round):
+                self.rejected[DUPLICATE] += 1  # no blame: honest peers can produce the same group
+                return False
+        origin = entry.group.origin
+        evicted = self._per_sender[origin] >= self.max_per_sender
+        if evicted:
+            self._remove(next(e for e in self.entries if e.group.origin == origin))  # no peer holds more than its share
+        self.entries.append(entry)
+        self._per_sender[origin] += 1
+        return evicted
+
+    def replace_unverified(self, candidate, group: ScoredGroup) -> None:
+        """`candidate`, if still pooled, is now its verified `group` (an audit passed it)."""
+        for entry in self.entries:
+            if entry.group is candidate:
+                entry.group = group
+                return
+
+    def evict(self, round_index: int) -> None:
+        """Drops groups too old or over the size bound; also starts round `round_index` for admission."""
+        now = self.now()
+        while self.entries and (round_index - self.entries[0].verified_round > self.max_age_rounds
+                                or (self.clock is not None and now - self.entries[0].verified_at > self.max_age_s)):
+            self._remove(self.entries[0])
+        if self.admission is not None:
+            self.admission.start_round(round_index)
+        excess = len(self.entries) - self.max_groups
+        for young in (True, False):  # young keys' first: fresh keys cannot push out earned ones
+            if excess > 0:
+                kept = [(e.group.origin, e) for e in self.entries if self._young(e) == young]
+                for entry in heaviest_first(kept, excess):
+                    self._remove(entry)
+                    excess -= 1
+
+    def take_matching(self, prompt_keys: set[str], verify: Verify | None = None) -> list[ScoredGroup]:
+        """Cross-actor: the newest pooled group for each of `prompt_keys` that passes `verify`,
+        removed from the pool. Only established keys' groups: young keys reach the mix through
+        `sample`'s share alone. Flat groups count here: merged with ours they can carry signal."""
+        taken: list[ScoredGroup] = []
+        for _ in range(1 + MAX_REPICKS):
+            newest: dict[str, PoolEntry] = {}
+            for entry in self.entries:
+                if entry.group.task.prompt_key in prompt_keys and not self._young(entry):
+                    newest[entry.group.task.prompt_key] = entry
+            good, failed = self._verified(list(newest.values()), verify)
+            taken += self._use(good)
+            prompt_keys = prompt_keys - {e.group.task.prompt_key for e in good}
+            if not failed:
+                break
+        return taken
+
+    def sample(self, k: int, policy: SamplingPolicy, rng: random.Random,
+               weakness: Callable[[ScoredGroup], float] | None = None,
+               verify: Verify | None = None) -> list[ScoredGroup]:
+        """Up to k groups with reward variance, removed from the pool (flat groups stay: they are
+        only useful merged into one of our groups), each passing `verify` (module doc). Young keys'
+        groups hold at most their share of the mix (Admission.split), oldest keys first; a young
+        key's flat group picked there is credited to it (node/peers/admission.py), not trained, and
+        leaves its slot to established keys. The sampling policy picks the established ones."""
+        chosen: list[ScoredGroup] = []
+        for _ in range(1 + MAX_REPICKS):
+            picked = self._pick(k - len(chosen), policy, rng, weakness)
+            good, failed = self._verified(picked, verify)
+            self._consume([e for e in good if e.group.flat])  # a young key's: credited, not trained
+            chosen += self._use([e for e in good if not e.group.flat])
+            if not failed or len(chosen) >= k:
+                break
+        return chosen
+
+    def _verified(self, picked: list[PoolEntry], verify: Verify | None) -> tuple[list[PoolEntry], int]:
+        """The picked entries that pass `verify` (their group replaced by the verified one; an
+        established key's group that turns out flat is dropped, uncredited), and how many failed."""
+        if verify is None:
+            return picked, 0
+        good, failed = [], 0
+        for entry in picked:
+            group = verify(entry.group)
+            if group is None:
+                failed += 1
+                self._remove(entry)
+            elif group.flat and not entry.group.flat and not self._young(entry):
+                self._remove(entry)  # claimed variance our verifier does not see (another verifier's)
+            else:
+                entry.group = group
+                good.append(entry)
+        return good, failed
+
+    def _pick(self, k: int, policy: SamplingPolicy, rng: random.Random,
+              weakness: Callable[[ScoredGroup], float] | None) -> list[PoolEntry]:
+        """Up to k entries as `sample` describes (young flat ones included), still pooled."""
+        eligible = [e for e in self.entries if not e.group.flat]
+        chosen: list[PoolEntry] = []
+        established = [e for e in eligible if not self._young(e)]
+        n = min(k, len(established))
+        if self.admission is not None:
+            young = [e for e in self.entries if self._young(e)]  # flat ones too: picking one credits its key
+            slots, _ = self.admission.split(k, len(young), len(established))
+            chosen = self._seniority(young, slots)
+            self.admission.spend(len(chosen))
+            n = min(k - sum(not e.group.flat for e in chosen), len(established))
+        if policy == "uniform":
+            chosen += rng.sample(established, n)
+        elif policy == "per_sender":
+            chosen += _round_robin(established, n, rng)
+        elif policy == "weak_tasks":
+            chosen += _weighted_fair(established, n, rng, weakness or (lambda g: 0.5))
+        else:
+            raise ValueError(f"unknown sampling policy {policy!r}: valid are uniform, per_sender, weak_tasks")
+        return chosen
+
+    def wants_flat(self, origin: str) -> bool:
+        """Whether a zero-variance group of `origin` is worth pooling outside cross-actor
+        composition: only a young key's, which can earn credit with it."""
+        return self.admission is not None and self.admission.is_young(origin)
+
+    def _young(self, entry: PoolEntry) -> bool:
+        return self.admission is not None and self.admission.is_young(entry.group.origin)
+
+    def _seniority(self, young: list[PoolEntry], slots: int) -> list[PoolEntry]:
+        """Up to `slots` young groups, one per key in Admission.seniority order (keys still earning
+        contributions, then first appearance), then again: fresh Sybil keys queue behind earlier
+        newcomers."""
+        by_key: dict[str, list[PoolEntry]] = defaultdict(list)
+        for entry in young:
+            by_key[entry.group.origin].append(entry)
+        for entries in by_key.values():  # popped from the end: its newest trainable group first
+            entries.sort(key=lambda e: (not e.group.flat, e.verified_round))
+        order = sorted(by_key, key=self.admission.seniority)
+        chosen: list[PoolEntry] = []
+        while len(chosen) < slots and order:
+            for key in list(order):
+                if len(chosen) == slots:
+                    break
+                chosen.append(by_key[key].pop())  # its newest group
+                if not by_key[key]:
+                    order.remove(key)
+        return chosen
+
+    def _use(self, chosen: list[PoolEntry]) -> list[ScoredGroup]:
+        self._consume(chosen)
+        return [e.group for e in chosen]
+
+    def _consume(self, entries: list[PoolEntry]) -> None:
+        """Out of the pool, credited to their keys and remembered (node/peers/admission.py)."""
+        for entry in entries:
+            self._remove(entry)
+            if self.admission is not None:
+                self.admission.credit(entry.group.origin, entry.digest)
+
+    def _remove(self, entry: PoolEntry) -> None:
+        self.entries.remove(entry)
+        self._per_sender[entry.group.origin] -= 1
+        if self._per_sender[entry.group.origin] <= 0:
+            del self._per_sender[entry.group.origin]
+        if self.admission is not None:
+            self.admission.unpooled(entry.group.origin, entry.digest)
+
+
+def _round_robin(entries: list[PoolEntry], k: int, rng: random.Random) -> list[PoolEntry]:
+    by_sender: dict[str, list[PoolEntry]] = defaultdict(list)
+    for entry in entries:
+        by_sender[entry.group.origin].append(entry)
+    chosen: list[PoolEntry] = []
+    while len(chosen) < k:
+        senders = sorted(by_sender)
+        rng.shuffle(senders)
+        for sender in senders[: k - len(chosen)]:
+            mine = by_sender[sender]
+            chosen.append(mine.pop(rng.randrange(len(mine))))
+            if not mine:
+                del by_sender[sender]
+    return chosen
+
+
+def _weighted_fair(entries: list[PoolEntry], k: int, rng: random.Random,
+                   weakness: Callable[[ScoredGroup], float]) -> list[PoolEntry]:
+    """Weighted sampling without replacement (Efraimidis-Spirakis keys u^(1/w)), each sender capped
+    at ceil(k / senders) so that weighting cannot hand the mix to one peer; slots left by senders
+    with fewer groups than their share go to the next keys."""
+    senders = {e.group.origin for e in entries}
+    quota = math.ceil(k / max(1, len(senders)))
+    keyed = sorted(entries, key=lambda e: rng.random() ** (1.0 / max(MIN_WEIGHT, weakness(e.group))), reverse=True)
+    taken: dict[str, int] = defaultdict(int)
+    chosen = []
+    for entry in keyed:
+        if len(chosen) < k and taken[entry.group.origin] < quota:
+            taken[entry.group.origin] += 1
+            chosen.append(entry)
+    leftover = [e for e in keyed if e not in chosen]  # senders with few groups left slots unused
+    return chosen + leftover[: k - len(chosen)]

@@ -1,0 +1,2 @@
+"""Running the node as a service: `swarm-node join` (join.py), a graceful stop (shutdown.py), the
+command line's console and re-exec state (console.py) and child processes' environment (child_env.py)."""

@@ -1,0 +1,174 @@
+"""`swarm-node join`: one node of a swarm = the local round loop + gossip (p2pd, py-libp2p or the in-process bus) + control service."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from node.train.assembly import NodeParts, build_parts, saved_exchange_state
+from node.config.schema import MAX_START_WAIT_S, ConfigError, NodeConfig
+from node.observe.control import start_control_server, write_node_file
+from node.peers.exchange import SwarmExchange
+from node.peers.ingest import IngestBudget
+from node.observe.logs import json_lines, say
+from node.train.loop import Node
+from node.observe.metrics import RoundTable
+from node.observe.state import NodeObserver, loop_progress
+from node.observe.web import announce, serve_node
+from node.train.prompts import Retokenizer
+from node.scoring.sandbox import ScorerSandbox
+from node.service.shutdown import StopOnSignals
+from proto import swarm_pb2
+from protocol import Libp2pOptions, NodeIdentity, P2pdOptions, make_transport, topic_name
+
+IDENTITY_FILE = "identity.key"
+
+
+def identity_path(cfg: NodeConfig, run_dir: Path) -> Path:
+    return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(run_dir) / IDENTITY_FILE
+
+
+def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: dict | None = None,
+                   ingest: str | None = None, swarm_clock: Callable[[], float] | None = None,
+                   clock: Callable[[], float] = time.time) -> SwarmExchange:
+    """The exchange `join` uses, built from the node's parts (node/train/assembly.py); `state`: the admission
+    state saved with the checkpoint the node resumes from (assembly.saved_exchange_state);
+    `ingest` overrides swarm.ingest (the memory testnet runs inline);
+    `swarm_clock`: the time rate limits and publication pace run on (default the wall clock);
+    `clock`: the time messages are stamped and checked on."""
+    cfg = parts.cfg
+    model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=parts.policy.tokenizer_fingerprint)
+    sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
+                                        max_new_tokens=cfg.sampling.max_new_tokens)
+
+    ingest = ingest or cfg.swarm.ingest
+    retokenizer = parts.retokenizer
+    if ingest == "background":  # a fast tokenizer used from two threads at once can raise "Already borrowed"
+        private = dataclasses.replace(parts.policy, tokenizer=copy.deepcopy(parts.policy.tokenizer))
+        retokenizer = Retokenizer(private, retokenizer.eos_ids)
+    max_tokens = cfg.max_external_tokens
+    budget = IngestBudget(max_messages=cfg.swarm.ingest_max_messages, max_share=cfg.swarm.ingest_max_share,
+                          per_sender_staged=cfg.swarm.ingest_staged_per_sender,
+                          max_staged=cfg.swarm.ingest_staged_max, young_share=cfg.swarm.ingest_young_share)
+    # started on first use: a node whose scorers are all string comparisons never starts a worker
+    sandbox = ScorerSandbox((cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed))
+    return SwarmExchange(transport, identity, cfg.swarm, parts.source, parts.verifier, retokenizer,
+                         model, sampling, seed=cfg.run.seed, weakness=parts.pass_rates.weakness, max_completion_tokens=max_tokens,
+                         max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest,
+                         budget=budget, sandbox=sandbox, swarm_clock=swarm_clock, clock=clock, state=state)
+
+
+def memory_bus_node(cfg: NodeConfig, run_dir: Path, bus, name: str, identity: NodeIdentity | None = None,
+                    ingest: str = "inline", swarm_clock: Callable[[], float] | None = None,
+                    clock: Callable[[], float] = time.time) -> Node:
+    """A node joined to a protocol.MemoryBus as peer `name` (tests, experiments, and simulations that
+    run many nodes in one process): the same exchange as `join`, another transport. Call `resume()`
+    on it to continue its run (its exchange already holds the admission state of that checkpoint).
+    Ingest is inline by default: verification happens in collect(), in swarm time, so simulations
+    are deterministic. Pass `swarm_clock` (e.g. rounds as seconds) when nodes take turns on one CPU:
+    on the wall clock their rate limits and publication pace would see bursts no real swarm sends.
+    `clock` (default the wall clock) stamps and checks messages: a virtual-time testnet passes its own,
+    the same as the MemoryBus's."""
+    from protocol import MemoryTransport
+
+    parts = build_parts(cfg)
+    transport = MemoryTransport(bus, name)
+    transport.start()
+    exchange = build_exchange(parts, identity or NodeIdentity.generate(), transport, saved_exchange_state(run_dir),
+                              ingest, swarm_clock, clock)
+    return Node(cfg, run_dir, exchange, parts=parts)
+
+
+def snapshot(node: Node, exchange: SwarmExchange, started: float) -> dict:
+    """Everything `swarm-node status` shows."""
+    return {**exchange.status(), "round": node.next_round, "uptime_s": time.monotonic() - started,
+            "policy_version": node.learner.policy_version,
+            "hints": {**node.hints.counters, **node.hint_writer.counters}}
+
+
+PEER_CACHE_FILE = "peers.json"
+
+
+def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topics: list[str]):
+    """The networked transport that swarm.transport names (imported lazily: each pulls its own stack)."""
+    kind, s = cfg.swarm.transport, cfg.swarm
+    if kind == "p2pd":
+        from protocol.transports.p2pd.peer_cache import PeerCacheLimits
+
+        limits = PeerCacheLimits(max_peers=s.peer_cache_max_peers, max_per_group=s.peer_cache_max_per_group,
+                                 max_unproven=s.peer_cache_max_unproven,
+                                 max_dial_failures=s.peer_cache_max_dial_failures,
+                                 ipv4_prefix=s.peer_cache_ipv4_prefix, ipv6_prefix=s.peer_cache_ipv6_prefix)
+        return make_transport(identity.private_seed(), P2pdOptions(
+            listen=s.listen, bootstrap=s.peers, topics=topics,
+            peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache else None, peer_cache_limits=limits,
+            flood_cut_rate=s.flood_cut_rate, flood_cut_burst=s.flood_cut_burst, flood_cut_s=s.flood_cut_s,
+            conn_low=s.conn_low, conn_high=s.conn_high, conn_grace_s=s.conn_grace_s))
+    if kind == "libp2p":
+        return make_transport(identity.private_seed(), Libp2pOptions(listen=s.listen, bootstrap=s.peers, topics=topics))
+    raise ValueError(f"swarm.transport={kind!r} cannot join a network (the memory transport is for tests and "
+                     "in-process simulations): set swarm.transport=p2pd or libp2p")
+
+
+def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:
+    if cfg.swarm.self_replay:
+        raise ConfigError("swarm.self_replay is a silo control that joins no network: run it with "
+                          "`swarm-node train` or the memory testnet (README \"Controls\")")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    identity = NodeIdentity.load_or_generate(identity_path(cfg, run_dir))
+    parts = build_parts(cfg)
+    say(console, f"rollouts: {parts.backend_line}", "backend")
+
+    transport = build_transport(cfg, identity, run_dir, [topic_name(cfg.swarm.name, "rollouts")])
+    if cfg.swarm.fault_file:  # a testnet injects delay, loss and partitions through this file
+        from protocol.transports.impairment import ImpairedTransport
+
+        transport = ImpairedTransport(transport, Path(cfg.swarm.fault_file), seed=cfg.run.seed)
+    transport.start()  # returns once listening; never waits for peers
+    try:
+        exchange = build_exchange(parts, identity, transport, saved_exchange_state(run_dir))
+        node = Node(cfg, run_dir, exchange, parts=parts)
+        node.resume()  # a restarted node continues its own run (logged: event "resume")
+    except BaseException:  # an unreadable checkpoint: stop the daemon we started before saying so
+        transport.close()
+        raise
+    started = time.monotonic()
+
+    server, control = start_control_server(
+        cfg.swarm.control, lambda: {**snapshot(node, exchange, started), "transport_name": cfg.swarm.transport})
+    title = f"swarm-node join ({cfg.model.name}, swarm {cfg.swarm.name})"
+    observe = serve_node(cfg.swarm.metrics_listen, NodeObserver(
+        run_dir, title, {"peer_id": identity.peer_id(), "swarm": cfg.swarm.name, "transport": cfg.swarm.transport},
+        loop_progress(node), exchange.status, started))
+    addrs = transport.listen_addrs()
+    write_node_file(run_dir, {"peer_id": identity.peer_id(), "listen_addrs": addrs, "control": control,
+                              "metrics": observe.address if observe else None, "pid": os.getpid(),
+                              "swarm": cfg.swarm.name})
+    say(console, f"peer id {identity.peer_id()} in swarm {cfg.swarm.name!r}; others can join with:\n"
+                 + "\n".join(f"  swarm-node join --peers {addr}" for addr in addrs), "joined",
+        peer_id=identity.peer_id(), swarm=cfg.swarm.name, listen_addrs=addrs, transport=cfg.swarm.transport,
+        next_round=node.next_round)
+    say(console, f"control service on {control} (swarm-node status --run-dir {run_dir})", "control", control=control)
+    announce(observe, console, "metrics (/metrics) and live page")
+    try:
+        with StopOnSignals() as stop:  # SIGTERM (systemctl/docker stop): finish the round, checkpoint, exit 0
+            if cfg.run.start_at is not None and node.next_round == 0:  # an orchestrated launch: start together
+                stop.wait(min(MAX_START_WAIT_S, max(0.0, cfg.run.start_at - time.time())))
+            node.run(cfg.run.rounds, RoundTable(title, console=console, quiet=quiet, log_rounds=json_lines()), stop)
+        if stop.is_set():
+            say(console, f"stopped by signal after round {node.next_round - 1}; checkpoint of that round in "
+                         f"{run_dir / 'checkpoints'}", "stopped", round=node.next_round - 1)
+    finally:
+        if observe is not None:
+            observe.stop()
+        server.stop(grace=1.0)
+        exchange.close()
+        transport.close()
+        node.close()
+    return 0
