@@ -104,7 +104,7 @@ class HFGenerator:
 
         The rows of a prompt share it, so the prefill runs on the distinct prompts of the batch
         and its keys/values are then copied out to the rows. Distinct by content, not by index:
-        a caller that passes every row as its own prompt with n = 1 (node/rollouts.py merges a
+        a caller that passes every row as its own prompt with n = 1 (node/train/rollouts.py merges a
         round's plain and hinted completions into one call so) pays no extra prefill. `generate`
         sees a cache shorter than `input_ids` and feeds only the last prompt column (it must run
         through the model anyway: its logits give the first token). The layout is the rows' one

@@ -1,6 +1,6 @@
 """A child process that dies with its parent (Linux PR_SET_PDEATHSIG), without the startup race.
 
-policy/vllm_backend.py starts the vLLM server with it, node/scorer_worker.py its scorer workers.
+policy/vllm_backend.py starts the vLLM server with it, node/scoring/sandbox_worker.py its scorer workers.
 Stdlib only. The same helper lives in protocol/parent_death.py: policy and protocol never import
 each other, and the two must behave alike (tests/test_parent_death.py runs both).
 

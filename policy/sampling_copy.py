@@ -7,7 +7,7 @@
 The learner keeps training its float32 weights; after every optimizer step `refresh()` copies them
 into the sampling copy in place (LoRA adapters merged on the way), and the behavior log-probs the
 generator returns are the copy's own. The copy is therefore a different sampler than the learner:
-the node corrects the mismatch with tis(...) (node/assembly.py, policy/ALGORITHMS.md).
+the node corrects the mismatch with tis(...) (node/train/assembly.py, policy/ALGORITHMS.md).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The policy's configuration sections (model, optimizer, off-policy correction) and the error a
-model that cannot be loaded ends in. Pydantic only, no torch: the node's config (node/config.py)
+model that cannot be loaded ends in. Pydantic only, no torch: the node's config (node/config/schema.py)
 validates, lists and explains them without loading torch; policy/models.py and
 policy/learner.py act on them."""
 from __future__ import annotations

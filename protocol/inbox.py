@@ -1,7 +1,7 @@
 """A bounded buffer that is fair between senders: the one rule for every per-sender buffer.
 
 Every transport's inbox (memory, libp2p, p2pd) and each lane of the ingest staging
-(node/ingest.py) is a FairBuffer; the verified-group pool (node/pool.py) evicts by the same rule.
+(node/peers/ingest.py) is a FairBuffer; the verified-group pool (node/peers/pool.py) evicts by the same rule.
 A drop-oldest queue lets whoever out-sends the honest peers between two drains push their messages
 out (a busy node lost 6,700-8,000 messages, honest and hostile alike). Here every item is filed
 under its sender (the transport's origin id), and:
@@ -221,7 +221,7 @@ class FairBuffer(Generic[T]):
 def heaviest_first(items: Iterable[tuple[str, T]], n: int) -> list[T]:
     """The `n` items (of `items`, (sender, item) pairs oldest first) that the rule drops one by one:
     each time the sender holding the most loses its oldest. For bounded collections that cannot be a
-    FairBuffer themselves (node/pool.py's pool, which removes groups anywhere when they are used)."""
+    FairBuffer themselves (node/peers/pool.py's pool, which removes groups anywhere when they are used)."""
     items = list(items)
     buffer: FairBuffer[T] = FairBuffer(max(1, len(items)))
     for sender, item in items:

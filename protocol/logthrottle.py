@@ -2,7 +2,7 @@
 
 A key (e.g. (reason, peer)) gets one log record per `window_s`, and all keys together get at most
 `total` per window; what is held back is counted, and the key's next record carries the count
-(field `suppressed`). Per-round aggregates (node/exchange.py) still count every event. Bounded
+(field `suppressed`). Per-round aggregates (node/peers/exchange.py) still count every event. Bounded
 memory: the least recently seen key goes first beyond `max_keys` (its held-back count with it).
 """
 from __future__ import annotations

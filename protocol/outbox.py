@@ -19,7 +19,7 @@ peers' limit, leaving room for hints and clock jitter). What does not fit waits 
 (`max_queued`) and goes out on a later `publish` or `flush`; when the queue is full the OLDEST
 waiting message is dropped (counted as `dropped_paced`): fresh rollouts are worth more. Each
 message has a `priority` (higher first): the pace sends the oldest message of the highest priority
-waiting, and a full queue drops the oldest of the lowest. The node (node/exchange.py) ranks the
+waiting, and a full queue drops the oldest of the lowest. The node (node/peers/exchange.py) ranks the
 groups peers can train on first, hints and hint requests next, and groups without reward variance
 (nothing to train) last: a fast node that solved most of its tasks spent its pace on 397 such
 groups of 400 and on hints, and its paced peer had almost nothing of it to train. Messages

@@ -35,7 +35,7 @@ TRANSPORTS = ("p2pd", "p2pd-unbounded", "libp2p")  # p2pd: bounded connections (
 
 
 def build_group(seed: int, index: int, completions: int = GROUP_COMPLETIONS):
-    """A RolloutGroup shaped like node/exchange.py's to_wire(): completions x 64 tokens, token ids,
+    """A RolloutGroup shaped like node/peers/exchange.py's to_wire(): completions x 64 tokens, token ids,
     behavior log-probs, char offsets, claimed rewards, task ref, model card, sampling, question
     and answer."""
     from proto import swarm_pb2

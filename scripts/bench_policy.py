@@ -165,7 +165,7 @@ def build_config(args):
     """The node config of every side, and the overrides that made it (for the (3) subprocesses)."""
     import torch
 
-    from node.config import load_config
+    from node.config.schema import load_config
     from policy.learner import bf16_is_native
 
     bf16 = args.bf16 == "on" or (args.bf16 == "auto" and bf16_is_native(torch.device("cpu")))
@@ -225,7 +225,7 @@ def measurement_conditions(args, cfg, node, training: dict, vllm, vllm_python, r
     import torch
     import transformers
 
-    from node.prompts import render_prompt
+    from node.train.prompts import render_prompt
 
     gen_dtypes, ours_dtypes = dtypes
     load_start, uptime_start = loads
@@ -281,8 +281,8 @@ def build_node(args, cfg, node_dir: str, vllm_python, console):
     (node, backend, vllm generator or None, round precision, load seconds)."""
     import torch
 
-    from node.assembly import local_objective
-    from node.loop import Node
+    from node.train.assembly import local_objective
+    from node.train.loop import Node
     from policy.backends import auto_backend
 
     force = not args.natural_length
@@ -304,7 +304,7 @@ def build_node(args, cfg, node_dir: str, vllm_python, console):
 
 def run_benchmarks(node, args, console, vllm, backend: str, round_precision: str) -> tuple[dict | None, dict, tuple]:
     """(1) and (2) on `node`: (generation, training, (generate dtypes, our dtypes))."""
-    from node.prompts import render_prompt
+    from node.train.prompts import render_prompt
 
     probe = DtypeProbe(node.model)
     generation = None

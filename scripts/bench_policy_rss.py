@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bench_policy_generation import make_our_generator
-    from node.config import load_config
-    from node.loop import Node
+    from node.config.schema import load_config
+    from node.train.loop import Node
 
     cfg = load_config(args.model, None, [*args.overrides, "sampling.backend=\"hf\""])
     with tempfile.TemporaryDirectory(prefix="bench-rss-") as run_dir:

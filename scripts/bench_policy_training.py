@@ -49,7 +49,7 @@ def build_trl_dataset(node, n_steps: int):
     """One row per prompt, in round order: TRL step k (shuffle off) sees our round k's tasks."""
     from datasets import Dataset
 
-    from node.verifiers import SYSTEM_PROMPT
+    from node.scoring.verifiers import SYSTEM_PROMPT
 
     tasks, rows = {}, []
     tok = node.policy.tokenizer
@@ -59,7 +59,7 @@ def build_trl_dataset(node, n_steps: int):
             if node.policy.chat:
                 prompt = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.question}]
             else:  # the exact text of our rendered ids (the tiny tokenizer parses "<bos>" back to bos)
-                from node.prompts import render_prompt
+                from node.train.prompts import render_prompt
 
                 prompt = tok.decode(render_prompt(node.policy, task.question), skip_special_tokens=False)
             rows.append({"prompt": prompt, "task_key": task.ref.key})
@@ -121,7 +121,7 @@ def run_trl(node, args, console, n_steps: int, run_ours) -> tuple[list[dict], di
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from node.prompts import render_prompt
+    from node.train.prompts import render_prompt
     from policy.models import load_policy
 
     cfg = node.cfg

@@ -3,7 +3,7 @@
 TaskRef at an unknown seed cost it? (issue 9, items 4 and 9)
 
 Three measurements, each on real parts: tiny-preset nodes that train, real signed envelopes through
-the real Ingress and exchange on the in-process bus (node/swarm.py memory_bus_node).
+the real Ingress and exchange on the in-process bus (node/service/join.py memory_bus_node).
 
   sybil     two honest tiny nodes share with a receiver for --warmup rounds; then --keys fresh keys
             each send one valid, honestly scored group of distinct content every round for --rounds
@@ -54,8 +54,8 @@ class SwarmClock:
 
 
 def _tiny_node(run_dir: Path, name: str, bus, extra=(), clock: SwarmClock | None = None):
-    from node.config import load_config
-    from node.swarm import memory_bus_node
+    from node.config.schema import load_config
+    from node.service.join import memory_bus_node
 
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra])
     node = memory_bus_node(cfg, run_dir / name, bus, name, swarm_clock=clock)
@@ -65,8 +65,8 @@ def _tiny_node(run_dir: Path, name: str, bus, extra=(), clock: SwarmClock | None
 def valid_group(node, task, rng: random.Random, round_index: int):
     """A well-formed group for `task` whose claimed rewards are the receiver's own: 1-3 of 4
     completions right, the others random wrong digits (text only, as a foreign model would send)."""
-    from node.wire import to_wire
-    from node.groups import ScoredGroup
+    from node.peers.wire import to_wire
+    from node.train.groups import ScoredGroup
     from policy.types import Rollout
     from proto import swarm_pb2
 

@@ -8,7 +8,7 @@ real Ingress and exchange; no rollouts are shared, J = 0, so only hints cross):
   weak    from scratch on the same family; every group it fails triggers a HintRequest
 Family: synthetic "count" ("3++=" -> "3456"): four right tokens in a row, so a random policy
 succeeds about once in 65,000 samples and RL alone stays at 0. Prefix hints let the weak node
-learn it backwards, one token at a time (node/hints.py: less help once hinted completions succeed).
+learn it backwards, one token at a time (node/train/hints.py: less help once hinted completions succeed).
 Conditions: hints on vs hints off (the weak node never asks), each over --seeds seeds.
 
 Reported per condition and seed: the weak node's unhinted pass rate over rounds (the hinted
@@ -51,8 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_node(run_dir: Path, bus, name: str, seed: int, hints: bool):
-    from node.config import load_config
-    from node.swarm import memory_bus_node
+    from node.config.schema import load_config
+    from node.service.join import memory_bus_node
 
     cfg = load_config("tiny", None, [
         "run.threads=1", f"run.seed={seed}", f"tasks.seed={seed * 10 + (name == 'strong')}",
@@ -76,7 +76,7 @@ def questions(node):
 
 def greedy_pass_rate(node, tasks) -> float:
     """pass@1 with greedy decoding on every question of the family."""
-    from node.prompts import render_prompt
+    from node.train.prompts import render_prompt
     from policy.types import SamplingParams
 
     greedy = SamplingParams(temperature=0.0, max_new_tokens=node.cfg.sampling.max_new_tokens)
@@ -88,7 +88,7 @@ def warm_start(node, tasks, steps: int, lr: float = 3e-3) -> float:
     """Supervised fine-tune on correct answers (prompt masked), then greedy pass@1."""
     import torch
 
-    from node.prompts import render_prompt
+    from node.train.prompts import render_prompt
 
     tok = node.policy.tokenizer
     rows = [(render_prompt(node.policy, t.question), tok(t.answer, add_special_tokens=False)["input_ids"])
@@ -150,7 +150,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from node.report import rolling_mean
+    from node.observe.report import rolling_mean
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = {"hints_on": "C2", "hints_off": "C3"}

@@ -123,9 +123,9 @@ class ReplayingPeer:
                                                       max_new_tokens=cfg.sampling.max_new_tokens)
 
     def publish(self, round_index: int) -> None:
-        from node.wire import to_wire
-        from node.groups import ScoredGroup
-        from node.prompts import render_prompt
+        from node.peers.wire import to_wire
+        from node.train.groups import ScoredGroup
+        from node.train.prompts import render_prompt
 
         node = self.receiver
         if self.k is not None:  # the receiver's weights k rounds ago (all we have during the first k)
@@ -155,7 +155,7 @@ def warm_start(node, steps: int, lr: float) -> dict:
     """A copy of the initial weights fine-tuned on correct answers of the receiver's task family."""
     import torch
 
-    from node.prompts import render_prompt
+    from node.train.prompts import render_prompt
 
     tok = node.policy.tokenizer
     original = {n: t.detach().clone() for n, t in node.model.state_dict().items()}
@@ -181,8 +181,8 @@ def warm_start(node, steps: int, lr: float) -> dict:
 
 
 def run_setting(model: str, source: str, correction: str, seed: int, args, other_state, progress, task_id) -> dict:
-    from node.config import load_config
-    from node.swarm import memory_bus_node
+    from node.config.schema import load_config
+    from node.service.join import memory_bus_node
     from protocol import MemoryBus
 
     spec = MODELS[model]
@@ -258,7 +258,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from node.report import rolling_mean
+    from node.observe.report import rolling_mean
 
     sources = result["sources"]
     fig, axes = plt.subplots(1, len(sources), figsize=(4.2 * len(sources), 3.8), squeeze=False)
@@ -289,8 +289,8 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from node.config import load_config
-    from node.loop import Node
+    from node.config.schema import load_config
+    from node.train.loop import Node
 
     args = parse_args(argv)
     if args.threads:

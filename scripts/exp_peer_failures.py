@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What a node learns from another policy's groups, and from which half of them.
 
-One real tiny-warm node (node/warm_start.py: it solves the three-digit families now and then) is
+One real tiny-warm node (node/train/warm_start.py: it solves the three-digit families now and then) is
 fed, every round, 4 of its own groups plus 4 groups with reward variance sampled by a *frozen*
 copy of the same warm start (a peer that does not learn), through the real learner path:
     silo8          8 own groups, nothing else (the silo)
@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 class Feed:
-    """The exchange seam (node/loop.py Exchange), fed by `source`'s groups with reward variance."""
+    """The exchange seam (node/train/loop.py Exchange), fed by `source`'s groups with reward variance."""
 
     def __init__(self, source, tier: int | None):
         self.source, self.tier = source, tier
@@ -85,8 +85,8 @@ class Feed:
 
 
 def run_condition(condition: str, seed: int, args, progress, task_id) -> dict:
-    from node.config import load_config
-    from node.loop import Node
+    from node.config.schema import load_config
+    from node.train.loop import Node
 
     base = ["run.threads=1", "eval.every=0", "run.checkpoint_every=1000000", f"run.seed={seed}",
             "loss.off_policy.own_failures=train",  # as measured: only peers' failures are in question

@@ -5,7 +5,7 @@ mismatch corrected by tis(...), learn like sampling from the float32 learner its
 Three arms, same preset, same seeds, the learner always trains float32 weights:
     fp32              sampling.precision = fp32: the learner's own weights sample (today's path)
     int8_tis          sampling.precision = int8: an int8 copy samples; the node wraps the local
-                      objective in tis(...) (node/assembly.py local_objective)
+                      objective in tis(...) (node/train/assembly.py local_objective)
     int8_uncorrected  the same int8 copy, the objective left unwrapped (the ablation: what the
                       correction buys)
 Optional arms: bf16_tis (a bf16 copy samples, tis corrects: what `auto` picks on a CPU with native
@@ -86,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def learner_evaluator(parts, args):
     """Held-out pass@1 of the learner's float32 weights: the node's Evaluator on a SamplingContext
     whose generator is the learner itself (the copy would grade the sampler, not what was learned)."""
-    from node.eval import Evaluator
+    from node.train.eval import Evaluator
     from node.tasks import make_source
     from policy.generation import HFGenerator
 
@@ -99,9 +99,9 @@ def learner_evaluator(parts, args):
 
 
 def run_arm(arm: str, seed: int, args) -> dict:
-    from node.assembly import build_parts
-    from node.config import load_config
-    from node.loop import Node
+    from node.train.assembly import build_parts
+    from node.config.schema import load_config
+    from node.train.loop import Node
     from policy.losses import make_objective
 
     precision, corrected, arm_overrides = ARMS[arm]

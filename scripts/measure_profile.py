@@ -27,7 +27,7 @@ from statistics import mean
 import numpy as np
 from scipy.optimize import nnls
 
-from node.metrics import read_metrics
+from node.observe.metrics import read_metrics
 from node.testnet.clock import DeviceProfile, charged_over_wall, round_cost
 from node.testnet.memory import MemoryTestnet
 from node.testnet.plan import Plan

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test suite's chromedriver client 
 from processes import stop, wait_for  # noqa: E402
 from webdriver import MISSING, Browser  # noqa: E402
 
-from node.metrics import read_metrics  # noqa: E402
+from node.observe.metrics import read_metrics  # noqa: E402
 
 JOIN = [sys.executable, "-m", "node.cli", "join", "--preset", "tiny", "--rounds", "100000", "--quiet", "--mix", "4/4",
         "--listen", "/ip4/127.0.0.1/tcp/0", "--swarm", "screenshot", "--set", "swarm.min_round_s=0.3",

@@ -9,7 +9,7 @@
     p2pd/       GossipSub + DHT through the go-libp2p daemon (imported on demand)
 
 Every per-topic inbox is a protocol/inbox.py FairBuffer; that module stays in protocol/ because the
-node's staging (node/ingest.py) and pool use the same fairness rule.
+node's staging (node/peers/ingest.py) and pool use the same fairness rule.
 """
 from .base import Received, Transport, topic_name
 from .factory import make_transport
