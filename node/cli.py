@@ -258,6 +258,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from node.config.schema import ConfigError, NodeConfig
+    from node.config.swarm import migrate_renamed_keys
     from policy.checkpoint import latest_checkpoint_path
 
     run_dir = Path(args.run_dir)
@@ -266,7 +267,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if config_file is None or not config_file.is_file():
         raise FileNotFoundError(f"no checkpoint in {run_dir}/checkpoints: is this a run directory? "
                                 "(`swarm-node train --run-dir DIR` writes checkpoints)")
-    data = json.loads(config_file.read_text())
+    data = migrate_renamed_keys(json.loads(config_file.read_text()))  # a run saved before swarm's sections
     data.setdefault("eval", {})
     if args.tasks is not None:
         data["eval"]["tasks_per_family"] = args.tasks

@@ -20,8 +20,8 @@ SWARM = "st"
 
 def receiver(run_dir, bus, resume=False) -> Node:
     # one young slot a round (0.25 of J = 4); two credits make a key established, no waiting time
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.young_groups=2",
-                                     "swarm.young_rounds=0"])
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.admission.young_groups=2",
+                                     "swarm.admission.young_rounds=0"])
     node = memory_bus_node(cfg, run_dir, bus, "receiver")
     if resume:
         node.resume()

@@ -22,7 +22,7 @@ class Clock:
 
 
 def timed_admission(clock: Clock, **windows) -> Admission:
-    cfg = load_config("tiny").swarm  # the README defaults: young_groups 8, young_rounds 20, ...
+    cfg = load_config("tiny").swarm.admission  # the README defaults: young_groups 8, young_rounds 20, ...
     admission = Admission.from_config(cfg, clock)
     for name, value in windows.items():
         setattr(admission, name, value)
@@ -88,7 +88,7 @@ def test_a_group_re_signed_by_100_keys_is_trained_at_most_once_at_50_rounds_a_se
     20 s at 50 rounds/s: the re-signed copies that came 20 s later were trained again)."""
     clock = Clock()
     cfg = load_config("tiny").swarm
-    pool = GroupPool.from_config(cfg, Counter(), clock)
+    pool = GroupPool.from_config(cfg.pool, cfg.admission, Counter(), clock)
     pool.admission.young_share_max = 1.0  # every re-signer may fill the mix: only dedup stands in the way
     trained = 0
     for i in range(100):  # one re-signed copy every 100 rounds (2 s), 200 s in all
@@ -117,7 +117,7 @@ def test_pooled_groups_age_from_their_verification_in_rounds_and_in_seconds():
 
 def test_without_a_clock_every_window_stays_in_rounds():
     """The in-process testnet (inline ingest) runs in virtual time: unchanged by the time windows."""
-    admission = Admission.from_config(load_config("tiny").swarm)
+    admission = Admission.from_config(load_config("tiny").swarm.admission)
     admission.start_round(0)
     earn(admission, "a", 0)
     earn(admission, "b", 0)
@@ -149,7 +149,8 @@ def test_at_a_fast_node_flooding_young_keys_hold_at_most_the_young_share_beside_
     group used to be free (share * J each): the young keys held about 0.9 of the mix. Now they are
     free only while no established key was heard from lately."""
     clock = Clock()
-    pool = GroupPool.from_config(load_config("tiny").swarm, Counter(), clock)
+    swarm = load_config("tiny").swarm
+    pool = GroupPool.from_config(swarm.pool, swarm.admission, Counter(), clock)
     admission = pool.admission
     pool.evict(0)
     earn(admission, "honest", 0)

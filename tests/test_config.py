@@ -141,3 +141,96 @@ def test_the_peer_completion_cap_leaves_room_for_re_encoding_unless_set():
     assert load_config("smollm2", None, ["sampling.max_new_tokens=48"]).max_external_tokens == 54
     assert load_config("tiny", None, []).max_external_tokens == 1  # one token: no room for an eighth
     assert load_config("smollm2", None, ["swarm.max_external_tokens=48"]).max_external_tokens == 48
+
+
+# --- swarm's nested sections (node/config/swarm.py) -------------------------------------------------
+def test_swarm_sections_map_one_to_one_onto_their_option_types():
+    """Every key of swarm.peer_cache / p2pd / ingest / pool / admission is a field (or keyword
+    parameter) of what it configures, so the section is passed whole, never copied field by field."""
+    import dataclasses
+    import inspect
+
+    from node.peers.admission import Admission
+    from node.peers.ingest import IngestBudget
+    from node.peers.pool import GroupPool
+    from protocol.transports.options import P2pdOptions
+    from protocol.transports.p2pd.peer_cache import PeerCacheLimits
+
+    s = load_config("tiny", None, ["swarm.peer_cache.max_peers=9", "swarm.p2pd.conn_low=2",
+                                   "swarm.ingest.staged_max=77", "swarm.ingest.max_wait_s=0.5",
+                                   "swarm.pool.max_per_sender=3", "swarm.admission.dedup_rounds=11"]).swarm
+    fields = {cls: {f.name for f in dataclasses.fields(cls)} for cls in (PeerCacheLimits, P2pdOptions, IngestBudget)}
+    params = {cls: set(inspect.signature(cls).parameters) for cls in (GroupPool, Admission)}
+    for section, target, extra in ((s.peer_cache, fields[PeerCacheLimits], {"enabled"}),
+                                   (s.p2pd, fields[P2pdOptions], set()), (s.ingest, fields[IngestBudget], {"mode"}),
+                                   (s.pool, params[GroupPool], set()), (s.admission, params[Admission], set())):
+        assert set(type(section).model_fields) - extra <= target, type(section).__name__
+    assert s.peer_cache.to_options().max_peers == 9
+    assert s.p2pd.to_options(topics=("t",)).conn_low == 2
+    budget = s.ingest.to_options()
+    assert (budget.staged_max, budget.max_wait_s) == (77, 0.5)
+    pool = GroupPool.from_config(s.pool, s.admission)
+    assert pool.max_per_sender == 3 and pool.admission.dedup_rounds == 11
+    assert GroupPool.from_config(s.pool).admission is None  # a bare pool (the self-replay silo's)
+
+
+def test_nested_swarm_keys_load_from_every_input(tmp_path):
+    toml = tmp_path / "node.toml"
+    toml.write_text("[swarm.peer_cache]\nmax_peers = 9\n[swarm.ingest]\nmode = \"inline\"\n")
+    cfg = load_config("tiny", toml, ["swarm.p2pd.conn_high=0"],
+                      environ={"SWARM_NODE_SWARM__ADMISSION__YOUNG_SHARE_MAX": "1.0",
+                               "SWARM_NODE_SWARM__PEER_CACHE__ENABLED": "false"})
+    s = cfg.swarm
+    assert (s.peer_cache.max_peers, s.peer_cache.enabled, s.ingest.mode) == (9, False, "inline")
+    assert (s.p2pd.conn_high, s.admission.young_share_max) == (0, 1.0)
+
+
+OLD_KEYS = [("peer_cache_max_peers", "9", "swarm.peer_cache.max_peers"),
+            ("conn_low", "2", "swarm.p2pd.conn_low"),
+            ("ingest_max_wait_s", "0.5", "swarm.ingest.max_wait_s"),
+            ("pool_max_per_sender", "3", "swarm.pool.max_per_sender"),
+            ("young_share_max", "1.0", "swarm.admission.young_share_max"),
+            ("peer_cache", "false", "swarm.peer_cache.enabled"),  # the old key is now a section's name
+            ("ingest", '"inline"', "swarm.ingest.mode")]
+
+
+@pytest.mark.parametrize("old,value,new", OLD_KEYS)
+def test_an_old_flat_swarm_key_names_its_new_key_in_every_input_form(tmp_path, old, value, new):
+    message = f"swarm.{old} is now {new}"
+    toml = tmp_path / "old.toml"
+    toml.write_text(f"[swarm]\n{old} = {value}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config("tiny", toml)
+    with pytest.raises(ConfigError, match=message):
+        load_config("tiny", None, [f"swarm.{old}={value}"])
+    env = f"SWARM_NODE_SWARM__{old.upper()}"
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config("tiny", None, [], environ={env: value})
+    assert env in str(err.value) and "SWARM_NODE_" + new.replace(".", "__").upper() in str(err.value)
+
+
+def test_every_old_flat_swarm_key_is_renamed_to_a_key_that_exists():
+    from node.config.schema import _check_path
+    from node.config.swarm import RENAMED_KEYS
+
+    assert len(RENAMED_KEYS) == 31
+    for old, new in RENAMED_KEYS.items():
+        _check_path(new.split("."))  # raises for a key that does not exist
+        assert old.rsplit(".", 1)[-1] not in ("name", "listen", "peers", "identity", "external_per_round")
+
+
+def test_a_saved_config_with_old_flat_keys_migrates():
+    """A checkpoint's config.json written before the move (swarm-node eval reads it back)."""
+    from node.config.schema import NodeConfig
+    from node.config.swarm import migrate_renamed_keys
+
+    saved = load_config("tiny").model_dump(mode="json")
+    old = {**saved, "swarm": {k: v for k, v in saved["swarm"].items()
+                              if k not in ("peer_cache", "p2pd", "ingest", "pool", "admission")}}
+    old["swarm"].update(peer_cache=False, peer_cache_max_peers=9, conn_low=2, ingest="inline", ingest_max_messages=3,
+                        pool_max_groups=7, dedup_rounds=5)
+    cfg = NodeConfig.model_validate(migrate_renamed_keys(old))
+    s = cfg.swarm
+    assert (s.peer_cache.enabled, s.peer_cache.max_peers, s.p2pd.conn_low) == (False, 9, 2)
+    assert (s.ingest.mode, s.ingest.max_messages, s.pool.max_groups, s.admission.dedup_rounds) == ("inline", 3, 7, 5)
+    assert migrate_renamed_keys(saved) == saved  # a new config is left as it is

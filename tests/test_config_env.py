@@ -72,3 +72,18 @@ def test_cli_reads_the_environment_and_set_still_wins():
     bad = subprocess.run([sys.executable, "-m", "node.cli", "config"], cwd=ROOT, capture_output=True, text=True,
                          env={**env, "SWARM_NODE_SWARM__MIXX": "4/4"}, timeout=60)
     assert bad.returncode == 2 and "SWARM_NODE_SWARM__MIXX" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_nested_swarm_sections_from_the_environment_and_back():
+    """SWARM_NODE_SWARM__PEER_CACHE__MAX_PEERS: one `__` per level; `config --env` writes them so."""
+    from node.config.env_file import render_env_file
+
+    env = {"SWARM_NODE_SWARM__PEER_CACHE__MAX_PEERS": "9", "SWARM_NODE_SWARM__INGEST__MODE": "inline",
+           "SWARM_NODE_SWARM__P2PD__CONN_HIGH": "0"}
+    cfg = load_config("tiny", None, [], environ=env)
+    assert (cfg.swarm.peer_cache.max_peers, cfg.swarm.ingest.mode, cfg.swarm.p2pd.conn_high) == (9, "inline", 0)
+    active = [line for line in render_env_file(cfg, load_config("tiny"), "tiny").splitlines()
+              if line.startswith("SWARM_NODE_SWARM__")]
+    assert sorted(active) == sorted(f"{k}={v}" for k, v in env.items())
+    with pytest.raises(ConfigError, match="SWARM_NODE_SWARM__PEER_CACHE__MAX_PEERS"):
+        load_config("tiny", None, [], environ={"SWARM_NODE_SWARM__PEER_CACHE_MAX_PEERS": "9"})

@@ -67,7 +67,7 @@ def test_self_replay_generates_nothing_and_its_training_is_charged(tmp_path):
     for r, (alone, replaying) in enumerate(rows):
         assert replaying["groups_external"] == (0 if r == 0 else J)
         assert replaying.get("external_used_by_sender", {}) == ({} if r == 0 else {ORIGIN: J})
-        assert all(1 <= age <= 5 for age in replaying["external_staleness_rounds"])  # pool_max_age_rounds
+        assert all(1 <= age <= 5 for age in replaying["external_staleness_rounds"])  # swarm.pool.max_age_rounds
         assert replaying["rollouts_generated"] == 8 * 8 and replaying["tokens_generated"] > 0
     assert rows[0][0]["tokens_trained"] == rows[0][1]["tokens_trained"]  # round 0: the same node
     # round 1 samples the same groups from the same weights: only the replayed groups differ

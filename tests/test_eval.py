@@ -148,3 +148,17 @@ def test_cli_eval_without_checkpoint_exits_2_without_traceback(tmp_path):
                           text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "no checkpoint" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_eval_reads_a_run_saved_with_the_old_flat_swarm_keys(tmp_path, capsys):
+    """A checkpoint written before swarm's sections (swarm.pool_max_age_rounds, swarm.ingest as a
+    string) still evaluates: saved configs are migrated, only user input is refused."""
+    run_node(tiny_cfg("run.checkpoint_every=2"), tmp_path, 3)
+    for config_file in (tmp_path / "checkpoints").glob("round-*/config.json"):
+        data = json.loads(config_file.read_text())
+        swarm = data["swarm"]
+        swarm["pool_max_age_rounds"] = swarm.pop("pool")["max_age_rounds"]
+        swarm["ingest"] = swarm["ingest"]["mode"]
+        config_file.write_text(json.dumps(data))
+    assert main(["eval", str(tmp_path), "--tasks", "2", "--k", "1"]) == 0
+    assert "pass@1" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 A real Node (tiny preset) trains with a SwarmExchange on a MemoryBus; honest and hostile peers
 publish real signed envelopes onto the same bus."""
+import dataclasses
 import math
 import time
 
@@ -31,7 +32,7 @@ def bus():
 def node(tmp_path, bus):
     # fresh keys get the whole mix here: these tests are about verification (admission: tests/test_admission.py)
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
-                                     "swarm.young_share_max=1.0"])
+                                     "swarm.admission.young_share_max=1.0"])
     n = memory_bus_node(cfg, tmp_path, bus, "receiver")
     return n
 
@@ -132,8 +133,8 @@ def test_sender_answers_only_when_opted_in(node, bus):
     strict = node.exchange
     assert strict.verify_group(identity.peer_id(), unknown) is None
     lenient = SwarmExchange(MemoryTransport(bus, "lenient"), NodeIdentity.generate(),
-                            strict.cfg.model_copy(update={"accept_sender_answers": True}), node.source,
-                            node.verifier, strict.retokenizer, strict.model_card, strict.sampling)
+                            dataclasses.replace(strict.context, accept_sender_answers=True, sandbox=None),
+                            strict.options)
     group = lenient.verify_group(identity.peer_id(), unknown)
     assert group is not None and group.rewards == [1.0, 0.0, 1.0, 0.0]
 
@@ -155,11 +156,11 @@ def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus):
         flood.publish(flooder, SWARM, honest_group(node, 100 + i, texts=texts))
     honest.publish(good, SWARM, honest_group(node, 0))
     exchange = node.exchange
-    exchange.cfg = exchange.cfg.model_copy(update={"external_per_round": 2})
+    exchange.options = dataclasses.replace(exchange.options, external_per_round=2)
     used = exchange.collect(0)
     assert {g.origin for g in used} == {flood_key.peer_id(), honest_key.peer_id()}  # one of each sender
-    assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool.entries) <= exchange.cfg.pool_max_per_sender
-    assert exchange.observed["pool_sender_cap"] == 40 - exchange.cfg.pool_max_per_sender
+    assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool.entries) <= exchange.pool.max_per_sender
+    assert exchange.observed["pool_sender_cap"] == 40 - exchange.pool.max_per_sender
 
 
 def test_status_accepted_counts_only_messages_that_passed_every_check(node, bus):
@@ -195,7 +196,7 @@ def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path
             self.noted.append(list(peer_ids))
 
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
-                                     "swarm.young_groups=0", "swarm.young_rounds=0"])  # nobody young: only
+                                     "swarm.admission.young_groups=0", "swarm.admission.young_rounds=0"])  # nobody young: only
     parts = build_parts(cfg)  # established keys are named (tests/test_ingest_sybil.py: young ones are not)
     transport = NotingTransport(bus, "receiver")
     transport.start()

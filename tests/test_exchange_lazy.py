@@ -27,7 +27,7 @@ def bus():
 
 
 def make_node(tmp_path, bus, *overrides):
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.young_share_max=1.0",
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0",
                                      *overrides])
     return memory_bus_node(cfg, tmp_path, bus, "receiver")
 
@@ -150,7 +150,7 @@ def test_hint_requests_wait_unverified_and_are_checked_only_when_answered(tmp_pa
 def test_an_established_senders_zero_variance_claims_are_skimmed_yet_audited(tmp_path, bus):
     """Established keys' flat claims skip the Ingress (node/peers/peek.py); the audit still checks them."""
     node = make_node(tmp_path, bus, "swarm.external_per_round=2", "swarm.audit_per_round=1",
-                     "swarm.young_groups=1", "swarm.young_rounds=0")
+                     "swarm.admission.young_groups=1", "swarm.admission.young_rounds=0")
     key = NodeIdentity.generate()
     sender, out = peer(bus, key.peer_id()), Outbox(key)  # its bus origin is its key, as on libp2p
     exchange = node.exchange

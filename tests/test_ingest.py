@@ -25,7 +25,8 @@ TOPIC = topic_name(SWARM, "rollouts")
 
 def background_node(tmp_path, bus, *overrides) -> Node:
     # one fresh key gets the whole mix here: these tests are about ingest (admission: tests/test_admission.py)
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.young_share_max=1.0", *overrides])
+    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0",
+                                     *overrides])
     node = memory_bus_node(cfg, tmp_path, bus, "receiver", ingest="background")
     return node
 
@@ -127,16 +128,15 @@ def test_a_message_that_breaks_verification_is_dropped_and_the_worker_goes_on(tm
     bus = MemoryBus()
     node = background_node(tmp_path, bus)
     exchange = node.exchange
-    real_rebuild = exchange.source.rebuild
+    real_rebuild = exchange.tasks.source.rebuild
 
     def rebuild(ref):  # stands in for a bug in our code that only some peer data reaches
         if ref.index == 1666:
             raise RuntimeError("a bug reached by peer data")
         return real_rebuild(ref)
 
-    exchange.source = type("Source", (), {"rebuild": staticmethod(rebuild), "score": exchange.source.score,
-                                          "score_is_bounded": True})()
-    exchange.tasks.source = exchange.source  # the exchange rebuilds peers' tasks through its cache
+    # the exchange rebuilds peers' tasks through its cache (its verify context's)
+    exchange.tasks.source = type("Source", (), {"rebuild": staticmethod(rebuild)})()
     peer = MemoryTransport(bus, "peer")
     peer.start()
     key, now_ms = NodeIdentity.generate(), int(time.time() * 1000)

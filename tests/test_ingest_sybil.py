@@ -5,7 +5,7 @@ the in-process bus. One honest peer A earns weight first; then, every round for 
 paced at ROUND_S, 64 Sybil hosts (a key each) and 1,000 more origins (a key each) flood valid,
 honestly scored, distinct groups, each a full verification for the receiver, while A keeps sending
 its usual groups. The receiver must verify and train on A's groups every round, and attacker keys
-may hold at most `swarm.young_share_max` of its external mix.
+may hold at most `swarm.admission.young_share_max` of its external mix.
 
 In-process on purpose: over p2pd every GossipSub origin is a libp2p host of its own (messages are
 signed by their origin), so 1,000 origins would take 1,000 daemons."""
@@ -143,7 +143,7 @@ def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_s
     attacker_used = sum(n for c in used_by_round for key, n in c.items() if key in attacker_keys)
     assert attacker_used + honest_used == sum(sum(c.values()) for c in used_by_round)
     assert attacker_used >= 1, summary  # the flood was verified and competed for the young slots
-    assert attacker_used <= cfg.swarm.young_share_max * (attacker_used + honest_used), summary
+    assert attacker_used <= cfg.swarm.admission.young_share_max * (attacker_used + honest_used), summary
     assert ingest["verified/young"] > 0 and sum(ingest["dropped"].values()) > 0, summary  # a real flood
     assert reply.ingest["verified/established"] == ingest["verified/established"] > 0
     assert {k for k in reply.ingest if k.startswith("dropped/")} == {f"dropped/{k}" for k in ingest["dropped"]}

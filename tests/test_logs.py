@@ -160,7 +160,7 @@ def test_a_lying_peer_is_refused_with_its_reason_and_each_round_sums_the_rejecti
     from test_exchange import honest_group
 
     bus = MemoryBus()
-    cfg = load_config("tiny", None, ["run.threads=1", "swarm.name=t", "swarm.young_share_max=1.0"])
+    cfg = load_config("tiny", None, ["run.threads=1", "swarm.name=t", "swarm.admission.young_share_max=1.0"])
     node = memory_bus_node(cfg, tmp_path, bus, "receiver")
     liar_key = NodeIdentity.generate()
     liar = honest_group(node, 3)

@@ -206,7 +206,8 @@ def test_five_nodes_held_to_three_connections_each_still_share_through_relays(tm
     A trims), conn_low = 2 (with everyone at 2 or more, 5 nodes cannot split in two). Groups reach
     every node through GossipSub's relays, and every node trains on all four others' groups."""
     high = 3
-    bounded = [*ARGS, "--set", "swarm.conn_low=2", "--set", f"swarm.conn_high={high}", "--set", "swarm.conn_grace_s=1"]
+    bounded = [*ARGS, "--set", "swarm.p2pd.conn_low=2", "--set", f"swarm.p2pd.conn_high={high}",
+               "--set", "swarm.p2pd.conn_grace_s=1"]
     dirs = [tmp_path / n for n in "abcde"]
     procs = [start(dirs[0], args=bounded)]
     try:

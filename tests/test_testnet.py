@@ -95,7 +95,7 @@ def test_processes_keep_training_through_a_sigkill_and_a_partition(tmp_path, tra
     until it heals."""
     plan = Plan(nodes=4, rounds=80, mixes=[(4, 4)], out=tmp_path, kills=parse_kills("15:3:10"),
                 partitions=parse_partitions("36-64"), min_round_s=0.3, timeout_s=240,
-                overrides=["eval.every=40", "swarm.ingest_max_wait_s=0.5"], transport=transport)
+                overrides=["eval.every=40", "swarm.ingest.max_wait_s=0.5"], transport=transport)
     assert run_testnet(plan, "test", Console(file=open("/dev/null", "w")), quiet=True) == 0
     report = json.loads((tmp_path / "testnet.json").read_text())
     (run,) = report["runs"]
@@ -111,7 +111,7 @@ def test_processes_keep_training_through_a_sigkill_and_a_partition(tmp_path, tra
     other_half = {ids[i] for i in halves(4)[1]}
     # node0's own rounds when the partition began and healed (it may lag the clock, the fastest node,
     # on a loaded machine); slack at each edge: a message staged before the partition may still be
-    # verified for ingest_max_wait_s (0.5 s: at most 2 rounds) and its group pooled 5 rounds more
+    # verified for swarm.ingest.max_wait_s (0.5 s: at most 2 rounds) and its group pooled 5 rounds more
     partition = next(e["rounds"]["0"] for e in run["events"] if e["event"].startswith("partition"))
     healed = next(e["rounds"]["0"] for e in run["events"] if e["event"].startswith("healed"))
     inside = [r for r in rows if partition + 7 <= r["round"] <= healed - 3]

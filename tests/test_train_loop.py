@@ -151,3 +151,41 @@ def test_a_node_killed_before_its_first_checkpoint_starts_its_metrics_over(tmp_p
     (tmp_path / "checkpoints" / "LATEST").unlink()  # ...as after a SIGKILL at round 3 (the final one is gone)
     rows = run_node(tiny_cfg("run.checkpoint_every=50"), tmp_path, 5, resume=True)
     assert [r["round"] for r in rows] == [0, 1, 2, 3, 4]  # no round logged twice
+
+
+def test_both_exchanges_implement_the_loops_exchange_protocol():
+    """node/train/loop.py Exchange declares everything the loop calls, optional capabilities
+    included (state_dict, last_round): the swarm's exchange and the self-replay silo both implement
+    all of it, with the protocol's parameter names, and the loop asks neither what it can do."""
+    import inspect
+
+    from node.config.schema import load_config
+    from node.peers.exchange import SwarmExchange
+    from node.peers.exchange_options import ExchangeOptions
+    from node.peers.self_replay import SelfReplay
+    from node.peers.verify import VerifyContext
+    from node.scoring.verifiers import Verifier
+    from node.tasks import make_source
+    from node.train.loop import Exchange
+    from protocol import MemoryBus, MemoryTransport, NodeIdentity
+
+    cfg = load_config("tiny")
+    source = make_source("synthetic", {"copy": 1.0}, 0)
+    context = VerifyContext(source, Verifier(), retokenizer=None, max_completion_tokens=4, max_group_tokens=64)
+    swarm = SwarmExchange(MemoryTransport(MemoryBus(), "a"), NodeIdentity.generate(), context, ExchangeOptions())
+    silo = SelfReplay(cfg.swarm)
+    methods = [name for name, member in vars(Exchange).items() if callable(member) and not name.startswith("_")]
+    assert {"share", "collect", "state_dict", "status", "close", "take_hint_requests"} <= set(methods)
+    for exchange in (swarm, silo):
+        assert isinstance(exchange, Exchange), type(exchange).__name__
+        assert exchange.last_round == {}
+        for name in methods:
+            wanted = list(inspect.signature(getattr(Exchange, name)).parameters)[1:]
+            assert list(inspect.signature(getattr(exchange, name)).parameters) == wanted, (type(exchange), name)
+    assert isinstance(swarm.state_dict(), dict) and silo.state_dict() is None
+    assert len(inspect.signature(SwarmExchange.__init__).parameters) - 1 <= 8  # self aside
+    source_text = (ROOT / "node" / "train" / "loop.py").read_text()
+    assert "getattr(self.exchange" not in source_text
+    swarm.close()
+    with pytest.raises(TypeError, match="is not an Exchange"):
+        Node(tiny_cfg(), Path("unused"), exchange=object())

@@ -15,11 +15,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from node.config.presets import PRESETS
 from node.config.sections import AllocationConfig, EvalConfig, HintConfig, WarmStartConfig
-from node.observe.address import parse_listen
+from node.config.swarm import RENAMED_KEYS, SwarmConfig, old_scalar, renamed_message
 from node.scoring.verifiers import Verifier
 from policy.loss_knobs import check_objective
 from policy.settings import ModelConfig, OffPolicyConfig, OptimConfig
@@ -115,147 +115,6 @@ class RunConfig(Section):
                             "level, logger, msg, event and its fields), round records instead of plain round lines")
 
 
-class SwarmConfig(Section):
-    """Networking for `swarm-node join` (ignored by `swarm-node train`, but for metrics_listen)."""
-
-    name: str = Field("main", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="swarm name: the gossip topics")
-    transport: Literal["p2pd", "libp2p", "memory"] = Field(
-        "p2pd", description="p2pd: GossipSub + DHT through the go-libp2p daemon in the hivemind wheel; libp2p: "
-                            "pure-Python py-libp2p GossipSub; memory: in-process bus (tests and simulations only)")
-    listen: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
-                              description="listen multiaddrs; tcp/0 = a free port (printed at start and in "
-                                          "node.json), so several nodes share a host without conflicts")
-    peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
-    peer_cache: bool = Field(True, description="p2pd: remember connected peers in <run_dir>/peers.json and dial "
-                             "them at start (best first: live peers before dead ones, i.e. ones whose last "
-                             "peer_cache_max_dial_failures dials failed; within each, peers whose verified groups "
-                             "we used in the most rounds, then peers that answered our dials, then the rest; most "
-                             "recent first), so a restarted node rejoins without --peers")
-    peer_cache_max_peers: int = Field(64, ge=1, description="p2pd peer cache: entries at most")
-    peer_cache_max_per_group: int = Field(8, ge=1, description="p2pd peer cache: entries per address group at most "
-                                          "(a /16 of IPv4, a /32 of IPv6; see the prefixes below), so one network "
-                                          "range cannot fill the cache; best-ranked kept; at most half of them "
-                                          "dead, so a wave of short-lived hosts cannot hold a group for an hour")
-    peer_cache_ipv4_prefix: int = Field(16, ge=0, le=32, description="p2pd peer cache: IPv4 addresses sharing this "
-                                        "many leading bits form one address group (32: one group per IP)")
-    peer_cache_ipv6_prefix: int = Field(32, ge=0, le=128, description="p2pd peer cache: IPv6 address group prefix")
-    peer_cache_max_unproven: int = Field(8, ge=0, description="p2pd peer cache: entries at most that were never "
-                                         "useful (no verified group of theirs used) nor answered a dial of ours: "
-                                         "hosts that connect and leave cost nothing, so they get few places")
-    peer_cache_max_dial_failures: int = Field(3, ge=1, description="p2pd peer cache: a cached peer is no longer "
-                                              "redialed after this many failed dials in a row (bootstrap peers always "
-                                              "are), and is evicted (a useful or answering one only after also "
-                                              "being silent an hour)")
-    flood_cut_rate: float = Field(80.0, ge=0, description="p2pd: a GossipSub origin sending more than this many "
-                                  "messages/s (beyond flood_cut_burst) is cut: its messages are dropped and the "
-                                  "daemon disconnects it, so its flood cannot fill the daemon's fixed queues, where "
-                                  "honest messages were lost with it (0: off)")
-    flood_cut_burst: float = Field(200.0, ge=1, description="p2pd: messages an origin may send at once before "
-                                   "flood_cut_rate applies (an honest node publishes at most 100 at once)")
-    flood_cut_s: float = Field(300.0, gt=0, description="p2pd: how long a cut origin stays cut (disconnected "
-                               "again whenever it reconnects or sends, and never dialed)")
-    conn_low: int = Field(6, ge=1, description="p2pd: below this many connections the node looks for peers "
-                          "(dials its --peers and cached peers, asks the DHT); from it on it does neither, so a "
-                          "swarm of thousands costs each node about conn_low..conn_high connections")
-    conn_high: int = Field(12, ge=0, description="p2pd: above this many connections the node closes connections "
-                           "down to conn_low (gossip-only peers first, then the newest; GossipSub needs a mesh of "
-                           "6); 0 = unbounded: stay connected to every peer met, dial every known peer and ask the "
-                           "DHT every round")
-    conn_grace_s: float = Field(20.0, ge=0, description="p2pd: a new connection is never closed for the bound "
-                                "before this many seconds (time to subscribe and join the mesh)")
-    identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
-    external_per_round: int = Field(4, ge=0, description="J: external groups per update (SAPO I/J mix)")
-    audit_per_round: int = Field(2, ge=0, description="peer groups verified each round although the mix did not "
-                                 "pick them (one of the latest of randomly chosen senders): a sender of wrong rewards is "
-                                 "caught even when its groups are never picked")
-    pool_max_groups: int = Field(256, ge=1, description="peer groups kept at most, checked cheaply and verified "
-                                 "when picked (the heaviest sender's oldest go first)")
-    pool_max_age_rounds: int = Field(5, ge=0, description="a pooled group is dropped this many rounds after it "
-                                     "was pooled (its behaviour log-probs grow stale as we train)")
-    pool_max_age_s: float = Field(60.0, gt=0, description="join (background ingest): a pooled group is also dropped "
-                                  "this many seconds after it was pooled, whichever comes first")
-    pool_max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
-    young_share_max: float = Field(0.25, ge=0, le=1, description="young keys together hold at most this share of "
-                                   "the external mix (of the J slots in a round with no established group; keys are "
-                                   "free: 100 fresh keys must not own the mix)")
-    young_groups: int = Field(8, ge=0, description="a key stays young until this many of its verified, non-duplicate "
-                              "groups were credited: trained on, or (zero reward variance) picked by a young slot "
-                              "(0 with young_rounds 0: no key is young)")
-    young_rounds: int = Field(20, ge=0, description="a key also stays young until this many rounds after its first "
-                              "verified group")
-    young_seconds: float = Field(300.0, ge=0, description="join (background ingest): a key also stays young until "
-                                 "this many seconds after its first verified group (rounds alone mean nothing at 50 "
-                                 "rounds/s), except the first key established in a new swarm (the bootstrap window)")
-    establish_interval_s: float = Field(60.0, ge=0, description="join (background ingest): after the first, at most "
-                                        "one key becomes established per this many seconds, the most senior first, "
-                                        "however many keys (hosts, address groups) are waiting: fresh keys cannot "
-                                        "buy weight faster")
-    dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was credited "
-                              "(trained on) within this many rounds is refused as duplicate_content, whoever signed it")
-    dedup_seconds: float = Field(600.0, ge=0, description="join (background ingest): credited content is also "
-                                 "remembered at least this many seconds (1000 rounds are 20 s at 50 rounds/s), "
-                                 "200,000 digests at most")
-    max_external_tokens: int | None = Field(None, ge=1, description="refuse a peer completion longer than this in "
-                                            "our tokens (None = sampling.max_new_tokens plus an eighth: what we "
-                                            "would generate, re-encoded); "
-                                            "a group may hold at most 2 * group_size times this many in all")
-    ingest: Literal["background", "inline"] = Field(
-        "background", description="where `join` verifies peers' messages: background (a worker thread with a "
-                                  "per-round budget; rounds never wait on ingest) or inline (in collect, as the "
-                                  "in-process memory testnet does for determinism)")
-    ingest_max_messages: int = Field(64, ge=1, description="background ingest: messages verified per round at most")
-    ingest_max_share: float = Field(0.05, gt=0, le=1, description="background ingest: share of wall time spent "
-                                    "verifying at most (it competes with training for the GIL)")
-    ingest_max_wait_s: float = Field(10.0, gt=0, description="background ingest: a message staged longer than "
-                                     "this is dropped unverified when its sender's turn comes (that turn verifies "
-                                     "the sender's next fresh one)")
-    ingest_staged_per_sender: int = Field(64, ge=1, description="messages waiting per delivering peer; beyond it "
-                                          "that peer's oldest are dropped (counted)")
-    ingest_staged_max: int = Field(2048, ge=1, description="messages waiting in all; beyond it the heaviest "
-                                   "sender's oldest are dropped (counted)")
-    ingest_young_share: float = Field(0.25, gt=0, le=1, description="background ingest: young and unknown senders "
-                                      "together get at most this share of each round's verification budget and of "
-                                      "staging; established senders are served first with the rest (1,000 fresh "
-                                      "origins must not crowd an established peer out of verification). Until some "
-                                      "key is established, young senders share the whole verification budget")
-    sampling_policy: Literal["uniform", "per_sender", "weak_tasks"] = Field(
-        "per_sender", description="which J pooled groups to train on: uniform (SAPO paper), per_sender (fair "
-                                  "across senders) or weak_tasks (favour families this node fails, sender-fair)")
-    composition: Literal["sapo", "cross_actor"] = Field(
-        "sapo", description="sapo: a peer's group trains as its own group; cross_actor: a peer's group for a "
-                            "prompt we sampled this round joins our group (one baseline over the union)")
-    accept_sender_answers: bool = Field(False, description="score unknown tasks against the sender's answer")
-    self_replay: bool = Field(False, description="a silo control (README \"Controls\"): no network; the J external "
-                              "slots are filled with this node's own groups with reward variance from its last "
-                              "pool_max_age_rounds rounds, picked by sampling_policy and trained exactly as peers' "
-                              "groups (loss.off_policy); `train` and the memory testnet only")
-    min_round_s: float = Field(0.0, ge=0, description="pace rounds (tiny models finish a round in ms)")
-    control: str = Field("127.0.0.1:0", description="gRPC control service address (loopback by default)")
-    metrics_listen: str = Field(
-        "127.0.0.1:0", description="HOST:PORT of the node's read-only HTTP listener: Prometheus /metrics, a live "
-                                   "page at / and its JSON at /api/state (join and train). 127.0.0.1:0 = loopback, "
-                                   "a free port (printed at start and written to node.json); empty = off. A "
-                                   "non-loopback host (e.g. 0.0.0.0:9100) lets anyone who reaches the port read "
-                                   "the node's peer ids, scores, addresses and curves (never its key) and load it "
-                                   "with requests: set one only behind a firewall or a reverse proxy")
-    fault_file: str | None = Field(None, description="testnets: a JSON file of network faults (delay, loss, blocked "
-                                   "peers; protocol/transports/impairment.py) applied to everything this node receives")
-
-    @model_validator(mode="after")
-    def _connection_bounds_ordered(self) -> "SwarmConfig":
-        if self.conn_high and self.conn_low > self.conn_high:
-            raise ValueError(f"conn_low = {self.conn_low} exceeds conn_high = {self.conn_high}: set conn_low <= "
-                             "conn_high, or conn_high = 0 for unbounded connections")
-        return self
-
-    @field_validator("metrics_listen", mode="before")
-    @classmethod
-    def _metrics_listen_parses(cls, value) -> str:
-        value = str(value).strip()  # `--set swarm.metrics_listen=9100` reads as a number: say what is wrong with it
-        parse_listen(value)  # raises ValueError saying what is wrong
-        return value
-
-
 class NodeConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     warm: WarmStartConfig = Field(default_factory=WarmStartConfig)
@@ -336,22 +195,35 @@ def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
                 f"{ENV_PREFIX}SWARM__EXTERNAL_PER_ROUND=2); sections are "
                 f"{', '.join(sorted(NodeConfig.model_fields))}; other {ENV_PREFIX}* variables: "
                 f"{', '.join(sorted(NON_CONFIG_ENV))}. Unset it or fix its name.")
+        value = parse_value(environ[name]) if environ[name].strip() else None
         try:
-            _check_path(path)
+            _check_setting(path, value)
         except ConfigError as err:
-            raise ConfigError(f"environment variable {name}: {err}") from None
-        if environ[name].strip():
-            out.append((path, parse_value(environ[name])))
+            moved = RENAMED_KEYS.get(".".join(path))
+            also = f"; set {ENV_PREFIX}{moved.replace('.', '__').upper()} instead" if moved else ""
+            raise ConfigError(f"environment variable {name}: {err}{also}") from None
+        if value is not None:
+            out.append((path, value))
     return out
 
 
+def _check_setting(path: list[str], value: Any) -> None:
+    """`_check_path`, and an old key whose name is now a section's, by its value (swarm.ingest=inline)."""
+    _check_path(path)
+    if value is not None and old_scalar(".".join(path), value):
+        raise ConfigError(renamed_message(".".join(path)))
+
+
 def _check_path(path: list[str]) -> None:
-    """Walk the schema so an unknown key is reported with the valid keys at that level."""
+    """Walk the schema so an unknown key is reported with the valid keys at that level, and an old
+    flat key (node/config/swarm.py RENAMED_KEYS) with the key that replaced it."""
     model: type[BaseModel] | None = NodeConfig
     for depth, part in enumerate(path):
         if model is None:
             return  # inside a free-form dict (e.g. tasks.datasets.*, loss.knobs.*)
         fields = model.model_fields
+        if ".".join(path[:depth + 1]) in RENAMED_KEYS and part not in fields:
+            raise ConfigError(renamed_message(".".join(path[:depth + 1])))
         if part not in fields:
             where = ".".join(path[:depth]) or "top level"
             raise ConfigError(f"unknown config key {'.'.join(path)!r}: valid keys at {where} are "
@@ -378,7 +250,7 @@ def load_config(preset: str | None = None, file: str | Path | None = None,
     settings = env_overrides(environ) if environ is not None else []
     for item in overrides:
         keys, value = parse_override(item)
-        _check_path(keys)
+        _check_setting(keys, value)
         settings.append((keys, value))
     for keys, value in settings:
         node = data

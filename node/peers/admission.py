@@ -3,7 +3,7 @@ weight new keys earn. Identities are free (anyone can make 100 keys), so neither
 
 Duplicates: a group's content digest covers its prompt and its completion texts (order and runs
 of whitespace ignored), not the signer. A group whose content is already in the pool, or was
-credited within the last `remember_rounds` rounds, is refused as `duplicate_content`: one honest
+credited within the last `dedup_rounds` rounds, is refused as `duplicate_content`: one honest
 group re-signed by 100 keys is trained (or credited) at most once. Neither signer is blamed (two
 honest peers can produce the same group of short answers). Only credited groups are remembered, so
 the memory grows with this node's own rounds (at most J + I groups a round), never with what
@@ -31,8 +31,8 @@ the bootstrap window: while no key is established at all (a node that just joine
 the first key to earn its credits and rounds is promoted at once, time waived, so that a slow node
 establishes its honest peer in `young_rounds` rounds rather than minutes; a Sybil present from the
 start competes for that one promotion in order of first appearance, and every later key waits.
-The dedup memory likewise keeps a credited digest for `remember_rounds` rounds AND
-`remember_seconds` seconds (1000 rounds were 20 s at a fast node: one group re-signed by 100 keys
+The dedup memory likewise keeps a credited digest for `dedup_rounds` rounds AND
+`dedup_seconds` seconds (1000 rounds were 20 s at a fast node: one group re-signed by 100 keys
 was trained twice), at most `MAX_REMEMBERED` digests (the oldest forgotten first). Without a clock
 (the in-process testnet, which runs in virtual time and must stay deterministic) every window is
 in rounds only and a key is established the moment it has earned its credits and rounds.
@@ -89,20 +89,20 @@ def content_digest(group: ScoredGroup | Candidate) -> str:
 class Admission:
     """The state behind both rules: digests pooled and credited, and what each key has earned."""
 
-    def __init__(self, young_share_max: float, young_groups: int, young_rounds: int, remember_rounds: int,
+    def __init__(self, young_share_max: float, young_groups: int, young_rounds: int, dedup_rounds: int,
                  max_keys: int = MAX_KEYS, *, clock: Callable[[], float] | None = None, young_seconds: float = 0.0,
-                 establish_interval_s: float = 0.0, remember_seconds: float = 0.0):
+                 establish_interval_s: float = 0.0, dedup_seconds: float = 0.0):
         if not 0.0 <= young_share_max <= 1.0:
             raise ValueError(f"young_share_max must be in [0, 1], got {young_share_max}")
         self.young_share_max = young_share_max
         self.young_groups = young_groups
         self.young_rounds = young_rounds
-        self.remember_rounds = remember_rounds
+        self.dedup_rounds = dedup_rounds
         self.max_keys = max_keys
         self.clock = clock  # None: every window in rounds only (module doc)
         self.young_seconds = young_seconds
         self.establish_interval_s = establish_interval_s
-        self.remember_seconds = remember_seconds
+        self.dedup_seconds = dedup_seconds
         self._last_promotion = float("-inf")
         self._established_heard = (-(10**18), float("-inf"))  # (round, time) an established key was last heard
         self.keys: OrderedDict[str, KeyRecord] = OrderedDict()  # in order of first appearance
@@ -115,10 +115,9 @@ class Admission:
 
     @classmethod
     def from_config(cls, cfg, clock: Callable[[], float] | None = None) -> Admission:
-        """From a SwarmConfig; with `clock` (wall seconds) the windows in time apply too."""
-        return cls(cfg.young_share_max, cfg.young_groups, cfg.young_rounds, cfg.dedup_rounds, clock=clock,
-                   young_seconds=cfg.young_seconds, establish_interval_s=cfg.establish_interval_s,
-                   remember_seconds=cfg.dedup_seconds)
+        """From the config's `swarm.admission` section (its keys are this constructor's parameters);
+        with `clock` (wall seconds) the windows in time apply too."""
+        return cls(**cfg.model_dump(), clock=clock)
 
     def _now(self) -> float:
         return 0.0 if self.clock is None else self.clock()
@@ -165,8 +164,8 @@ class Admission:
         now = self._now()
         while self._credited:
             credited_round, credited_at = next(iter(self._credited.values()))
-            if round_index - credited_round <= self.remember_rounds or (
-                    self.clock is not None and now - credited_at <= self.remember_seconds):
+            if round_index - credited_round <= self.dedup_rounds or (
+                    self.clock is not None and now - credited_at <= self.dedup_seconds):
                 break
             self._credited.popitem(last=False)
         if self.clock is not None:

@@ -26,44 +26,43 @@ against the signer) reported to the Ingress here, in `_refuse`:
 Every phase's seconds are in the round's row (`t_exchange_<phase>`, EXCHANGE_PHASES), beside the
 counts the compute clock charges (EXCHANGE_WORK).
 
-Where ingest runs (`ingest`): "background" (`swarm-node join`): a worker thread (node/peers/ingest.py)
-drains the transport and runs the cheap checks under a per-round budget with per-sender staging
-quotas, established senders first (young and unknown origins share a bounded remainder). "inline"
-(the in-process memory testnet, experiments, most tests): `collect` checks everything that arrived,
-on the caller's thread, in swarm time: runs stay deterministic. Either way `collect` verifies the
-picks (bounded: J, MAX_REPICKS retries, the audit). Peers' completions are scored in killable
-worker processes (node/scoring/sandbox.py), a group's in one round-trip; the workers start with the
-exchange when our scorers may need them.
+Where ingest runs (swarm.ingest.mode: node/peers/exchange_options.py `ingest`): "background"
+(`swarm-node join`): a worker thread (node/peers/ingest.py) drains the transport and runs the cheap
+checks under a per-round budget (swarm.ingest) with per-sender staging quotas, established senders
+first (young and unknown origins share a bounded remainder). "inline" (the in-process memory
+testnet, experiments, most tests): `collect` checks everything that arrived, on the caller's thread,
+in swarm time: runs stay deterministic. Either way `collect` verifies the picks (bounded: J,
+MAX_REPICKS retries, the audit). Peers' completions are scored in killable worker processes
+(node/scoring/sandbox.py), a group's in one round-trip; the workers start with the exchange when our
+scorers may need them.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
 import time
-from collections import Counter, OrderedDict, deque
-from typing import Callable, Literal
+from collections import Counter, deque
+from typing import Callable
 
-from node.config.schema import SwarmConfig
+from node.peers.audit import Unaudited
 from node.peers.exchange_hints import NOTHING_TO_TRAIN, TRAINABLE, HintTraffic, ReceivedHint
+from node.peers.exchange_options import ExchangeOptions
 from node.peers.exchange_status import exchange_status
 from node.train.groups import ScoredGroup
 from node.peers.hint_requests import HintRequestQueue
 from node.peers.peek import flat_claim_of_origin
-from node.peers.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staged
+from node.peers.ingest import ESTABLISHED, YOUNG, IngestWorker, Staged
 from node.peers.pool import GroupPool, PoolEntry
-from node.train.prompts import Retokenizer
 from node.peers.reasons import DISAGREES, OUTBOUND_INVALID, OWN, VERIFY_ERROR
 from node.peers.refusals import Refusals
-from node.tasks.base import TaskSource
-from node.scoring.sandbox import ScorerSandbox
-from node.scoring.verifiers import Verifier
 from node.peers.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group, timed,
                          verify_candidate)
 from node.peers.wire import to_wire
 from policy.types import TIERS
 from proto import swarm_pb2
-from protocol import Ingress, Kind, Limits, NodeIdentity, Outbox, Transport, Verified, topic_name
+from protocol import Ingress, Kind, NodeIdentity, Outbox, Transport, Verified, topic_name
 from protocol.transports.base import Received
 
 log = logging.getLogger(__name__)
@@ -83,8 +82,6 @@ EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokeniz
 TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited", "groups_verified_unused",
            *(f"t_exchange_{phase}" for phase in EXCHANGE_PHASES))
 YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
-AUDIT_KEPT = 4  # a sender's latest unverified groups the audit draws from
-MAX_AUDIT_SENDERS = 1024  # senders whose unverified groups are kept for the audit (the oldest forgotten)
 
 
 class SwarmExchange(HintTraffic):
@@ -95,47 +92,37 @@ class SwarmExchange(HintTraffic):
     time; `collect` holds it while it verifies its picks (J groups, bounded), so `status` may wait
     that long. The Ingress runs outside it (it has its own lock)."""
 
-    def __init__(self, transport: Transport, identity: NodeIdentity, cfg: SwarmConfig, source: TaskSource,
-                 verifier: Verifier, retokenizer: Retokenizer, model: swarm_pb2.ModelCard,
-                 sampling: swarm_pb2.SamplingParams, *, seed: int = 0, limits: Limits | None = None,
-                 max_completion_tokens: int = 4096, max_group_tokens: int | None = None,
-                 weakness: Callable[[ScoredGroup], float] | None = None,
-                 ingest: Literal["inline", "background"] = "inline", budget: IngestBudget = IngestBudget(),
-                 sandbox: ScorerSandbox | None = None, swarm_clock: Callable[[], float] | None = None,
-                 clock: Callable[[], float] = time.time, state: dict | None = None):
+    def __init__(self, transport: Transport, identity: NodeIdentity, context: VerifyContext,
+                 options: ExchangeOptions = ExchangeOptions(), *,
+                 weakness: Callable[[ScoredGroup], float] | None = None, state: dict | None = None):
+        """`context`: what verifying peers' messages needs (node/peers/verify.py); `options`: how the
+        exchange runs (node/peers/exchange_options.py); `weakness`: for the weak_tasks sampler, 1 - our
+        pass rate on a group's family; `state`: what `state_dict` saved (a restarted node's)."""
         self.transport = transport
         self.peer_id = identity.peer_id()
-        self.cfg = cfg
-        self.source = source
-        self.verifier = verifier
-        self.retokenizer = retokenizer
-        self.model_card = model
-        self.sampling = sampling
-        self.seed = seed
-        self.max_completion_tokens = max_completion_tokens  # ours: longer peer text is refused
-        self.max_group_tokens = max_group_tokens or 64 * max_completion_tokens  # all completions of a group
-        self.weakness = weakness  # for the weak_tasks sampler: 1 - our pass rate on a group's family
-        self.sandbox = sandbox  # where peers' text is scored; None: in a thread (trusted callers only)
-        # swarm_clock: the time rate limits and our publication pace run on (default: the wall clock;
-        # an in-process simulation passes its swarm time, as its nodes share one CPU); clock: the
-        # time messages are stamped and checked on (a compute-clock testnet's virtual time)
-        self.clock = clock
-        self.limits = limits or Limits()
-        self.ingress = Ingress(self.limits, clock=clock, rate_clock=swarm_clock)
-        self.outbox = Outbox(identity, limits=limits or Limits(), clock=clock, pace_clock=swarm_clock)
-        self.topics = {kind: topic_name(cfg.name, kind) for kind in ("rollouts", "hints", "hint-requests")}
+        self.options = options
+        self.weakness = weakness
+        # the context is built once, here: nothing in it changes per message. Its task cache (rebuilt
+        # tasks by ref; not thread-safe: used under _lock alone) and its phase timer are this exchange's
+        self.context = dataclasses.replace(context, tasks=TaskCache(context.source), timer=self._add_seconds)
+        self.tasks, self.verifier, self.sandbox = self.context.tasks, context.verifier, context.sandbox
+        self.clock, self.limits = options.clock, options.limits
+        self.ingress = Ingress(self.limits, clock=options.clock, rate_clock=options.swarm_clock)
+        self.outbox = Outbox(identity, limits=self.limits, clock=options.clock, pace_clock=options.swarm_clock)
+        self.topics = {kind: topic_name(options.swarm, kind) for kind in ("rollouts", "hints", "hint-requests")}
         self._topic_kinds = {self.topics["rollouts"]: {Kind.ROLLOUT_GROUP}, self.topics["hints"]: {Kind.HINT},
                              self.topics["hint-requests"]: {Kind.HINT_REQUEST}}  # anything else: wrong_topic
         self.rejected: Counter[str] = Counter()  # node-level reasons (Ingress counts its own)
         # windows in time where they protect a real node (background ingest, `join`); the inline
         # in-process testnet runs in virtual time and keeps them in rounds (node/peers/admission.py)
-        self.pool = GroupPool.from_config(cfg, self.rejected, time.time if ingest == "background" else None)
+        self.ingest_mode = options.ingest
+        self.pool = GroupPool.from_config(options.pool, options.admission, self.rejected,
+                                          time.time if self.ingest_mode == "background" else None)
         self._init_counters()
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
         self._requests = HintRequestQueue()  # unverified until we can answer one (node/peers/hint_requests.py)
-        self.tasks = TaskCache(source)  # rebuilt tasks by ref, and our prompt tokens per question
-        # sender -> its latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
-        self._unaudited: OrderedDict[str, deque[Candidate | swarm_pb2.RolloutGroup | Received]] = OrderedDict()
+        # each sender's latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
+        self._unaudited: Unaudited[Candidate | swarm_pb2.RolloutGroup | Received] = Unaudited()
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         # re-entrant: collect verifies its picks holding it (the pool's callback counts under it too);
@@ -146,10 +133,12 @@ class SwarmExchange(HintTraffic):
             self._load_state(state)
         for topic in self.topics.values():
             transport.subscribe(topic)
-        self.ingest_mode = ingest
-        if sandbox is not None and (cfg.accept_sender_answers or verifier.may_need_sandbox(source)):
-            sandbox.start()  # its workers import for a second or two: now, not in our first round
-        self._worker = self._make_worker(ingest, budget)
+        if self.sandbox is not None and (context.accept_sender_answers
+                                         or self.verifier.may_need_sandbox(context.source)):
+            self.sandbox.start()  # its workers import for a second or two: now, not in our first round
+        self._worker = None if self.ingest_mode == "inline" else IngestWorker(
+            transport, list(self.topics.values()), self._verify_staged, options.budget, self._sender_class,
+            name=f"ingest-{self.peer_id[-8:]}", young_capped=lambda: self.pool.admission.any_established)
         if self._worker is not None:  # started once assigned: its callback reads self._worker
             self._worker.start()
 
@@ -166,16 +155,6 @@ class SwarmExchange(HintTraffic):
         self._work: Counter[str] = Counter()  # EXCHANGE_WORK since the last collect
         self._seconds: Counter[str] = Counter()  # EXCHANGE_PHASES since the last collect
         self._rejected_at_last_collect = 0
-
-    def _make_worker(self, ingest: str, budget: IngestBudget) -> IngestWorker | None:
-        if ingest == "inline":
-            return None
-        if ingest != "background":
-            raise ValueError(f"ingest must be 'inline' or 'background', got {ingest!r}")
-        return IngestWorker(self.transport, list(self.topics.values()), self._verify_staged, budget,
-                            self._sender_class, name=f"ingest-{self.peer_id[-8:]}",
-                            max_wait_s=self.cfg.ingest_max_wait_s,
-                            young_capped=lambda: self.pool.admission.any_established)
 
     def state_dict(self) -> dict:
         """What a restart must not forget (saved with each checkpoint, node/train/loop.py): admission's
@@ -204,8 +183,8 @@ class SwarmExchange(HintTraffic):
         for group in groups:
             if group.hint is not None:  # conditioned on context peers would not see
                 continue
-            data = self._publish(to_wire(group, round_index, self.model_card, self.sampling, self.verifier.digest),
-                                 group.task.ref.key, NOTHING_TO_TRAIN if group.flat else TRAINABLE)
+            wire = to_wire(group, round_index, self.options.model, self.options.sampling, self.verifier.digest)
+            data = self._publish(wire, group.task.ref.key, NOTHING_TO_TRAIN if group.flat else TRAINABLE)
             if data is not None:
                 self._shared["wire_bytes"] += len(data)
                 self._shared["wire_tokens"] += sum(len(r.completion_ids) for r in group.rollouts)
@@ -216,7 +195,7 @@ class SwarmExchange(HintTraffic):
         self._count(self._work, "messages_published")
         try:
             with self._timed("publish"):
-                return self.outbox.publish(self.transport, self.cfg.name, message, priority=priority)
+                return self.outbox.publish(self.transport, self.options.swarm, message, priority=priority)
         except ValueError as err:  # skip it and say why
             log.warning("not sharing a %s for %s: %s", type(message).__name__, what, err)
             self._count(self.rejected, OUTBOUND_INVALID)
@@ -283,16 +262,16 @@ class SwarmExchange(HintTraffic):
             self.pool.admission.heard(sender)
             flat = claims_flat(msg)  # as its sender claims: only a pick or the audit checks it
             self._arrived["flat"] += flat
-            if flat and self.cfg.composition != "cross_actor" and not self.pool.wants_flat(sender):
-                self._remember_unaudited(sender, msg)
+            if flat and self.options.composition != "cross_actor" and not self.pool.wants_flat(sender):
+                self._unaudited.remember(sender, msg)
                 return  # SAPO: zero-variance groups carry no signal on their own (a young key's earns it credit)
             with self._timed("precheck"):
-                candidate = precheck_group(sender, msg, self._context())
+                candidate = precheck_group(sender, msg, self.context)
         if isinstance(candidate, Refusal):
             self._refuse(sender, candidate)
             return
         with self._lock:
-            self._remember_unaudited(sender, candidate)
+            self._unaudited.remember(sender, candidate)
             if self.pool.add(PoolEntry(candidate, round_index, self.pool.now())):
                 self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
 
@@ -302,7 +281,7 @@ class SwarmExchange(HintTraffic):
         always; a young key's once YOUNG_FLAT_POOLED of its groups wait in the pool (a young slot
         credits one a round at most). Cross-actor composition merges such groups: none."""
         origin = item.from_peer
-        if self.cfg.composition == "cross_actor" or self.ingress.is_banned(origin):
+        if self.options.composition == "cross_actor" or self.ingress.is_banned(origin):
             return False
         with self._lock:
             if self.pool.admission.is_young(origin) and self.pool.held_by(origin) < YOUNG_FLAT_POOLED:
@@ -314,17 +293,8 @@ class SwarmExchange(HintTraffic):
                 self._arrived["received"] += 1
                 self._arrived["flat"] += 1
                 self._work["messages_skimmed"] += 1
-                self._remember_unaudited(origin, item)
+                self._unaudited.remember(origin, item)
         return flat
-
-    def _remember_unaudited(self, sender: str, group: Candidate | swarm_pb2.RolloutGroup | Received) -> None:
-        """One of the sender's latest groups not verified yet, what the audit draws from (bounded:
-        AUDIT_KEPT per sender, MAX_AUDIT_SENDERS senders): not only the latest, or a sender whose
-        latest is always an honest group the mix picks would never be audited."""
-        self._unaudited.setdefault(sender, deque(maxlen=AUDIT_KEPT)).append(group)
-        self._unaudited.move_to_end(sender)
-        while len(self._unaudited) > MAX_AUDIT_SENDERS:
-            self._unaudited.popitem(last=False)
 
     def _ingest_inline(self, round_index: int) -> None:
         """Everything that arrived, as every release so far did it: per topic, the Ingress over the
@@ -361,11 +331,11 @@ class SwarmExchange(HintTraffic):
         self._arrived = {"received": 0, "flat": 0}
         rejected_before = self._rejected_at_last_collect
         self.pool.evict(round_index)
-        rng = random.Random(f"{self.seed}/{round_index}")  # own stream: never perturbs training RNG
+        rng = random.Random(f"{self.options.seed}/{round_index}")  # own stream: never perturbs training RNG
         chosen = []
-        if self.cfg.composition == "cross_actor":  # peers' groups for the prompts we just sampled
+        if self.options.composition == "cross_actor":  # peers' groups for the prompts we just sampled
             chosen = self.pool.take_matching({g.task.prompt_key for g in local if g.hint is None}, self._verify_picked)
-        chosen += self.pool.sample(self.cfg.external_per_round, self.cfg.sampling_policy, rng, self.weakness,
+        chosen += self.pool.sample(self.options.external_per_round, self.options.sampling_policy, rng, self.weakness,
                                    self._verify_picked)
         audited = self._audit(rng)
         rejected_now = sum(self.rejected.values())
@@ -381,7 +351,7 @@ class SwarmExchange(HintTraffic):
         seconds = self._phase_seconds()
         self.history.append({"round": round_index, "local_groups": self._local_groups,
                              "external_groups_received": received, "external_groups_used": len(chosen),
-                             "external_groups_dropped": (0 if self.cfg.composition == "cross_actor" else flat)
+                             "external_groups_dropped": (0 if self.options.composition == "cross_actor" else flat)
                                                         + rejected_now - rejected_before,
                              "groups_verified": self._work["groups_verified"], "groups_audited": audited,
                              "exchange_s": round(sum(seconds.values()), 6),
@@ -423,29 +393,12 @@ class SwarmExchange(HintTraffic):
         """The pool's callback: a picked group verified now (None: refused, counted and blamed)."""
         return group if isinstance(group, ScoredGroup) else self._verify_candidate(group)
 
-    def _forget_unaudited(self, candidate: Candidate) -> None:
-        """`candidate` is being verified now: nothing left to audit there."""
-        kept = self._unaudited.get(candidate.origin)
-        for index, group in enumerate(kept or ()):
-            if group is candidate:
-                del kept[index]
-                if not kept:
-                    del self._unaudited[candidate.origin]
-                return
-
     def _audit(self, rng: random.Random) -> int:
         """Verify one of the latest unverified groups of `audit_per_round` senders chosen at random:
         a sender whose groups are never picked (e.g. claims with no variance) is still checked. One
         that passes and is still pooled stays verified there. Returns how many were verified."""
-        senders = sorted(self._unaudited)
-        chosen = rng.sample(senders, min(self.cfg.audit_per_round, len(senders)))
-        for sender in chosen:
-            kept = self._unaudited[sender]
-            index = rng.randrange(len(kept))
-            group = kept[index]
-            del kept[index]
-            if not kept:
-                del self._unaudited[sender]
+        chosen = self._unaudited.draw(rng, self.options.audit_per_round)
+        for sender, group in chosen:
             if isinstance(group, Candidate):
                 verified = self._verify_candidate(group)
                 if verified is not None:
@@ -457,11 +410,6 @@ class SwarmExchange(HintTraffic):
             else:  # a zero-variance claim, never prechecked: both stages now
                 self.verify_group(sender, group)
         return len(chosen)
-
-    def _context(self) -> VerifyContext:
-        return VerifyContext(self.source, self.verifier, self.retokenizer, self.max_completion_tokens,
-                             self.max_group_tokens, self.sandbox, self.cfg.accept_sender_answers, self.tasks,
-                             self._add_seconds)
 
     def _refuse(self, sender: str, refusal: Refusal) -> None:
         """Count and log a refusal; the only place evidence against a signer goes to the Ingress."""
@@ -475,14 +423,14 @@ class SwarmExchange(HintTraffic):
         """The expensive checks of a prechecked group (node/peers/verify.py), or None, counted, if refused."""
         with self._lock:
             self._work["groups_verified"] += 1
-            self._forget_unaudited(candidate)
-            verdict = verify_candidate(candidate, self._context())
+            self._unaudited.forget(candidate.origin, candidate)
+            verdict = verify_candidate(candidate, self.context)
         return self._verdict(candidate.origin, verdict)
 
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
         """A peer's group through both stages of node/peers/verify.py now, or None, counted, if refused."""
         with self._lock:
-            candidate = precheck_group(sender, msg, self._context())
+            candidate = precheck_group(sender, msg, self.context)
         if isinstance(candidate, Refusal):
             return self._verdict(sender, candidate)
         return self._verify_candidate(candidate)

@@ -5,7 +5,7 @@
          unverified until we can answer one (node/peers/hint_requests.py) and only then meet the Ingress
 
 `HintTraffic` is a mixin of `SwarmExchange`: it uses the exchange's lock, counters, Ingress, task
-cache and publishing (`_publish`, `_accept`, `_context`, `_refuse`).
+cache and publishing (`_publish`, `_accept`, `context`, `_refuse`).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class HintTraffic:
             return
         hint = verified.body
         with self._lock:
-            task = verify_hint(hint, self._context())
+            task = verify_hint(hint, self.context)
         if isinstance(task, Refusal):
             self._refuse(verified.sender, task)
             return
@@ -113,7 +113,7 @@ class HintTraffic:
         verified = self._accept(item, {Kind.HINT_REQUEST})
         if verified is None or verified.sender == self.peer_id:
             return None
-        task = verify_hint_request(verified.body, self._context())
+        task = verify_hint_request(verified.body, self.context)
         if isinstance(task, Refusal):
             self._refuse(verified.sender, task)
             return None

@@ -26,7 +26,7 @@ def exchange_status(ex) -> dict:
     with ex._lock:
         return {
             "peer_id": ex.peer_id,
-            "swarm": ex.cfg.name,
+            "swarm": ex.options.swarm,
             "accepted": max(0, snap.accepted - refused),
             "ingress_accepted": snap.accepted,
             "rejected_by_reason": {**snap.rejected_by_reason, **ex.rejected},

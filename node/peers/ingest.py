@@ -55,10 +55,11 @@ class IngestBudget:
     max_messages: int = 64           # verified per round at most
     max_bytes: int = 8 * 1024 * 1024  # of envelopes verified per round at most
     max_share: float = 0.05          # of wall time the worker may spend verifying (GIL shared with training)
-    per_sender_staged: int = 64      # staged messages per delivering peer
-    max_staged: int = 2048           # staged messages in all
+    staged_per_sender: int = 64      # staged messages per delivering peer
+    staged_max: int = 2048           # staged messages in all
     young_share: float = 0.25        # of the budget and of staging that young senders share at most
     heard_every_s: float = 1.0       # an established sender's message is verified this often at least, budget or not
+    max_wait_s: float = 10.0         # a message staged longer than this is dropped unverified at its sender's turn
 
 
 @dataclass(frozen=True)
@@ -156,14 +157,14 @@ class IngestWorker:
 
     def __init__(self, transport: Transport, topics: list[str], verify: Callable[[Staged], None],
                  budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest",
-                 max_wait_s: float = 10.0, young_capped: Callable[[], bool] = lambda: True):
+                 young_capped: Callable[[], bool] = lambda: True):
         self.transport = transport
         self.topics = topics
         self.verify = verify
         self.budget = budget
-        self.max_wait_s = max_wait_s
+        self.max_wait_s = budget.max_wait_s
         self.young_capped = young_capped
-        self.staging = Staging(budget.per_sender_staged, budget.max_staged, sender_class, budget.young_share)
+        self.staging = Staging(budget.staged_per_sender, budget.staged_max, sender_class, budget.young_share)
         self.counters: Counter[str] = Counter()
         self.verified_by_peer: Counter[str] = Counter()  # delivering peer -> messages verified (bounded)
         self._lock = threading.Lock()  # guards counters and the round's budget, read by status()

@@ -74,11 +74,13 @@ class GroupPool:
         self._per_sender: Counter[str] = Counter()  # pooled groups per sender (add checks its cap in O(1))
 
     @classmethod
-    def from_config(cls, cfg, rejected: Counter | None = None, clock: Callable[[], float] | None = None) -> GroupPool:
-        """The pool of a node from its SwarmConfig, admission on; with `clock` (wall seconds) the
-        windows in time apply too (node/peers/admission.py)."""
-        return cls(cfg.pool_max_groups, cfg.pool_max_age_rounds, cfg.pool_max_per_sender,
-                   Admission.from_config(cfg, clock), rejected, max_age_s=cfg.pool_max_age_s, clock=clock)
+    def from_config(cls, pool, admission=None, rejected: Counter | None = None,
+                    clock: Callable[[], float] | None = None) -> GroupPool:
+        """A pool from the config's `swarm.pool` section (its keys are this constructor's parameters),
+        admission on with a `swarm.admission` section (node/peers/admission.py); with `clock` (wall
+        seconds) the windows in time apply too."""
+        gate = None if admission is None else Admission.from_config(admission, clock)
+        return cls(**pool.model_dump(), admission=gate, rejected=rejected, clock=clock)
 
     def now(self) -> float:
         """The pool's clock (0.0 without one): what a new entry's `verified_at` should be."""

@@ -8,7 +8,7 @@ node would gain as much; what it cannot have is its peers' knowledge (README "Co
 It mirrors the real exchange (node/peers/exchange.py `collect`) in every choice that does not need a
 peer: a group enters the buffer when it was sampled (a peer's is pooled when verified) and is
 never offered in the round that trained it; the buffer is the same bounded GroupPool
-(node/peers/pool.py: pool_max_age_rounds, pool_max_groups, pool_max_per_sender); only groups with
+(node/peers/pool.py, swarm.pool: max_age_rounds, max_groups, max_per_sender); only groups with
 reward variance are kept (all of them in cross-actor composition, which merges them into our
 group for the same prompt first); `sampling_policy` picks the J, from an RNG of its own; a picked
 group is trained once. Hinted groups are never replayed (they are never shared either).
@@ -49,13 +49,14 @@ def replayed(group: ScoredGroup, round_index: int) -> ScoredGroup:
 
 
 class SelfReplay:
-    """The loop's Exchange (node/train/loop.py) for a self-replay silo: no transport, no hints."""
+    """The loop's Exchange (node/train/loop.py) for a self-replay silo: no transport, no hints (its
+    hint methods do nothing), nothing a restart must keep (its buffer holds rounds-old groups)."""
 
     def __init__(self, cfg: SwarmConfig, seed: int = 0, weakness: Callable[[ScoredGroup], float] | None = None):
         self.cfg = cfg
         self.seed = seed
         self.weakness = weakness  # the weak_tasks sampler: 1 - our pass rate on a group's family
-        self.pool = GroupPool(cfg.pool_max_groups, cfg.pool_max_age_rounds, cfg.pool_max_per_sender)
+        self.pool = GroupPool.from_config(cfg.pool)  # no admission: every group is our own
         self.keeps_flat = cfg.composition == "cross_actor"
         self._sampled: list[ScoredGroup] = []  # this round's, buffered after this round's choice
         self.used = 0
@@ -101,6 +102,9 @@ class SelfReplay:
 
     def publish_hints(self, task: Task, levels: dict[str, str]) -> None:
         pass
+
+    def state_dict(self) -> None:
+        return None  # nothing to save with a checkpoint
 
     def status(self) -> dict:
         """The fields of SwarmExchange.status() a testnet reports, for a node with no peers."""

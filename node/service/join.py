@@ -14,7 +14,8 @@ from node.train.assembly import NodeParts, build_parts, saved_exchange_state
 from node.config.schema import MAX_START_WAIT_S, ConfigError, NodeConfig
 from node.observe.control import start_control_server, write_node_file
 from node.peers.exchange import SwarmExchange
-from node.peers.ingest import IngestBudget
+from node.peers.exchange_options import ExchangeOptions
+from node.peers.verify import VerifyContext
 from node.observe.logs import json_lines, say
 from node.train.loop import Node
 from node.observe.metrics import RoundTable
@@ -23,8 +24,7 @@ from node.observe.web import announce, serve_node
 from node.train.prompts import Retokenizer
 from node.scoring.sandbox import ScorerSandbox
 from node.service.shutdown import StopOnSignals
-from proto import swarm_pb2
-from protocol import Libp2pOptions, NodeIdentity, P2pdOptions, make_transport, topic_name
+from protocol import Libp2pOptions, NodeIdentity, make_transport, topic_name
 
 IDENTITY_FILE = "identity.key"
 
@@ -38,29 +38,30 @@ def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: d
                    clock: Callable[[], float] = time.time) -> SwarmExchange:
     """The exchange `join` uses, built from the node's parts (node/train/assembly.py); `state`: the admission
     state saved with the checkpoint the node resumes from (assembly.saved_exchange_state);
-    `ingest` overrides swarm.ingest (the memory testnet runs inline);
+    `ingest` overrides swarm.ingest.mode (the memory testnet runs inline);
     `swarm_clock`: the time rate limits and publication pace run on (default the wall clock);
     `clock`: the time messages are stamped and checked on."""
-    cfg = parts.cfg
-    model = swarm_pb2.ModelCard(name=cfg.model.name[:64], tokenizer_fingerprint=parts.policy.tokenizer_fingerprint)
-    sampling = swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
-                                        max_new_tokens=cfg.sampling.max_new_tokens)
+    options = ExchangeOptions.from_config(parts.cfg, parts.policy.tokenizer_fingerprint, ingest=ingest,
+                                          clock=clock, swarm_clock=swarm_clock)
+    return SwarmExchange(transport, identity, verify_context(parts, options.ingest), options,
+                         weakness=parts.pass_rates.weakness, state=state)
 
-    ingest = ingest or cfg.swarm.ingest
+
+def verify_context(parts: NodeParts, ingest: str) -> VerifyContext:
+    """What the exchange verifies peers' messages with, built once: our task source, verifier and
+    tokenizer, the length caps (swarm.max_external_tokens; a group holds at most 2 * group_size
+    completions' worth) and a scorer sandbox."""
+    cfg = parts.cfg
     retokenizer = parts.retokenizer
     if ingest == "background":  # a fast tokenizer used from two threads at once can raise "Already borrowed"
         private = dataclasses.replace(parts.policy, tokenizer=copy.deepcopy(parts.policy.tokenizer))
         retokenizer = Retokenizer(private, retokenizer.eos_ids)
     max_tokens = cfg.max_external_tokens
-    budget = IngestBudget(max_messages=cfg.swarm.ingest_max_messages, max_share=cfg.swarm.ingest_max_share,
-                          per_sender_staged=cfg.swarm.ingest_staged_per_sender,
-                          max_staged=cfg.swarm.ingest_staged_max, young_share=cfg.swarm.ingest_young_share)
     # started on first use: a node whose scorers are all string comparisons never starts a worker
     sandbox = ScorerSandbox((cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed))
-    return SwarmExchange(transport, identity, cfg.swarm, parts.source, parts.verifier, retokenizer,
-                         model, sampling, seed=cfg.run.seed, weakness=parts.pass_rates.weakness, max_completion_tokens=max_tokens,
-                         max_group_tokens=2 * max_tokens * cfg.sampling.group_size, ingest=ingest,
-                         budget=budget, sandbox=sandbox, swarm_clock=swarm_clock, clock=clock, state=state)
+    return VerifyContext(parts.source, parts.verifier, retokenizer, max_completion_tokens=max_tokens,
+                         max_group_tokens=2 * max_tokens * cfg.sampling.group_size, sandbox=sandbox,
+                         accept_sender_answers=cfg.swarm.accept_sender_answers)
 
 
 def memory_bus_node(cfg: NodeConfig, run_dir: Path, bus, name: str, identity: NodeIdentity | None = None,
@@ -98,17 +99,10 @@ def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topi
     """The networked transport that swarm.transport names (imported lazily: each pulls its own stack)."""
     kind, s = cfg.swarm.transport, cfg.swarm
     if kind == "p2pd":
-        from protocol.transports.p2pd.peer_cache import PeerCacheLimits
-
-        limits = PeerCacheLimits(max_peers=s.peer_cache_max_peers, max_per_group=s.peer_cache_max_per_group,
-                                 max_unproven=s.peer_cache_max_unproven,
-                                 max_dial_failures=s.peer_cache_max_dial_failures,
-                                 ipv4_prefix=s.peer_cache_ipv4_prefix, ipv6_prefix=s.peer_cache_ipv6_prefix)
-        return make_transport(identity.private_seed(), P2pdOptions(
+        return make_transport(identity.private_seed(), s.p2pd.to_options(
             listen=s.listen, bootstrap=s.peers, topics=topics,
-            peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache else None, peer_cache_limits=limits,
-            flood_cut_rate=s.flood_cut_rate, flood_cut_burst=s.flood_cut_burst, flood_cut_s=s.flood_cut_s,
-            conn_low=s.conn_low, conn_high=s.conn_high, conn_grace_s=s.conn_grace_s))
+            peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache.enabled else None,
+            peer_cache_limits=s.peer_cache.to_options()))
     if kind == "libp2p":
         return make_transport(identity.private_seed(), Libp2pOptions(listen=s.listen, bootstrap=s.peers, topics=topics))
     raise ValueError(f"swarm.transport={kind!r} cannot join a network (the memory transport is for tests and "

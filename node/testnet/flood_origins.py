@@ -7,7 +7,7 @@ trainable rollout groups at R messages/s (issue 31: an honest peer must still be
 
 Every key is the host key of its own transport (an in-process py-libp2p host, the default, or a
 go-libp2p daemon each with p2pd), so GossipSub's signed `from` of its messages is that key: each origin
-stays under a receiver's per-origin limits (swarm.flood_cut_rate, 80 msg/s) at R = 60, and together
+stays under a receiver's per-origin limits (swarm.p2pd.flood_cut_rate, 80 msg/s) at R = 60, and together
 K origins send K x R messages/s. Each message is a fresh task from the key's own task stream (a
 HostilePeer's blocks, node/testnet/hostile.py), 1 to 7 of its 8 completions the reference answer,
 every claimed reward computed with the honest nodes' verifier: valid, unique (no content is ever

@@ -52,7 +52,7 @@ class Plan:
     start_timeout_s: float = 240.0
     warmup_timeout_s: float = 120.0  # at most this long for A and B to verify each other's messages
     warmup_s: float = 5.0       # then this much more before phase 1
-    share_tolerance: float = 0.0  # added to swarm.young_share_max in the share check
+    share_tolerance: float = 0.0  # added to swarm.admission.young_share_max in the share check
     node_sets: tuple[str, ...] = LEARNING_SETS  # KEY=VALUE overrides for both nodes (and the attackers' tasks)
 
 
@@ -61,8 +61,9 @@ def swarm_limits(min_round_s: float, node_sets: tuple[str, ...] = ()) -> dict:
     from node.config.schema import load_config
 
     s = load_config("tiny", None, ["run.threads=1", *node_sets, f"swarm.min_round_s={min_round_s}"]).swarm
-    return {name: getattr(s, name, None) for name in ("young_share_max", "young_seconds", "establish_interval_s",
-                                                        "flood_cut_rate", "external_per_round")}
+    return {"young_share_max": s.admission.young_share_max, "young_seconds": s.admission.young_seconds,
+            "establish_interval_s": s.admission.establish_interval_s, "flood_cut_rate": s.p2pd.flood_cut_rate,
+            "external_per_round": s.external_per_round}
 
 
 class HonestHeardRun:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 from node.train.assembly import EXCHANGE_STATE, NodeParts, build_parts
 from node.config.schema import NodeConfig
@@ -35,12 +35,20 @@ from policy.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
+@runtime_checkable
 class Exchange(Protocol):
-    """The seam for the SAPO network layer: never blocks the training loop."""
+    """The seam for the SAPO network layer: never blocks the training loop. Everything the loop (and
+    whoever runs a Node: node/service/join.py, node/testnet/) calls on it, optional capabilities
+    included, so the loop never asks what its exchange can do. Implemented by node/peers/exchange.py
+    SwarmExchange and node/peers/self_replay.py SelfReplay; where a capability does not apply the
+    method does nothing (a silo has nobody to ask for hints and nothing a restart must keep).
+    tests/test_train_loop.py checks both against it."""
+
+    last_round: dict  # what the latest collect adds to the round's metrics row ({} before the first)
 
     def share(self, round_index: int, groups: list[ScoredGroup]) -> None: ...
 
-    def collect(self, round_index: int, local: list[ScoredGroup]) -> list[ScoredGroup]: ...
+    def collect(self, round_index: int, local: list[ScoredGroup] = ()) -> list[ScoredGroup]: ...
 
     def request_hints(self, tasks: list[Task]) -> None: ...
 
@@ -50,6 +58,13 @@ class Exchange(Protocol):
 
     def publish_hints(self, task: Task, levels: dict[str, str]) -> None: ...
 
+    def state_dict(self) -> dict | None:
+        """What a restart must not forget, saved with each checkpoint (EXCHANGE_STATE); None: nothing."""
+
+    def status(self) -> dict: ...
+
+    def close(self) -> None: ...
+
 
 class Node:
     """One node's round loop over the parts node/train/assembly.py built (`parts=None` builds them from cfg:
@@ -57,6 +72,9 @@ class Node:
 
     def __init__(self, cfg: NodeConfig, run_dir: Path, exchange: Exchange | None = None, *,
                  parts: NodeParts | None = None):
+        if exchange is not None and not isinstance(exchange, Exchange):
+            raise TypeError(f"{type(exchange).__name__} is not an Exchange (node/train/loop.py): it needs share, "
+                            "collect, the hint methods, state_dict, status, close and last_round")
         parts = parts or build_parts(cfg)
         if parts.cfg is not cfg:
             raise ValueError("Node(cfg, parts=...): the parts were built from another config")
@@ -147,8 +165,8 @@ class Node:
     def checkpoint(self, round_index: int) -> Path:
         extra = {"policy_version": self.learner.policy_version, "pass_rates": self.pass_rates.state_dict(),
                  "hints": self.hints.state_dict()}
-        exchange_state = getattr(self.exchange, "state_dict", None)
-        files = {EXCHANGE_STATE: json.dumps(exchange_state())} if exchange_state is not None else {}
+        exchange_state = self.exchange.state_dict() if self.exchange is not None else None
+        files = {EXCHANGE_STATE: json.dumps(exchange_state)} if exchange_state is not None else {}
         started = time.perf_counter()
         path = save_checkpoint(self.run_dir, round_index, self.model, self.policy.tokenizer,
                                self.learner.optimizer, self.cfg.model_dump(mode="json"), extra=extra,
@@ -263,7 +281,7 @@ class Node:
             "t_round": t3 - t0,
             "tasks_digest": hashlib.sha256("|".join(t.ref.key for t in tasks).encode()).hexdigest()[:16],
             **stats,
-            **(getattr(self.exchange, "last_round", None) or {}),
+            **(self.exchange.last_round if self.exchange is not None else {}),
         }
 
     def run_one(self, rounds: int, annotate: Callable[[dict], dict] | None = None) -> dict:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Off-policy correction of peers' rollouts: which corrections keep training stable, and at what cost?
 
 One receiver node trains I local + J peer groups per round. The peer groups come through the real
@@ -21,9 +20,9 @@ over rounds (peers' samples are never counted), loss, gradient norm, the externa
 clip/truncation and filter fractions. A run is called unstable when its loss or gradient goes
 non-finite, or its reward over the last 20% of rounds falls below half of its best 20-round mean.
 
-    .venv/bin/python scripts/exp_offpolicy.py --model tiny                  # 20 settings x 300 rounds
-    .venv/bin/python scripts/exp_offpolicy.py --model smollm2 --rounds 30   # multi-token completions
-    .venv/bin/python scripts/exp_offpolicy.py --quick                       # smoke: tiny, 6 rounds
+    .venv/bin/python -m scripts.experiments.offpolicy --model tiny                  # 20 settings x 300 rounds
+    .venv/bin/python -m scripts.experiments.offpolicy --model smollm2 --rounds 30   # multi-token completions
+    .venv/bin/python -m scripts.experiments.offpolicy --quick                       # smoke: tiny, 6 rounds
 
 Writes <out>/exp_offpolicy.json and <out>/exp_offpolicy.png (default out runs/exp_offpolicy).
 """
@@ -39,9 +38,9 @@ import time
 from collections import deque
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import (
+    arg_parser, command_line, console as make_console, pyplot, runs_dir, write_json, write_result,
+)
 
 SOURCES = ("stale0", "stale4", "stale16", "other")
 # each states its treatment of peers' failures and log-probs: the defaults ignore log-probs and drop failures
@@ -69,7 +68,7 @@ MODELS = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--model", choices=sorted(MODELS), default="tiny")
     p.add_argument("--rounds", type=int, help="rounds per run (default: per model)")
     p.add_argument("--seeds", type=int, default=1)
@@ -78,7 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--corrections", default=",".join(CORRECTIONS), help=f"subset of {','.join(CORRECTIONS)}")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--quick", action="store_true", help="smoke mode: tiny, 6 rounds, two settings")
-    p.add_argument("--out", default=str(ROOT / "runs" / "exp_offpolicy"))
+    p.add_argument("--out", default=str(runs_dir("exp_offpolicy")))
     p.add_argument("--merge", nargs="+", metavar="JSON", help="combine the runs of several result files "
                    "(e.g. one per process) into one table and plot; nothing is trained")
     args = p.parse_args(argv)
@@ -188,7 +187,7 @@ def run_setting(model: str, source: str, correction: str, seed: int, args, other
     spec = MODELS[model]
     overrides = [*spec["overrides"], f"run.seed={seed}", f"model.init_seed={seed}", "swarm.name=offpolicy",
                  f"swarm.external_per_round={spec['external']}", "swarm.sampling_policy=uniform",
-                 "swarm.pool_max_age_rounds=0", "hints.enabled=false", *CORRECTIONS[correction]]
+                 "swarm.pool.max_age_rounds=0", "hints.enabled=false", *CORRECTIONS[correction]]
     if args.threads:
         overrides.append(f"run.threads={args.threads}")
     cfg = load_config(spec["preset"], None, overrides)
@@ -253,13 +252,9 @@ def summarize_over_seeds(runs: list[dict]) -> list[dict]:
 def plot(result: dict, path: Path) -> None:
     """Per source: each correction's own reward over rounds, mean over seeds (band: min to max),
     smoothed with a rolling mean; dotted when any of its runs was unstable."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from node.observe.report import rolling_mean
 
+    plt = pyplot()
     sources = result["sources"]
     fig, axes = plt.subplots(1, len(sources), figsize=(4.2 * len(sources), 3.8), squeeze=False)
     for ax, source in zip(axes[0], sources):
@@ -286,7 +281,6 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     import torch
-    from rich.console import Console
     from rich.progress import Progress
 
     from node.config.schema import load_config
@@ -297,7 +291,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    console = Console() if sys.stdout.isatty() else Console(width=170)
+    console = make_console(170)
     if args.merge:
         parts = [json.loads(Path(path).read_text()) for path in args.merge]
         unique = {(r["source"], r["correction"], r["seed"]): r for part in parts for r in reversed(part["runs"])}
@@ -327,11 +321,10 @@ def main(argv=None) -> int:
                     result = {"model": args.model, "rounds": args.rounds, "seeds": args.seeds, "sources": args.sources,
                               "corrections": args.corrections, "machine": platform.platform(),
                               "device": "cuda" if torch.cuda.is_available() else "cpu", "warm_start": warm,
-                              "command": " ".join(["scripts/exp_offpolicy.py",
-                                                   *(argv if argv is not None else sys.argv[1:])]),
+                              "command": command_line(__spec__, argv),
                               "runs": runs}
                     # every finished run is on disk at once: a long sweep cut short keeps what it did
-                    (out / "exp_offpolicy.json").write_text(json.dumps(result, indent=1))
+                    write_json(out / "exp_offpolicy.json", result)
     return report(result, out, console)
 
 
@@ -365,9 +358,8 @@ def report(result: dict, out: Path, console) -> int:
     for w in result.get("warm_start", []):
         console.print(f"seed {w['seed']}: the 'other' peer model samples at pass rate {w['other_pass_rate']:.2f} "
                       f"(the receiver starts at {w['base_pass_rate']:.2f})")
-    (out / "exp_offpolicy.json").write_text(json.dumps(result, indent=1))
-    plot(result, out / "exp_offpolicy.png")
-    console.print(f"wrote {out / 'exp_offpolicy.json'} and {out / 'exp_offpolicy.png'}")
+    json_path, png_path = write_result(out, "exp_offpolicy", result, plot)
+    console.print(f"wrote {json_path} and {png_path}")
     return 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """What a node learns from another policy's groups, and from which half of them.
 
 One real tiny-warm node (node/train/warm_start.py: it solves the three-digit families now and then) is
@@ -14,22 +13,19 @@ greedy held-out pass@1 at the end, and the mean weight the external objective ga
 Writes <out>/exp_peer_failures.json and .png. policy/ALGORITHMS.md ("Peers' failures dropped")
 explains the outcome.
 
-    .venv/bin/python scripts/exp_peer_failures.py             # 2 seeds x 200 rounds (about 2 minutes)
-    .venv/bin/python scripts/exp_peer_failures.py --quick     # smoke: 1 seed x 6 rounds, a 20-step warm start
+    .venv/bin/python -m scripts.experiments.peer_failures          # 2 seeds x 200 rounds (about 2 minutes)
+    .venv/bin/python -m scripts.experiments.peer_failures --quick  # smoke: 1 seed x 6 rounds, a 20-step warm start
 """
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import arg_parser, command_line, pyplot, runs_dir, write_result
 
 CONDITIONS = {
     "silo8": ["tasks.prompts_per_round=8"],
@@ -44,12 +40,12 @@ WINDOW = 25
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--warm-steps", type=int, default=None, help="warm start steps (default: the preset's)")
     p.add_argument("--quick", action="store_true", help="smoke mode: 1 seed, 6 rounds, a 20-step warm start")
-    p.add_argument("--out", default=str(ROOT / "runs" / "exp_peer_failures"))
+    p.add_argument("--out", default=str(runs_dir("exp_peer_failures")))
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.seeds, args.warm_steps = 6, 1, 20
@@ -61,6 +57,7 @@ class Feed:
 
     def __init__(self, source, tier: int | None):
         self.source, self.tier = source, tier
+        self.last_round: dict = {}  # adds nothing to the round's metrics row
 
     def collect(self, round_index: int, local: list) -> list:
         out = []
@@ -82,6 +79,9 @@ class Feed:
     def take_hints(self): return []
     def take_hint_requests(self, k, answerable=None): return []
     def publish_hints(self, task, levels): pass
+    def state_dict(self): return None
+    def status(self): return {}
+    def close(self): pass
 
 
 def run_condition(condition: str, seed: int, args, progress, task_id) -> dict:
@@ -115,11 +115,7 @@ def run_condition(condition: str, seed: int, args, progress, task_id) -> dict:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, condition in enumerate(CONDITIONS):
         for j, r in enumerate(x for x in results if x["condition"] == condition):
@@ -147,18 +143,17 @@ def main(argv=None) -> int:
             for condition in CONDITIONS:
                 task_id = progress.add_task(f"{condition} seed {seed}", total=args.rounds)
                 results.append(run_condition(condition, seed, args, progress, task_id))
-    summary = {"command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]), "python": platform.python_version(),
+    summary = {"command": command_line(__spec__, argv), "python": platform.python_version(),
                "rounds": args.rounds, "seeds": args.seeds,
                "results": [{k: v for k, v in r.items() if k != "rows"} for r in results], "rows": results}
-    (out / "exp_peer_failures.json").write_text(json.dumps(summary, indent=1))
-    plot(results, out / "exp_peer_failures.png")
+    json_path, png_path = write_result(out, "exp_peer_failures", summary, lambda summary, path: plot(results, path))
     console.print(f"{'condition':<14} {'seed':>4}  pass rate per {WINDOW} rounds{'':<20} held-out start -> end  peer weight")
     for r in results:
         windows = " ".join(f"{v:.2f}" for v in r["pass_rate_by_window"])
         weight = "-" if r["peer_weight_mean"] is None else f"{r['peer_weight_mean']:.3f}"
         console.print(f"{r['condition']:<14} {r['seed']:>4}  {windows:<45} {r['heldout_pass1_start']:.3f} -> "
                       f"{r['heldout_pass1_end']:.3f}  {weight}", soft_wrap=True)
-    console.print(f"wrote {out / 'exp_peer_failures.json'} and {out / 'exp_peer_failures.png'}")
+    console.print(f"wrote {json_path} and {png_path}")
     return 0
 
 
