@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from policy.models import LoadedPolicy
 
 # Below this width a decode step is per-op overhead, not matrix products: a lower precision saves
-# nothing there (the tiny model, 64 wide: scripts/bench_policy.py --quick) and costs a copy.
+# nothing there (the tiny model, 64 wide: python -m scripts.bench.policy.bench --quick) and costs a copy.
 MIN_WIDTH_FOR_A_COPY = 256
 
 
@@ -53,13 +53,13 @@ def make_generator(
 
 
 def auto_backend(policy: LoadedPolicy, precision: str = "auto") -> tuple[str, str]:
-    """The fastest backend available for this policy, by what scripts/bench_policy.py measured: vLLM
+    """The fastest backend available for this policy, by what scripts/bench/policy/bench.py measured: vLLM
     on a GPU; on a CPU our HF path, which generated as fast as the CPU build of vLLM (float32; its
     bf16 is emulated and far slower without AVX512-BF16) and needs no 30 s engine start or ~3 GB."""
     if precision in ("bf16", "int8"):
         return "hf", f"auto: sampling.precision={precision} is the HF backend's sampling copy"
     if policy.model.device.type != "cuda":
-        return "hf", ("auto: on CPU the HF path is as fast as vLLM's CPU build (scripts/bench_policy.py); "
+        return "hf", ("auto: on CPU the HF path is as fast as vLLM's CPU build (scripts/bench/policy/bench.py); "
                       "sampling.backend=vllm runs vLLM anyway")
     if find_vllm_python() is None:
         return "hf", f"auto: no vLLM environment found; to use vLLM, {INSTALL_HINT}"
@@ -68,7 +68,7 @@ def auto_backend(policy: LoadedPolicy, precision: str = "auto") -> tuple[str, st
 
 def auto_precision(policy: LoadedPolicy) -> tuple[str, str]:
     """bf16 where the device computes it natively and the model is wide enough for it to matter,
-    else the learner's own weights (scripts/bench_policy.py measured each precision)."""
+    else the learner's own weights (scripts/bench/policy/bench.py measured each precision)."""
     model = policy.model
     dtype = next(model.parameters()).dtype
     if dtype != torch.float32:

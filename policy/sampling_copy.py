@@ -30,7 +30,7 @@ class Int8Linear(nn.Module):
     Per token, not per tensor: PyTorch's dynamic quantization (torch.ao, deprecated) takes one
     activation scale for the whole batch, so a completion's log-probs would depend on the rows
     sampled beside it, and no recomputation could reproduce them; on SmolLM2 its mismatch to float32
-    was 1.0-1.4 nats per token against 0.23 here (scripts/bench_policy.py measures it)."""
+    was 1.0-1.4 nats per token against 0.23 here (scripts/bench/policy/bench.py measures it)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool):
         super().__init__()

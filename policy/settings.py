@@ -63,7 +63,7 @@ class OffPolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # The defaults are the treatment that won README "The swarm against the silo" (scripts/exp_skeptic.py): peers'
+    # The defaults are the treatment that won README "The swarm against the silo" (scripts/experiments/skeptic.py): peers'
     # successes at ratio 1 (an importance ratio to the sender mutes exactly the rare successes sharing is for),
     # their failures not trained (pushing down completions we would not write collapsed nodes onto their modes).
     sender_logprobs: bool = Field(False, description="use peers' behavior log-probs (tiers 0/1: minpro etc. "

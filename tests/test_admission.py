@@ -1,12 +1,10 @@
 """Admission to the external mix (node/peers/admission.py, node/peers/pool.py): content dedup across signers and
 the capped share of young keys; then issue 9's acceptance tests (c) and (d) on real tiny nodes with
-real signed envelopes through the real Ingress (scripts/exp_admission.py runs the same scenarios)."""
+real signed envelopes through the real Ingress (scripts/experiments/admission.py runs the same scenarios)."""
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +15,7 @@ from node.peers.pool import GroupPool, PoolEntry
 from node.tasks.synthetic import SyntheticSource
 from policy.types import Rollout
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import exp_admission  # noqa: E402
+from scripts.experiments import admission as exp_admission
 
 SOURCE = SyntheticSource({"copy": 1.0, "succ": 1.0, "max": 1.0}, seed=0)
 
@@ -152,7 +148,7 @@ def test_a_fraction_of_a_slot_carries_over_but_is_never_banked():
 
 
 def test_young_keys_wait_for_time_as_well_as_contributions():
-    admission = Admission(0.25, young_groups=1, young_rounds=5, remember_rounds=10)
+    admission = Admission(0.25, young_groups=1, young_rounds=5, dedup_rounds=10)
     admission.start_round(0)
     assert admission.admit("k", "d1", 0)
     admission.credit("k", "d1")
@@ -190,8 +186,9 @@ def test_a_credited_newcomer_is_not_forgotten_by_a_flood_of_fresh_keys():
 
 
 def test_node_config_turns_admission_on_and_bare_pools_stay_plain():
-    cfg = load_config("tiny", None, ["swarm.young_share_max=0.1", "swarm.young_groups=3", "swarm.young_rounds=7"])
-    p = GroupPool.from_config(cfg.swarm)
+    cfg = load_config("tiny", None, ["swarm.admission.young_share_max=0.1", "swarm.admission.young_groups=3",
+                                      "swarm.admission.young_rounds=7"])
+    p = GroupPool.from_config(cfg.swarm.pool, cfg.swarm.admission)
     assert (p.admission.young_share_max, p.admission.young_groups, p.admission.young_rounds) == (0.1, 3, 7)
     plain = GroupPool(10, 5, 5)
     plain.add(PoolEntry(group(0, "a"), 0))
@@ -204,10 +201,10 @@ def test_c_fresh_keys_get_at_most_the_young_share_while_honest_peers_keep_flowin
     """Issue 9 (c): 100 fresh keys, each under its own transport origin, send one valid, honestly
     scored group of new content every round for 10 rounds; two honest tiny peers that have been
     sharing since round 0 keep sharing. The receiver runs the default config (young share 0.25)."""
-    # warm-up: 20 rounds (swarm.young_rounds) and 8 used groups each make the honest peers established;
+    # warm-up: 20 rounds (swarm.admission.young_rounds) and 8 used groups each make the honest peers established;
     # 4 completions per prompt instead of 8 halve every node's round
     result = exp_admission.sybil_share(tmp_path, keys=100, warmup=24, rounds=10, extra=["sampling.group_size=4"])
-    share = load_config("tiny").swarm.young_share_max
+    share = load_config("tiny").swarm.admission.young_share_max
     assert "rate_limited" not in result["rejected"] and "banned" not in result["rejected"]  # admission alone
     assert result["attacker_share"] <= share + 1e-9, result
     assert min(result["honest_used_per_round"]) >= 1, result  # every round, honest groups were trained on

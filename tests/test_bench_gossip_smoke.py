@@ -1,27 +1,69 @@
-"""Smoke test of scripts/bench_gossip.py: 3 node processes per variant on 127.0.0.1 (p2pd bounded,
+"""Smoke test of scripts/bench/gossip/bench.py: 3 node processes per variant on 127.0.0.1 (p2pd bounded,
 p2pd unbounded and py-libp2p, those this checkout can run), few messages, every figure present and
-plausible, and the ratios between the variants."""
+plausible (py-libp2p's GossipSub mesh really read), and the ratios between the variants; and the node
+process's status read of a py-libp2p mesh on its own, in seconds."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("libp2p")
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.bench.gossip import node as gossip_node  # noqa: E402
 
-from bench_gossip_node import available_transports  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Emitted:
+    """Stands in for the node process's ControlChannel: keeps what it would send the coordinator."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def emit(self, **event) -> None:
+        self.events.append(event)
+
+
+def test_status_reads_the_libp2p_mesh_and_muxers() -> None:
+    """Two bench nodes on py-libp2p: each one's status gives its GossipSub mesh size per topic (not
+    None: the mesh-ready wait must not pass on connected peers alone) and the connection's muxer."""
+    from protocol import NodeIdentity
+
+    roll_topic, _ = gossip_node.topics()
+    made, nodes = [], []
+    try:
+        for i in range(2):
+            identity = NodeIdentity.from_seed(os.urandom(32))
+            bootstrap = made[0].listen_addrs() if made else []
+            transport = gossip_node.make_transport("libp2p", identity.private_seed(), "/ip4/127.0.0.1/tcp/0",
+                                                   bootstrap, [roll_topic])
+            made.append(transport)
+            transport.start()
+            cfg = {"index": i, "transport": "libp2p", "flood_target": False, "poll_ms": 2.0}
+            nodes.append(gossip_node.BenchNode(cfg, transport, identity, Emitted()))
+        deadline = time.monotonic() + 15.0
+        statuses = [node.status() for node in nodes]
+        while time.monotonic() < deadline and not all((s["mesh"] or {}).get(roll_topic) for s in statuses):
+            time.sleep(0.1)
+            statuses = [node.status() for node in nodes]
+        for status in statuses:
+            assert status["mesh"] == {roll_topic: 1}, status["mesh"]  # each in the other's mesh
+            assert status["peers"] == 1 and sum(status["muxers"].values()) >= 1, status
+    finally:
+        for transport in made:
+            transport.close()
 
 
 @pytest.mark.slow
 def test_bench_gossip_every_variant_three_nodes(tmp_path: Path) -> None:
-    transports = available_transports()
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_gossip.py"), "--transports", ",".join(transports),
+    transports = gossip_node.available_transports()
+    cmd = [sys.executable, "-m", "scripts.bench.gossip.bench", "--transports", ",".join(transports),
            "--nodes", "3", "--publishers", "2", "--messages", "3", "--isolated", "3", "--flood", "40",
            "--flood-senders", "2", "--idle-s", "0.3", "--micro-messages", "100", "--worker-deadline", "100",
            "--shutdown-timeout", "8", "--out", str(tmp_path)]
@@ -48,6 +90,11 @@ def test_bench_gossip_every_variant_three_nodes(tmp_path: Path) -> None:
         assert run["connections"]["max"] == 2 and run["connections_end"]["max"] == 2  # 3 nodes: each knows both
         assert run["shutdown"]["killed"] == [] and not run["dead_before_shutdown"]
         assert len(run["loadavg_at_start"]) == 3
+        if run["transport"] == "libp2p":  # its mesh is read, not assumed: 3 nodes, each in both others' mesh
+            assert run["mesh_per_node"] == [2, 2, 2], run["mesh_per_node"]
+            assert sum(run["muxers_negotiated"].values()) >= 3 * 2, run["muxers_negotiated"]  # both ends
+        else:  # the p2pd daemon exposes no mesh
+            assert run["mesh_per_node"] is None
     if "p2pd" in transports and "p2pd-unbounded" in transports:
         ratios = result["ratios"]["bounded/unbounded"]["3"]
         assert ratios["connections per node: max"] == 1.0  # below the bound both hold every peer

@@ -1,19 +1,21 @@
-"""scripts/bench_policy.py runs end to end in its --quick mode (tiny model) and writes its report."""
+"""scripts/bench/policy/bench.py runs end to end in its --quick mode (tiny model) and writes its report."""
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "bench_policy.py"
 
 
 @pytest.mark.slow
 def test_bench_policy_quick_writes_json_and_png(tmp_path):
-    args = [sys.executable, str(SCRIPT), "--quick", "--gen-reps", "1", "--steps", "1", "--out", str(tmp_path)]
+    args = [sys.executable, "-m", "scripts.bench.policy.bench", "--quick", "--gen-reps", "1", "--steps", "1",
+            "--out", str(tmp_path)]
     with_trl = importlib.util.find_spec("trl") is not None
     if not with_trl:
         args.append("--skip-trl")
@@ -44,9 +46,12 @@ def test_bench_policy_quick_writes_json_and_png(tmp_path):
 
 
 def test_bench_policy_without_trl_exits_2_with_the_install_command(tmp_path, monkeypatch, capsys):
-    spec = importlib.util.spec_from_file_location("bench_policy", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    # imported here, on a copy of the environment and warning filters: the module sets the benchmark's
+    # offline environment and quiets FutureWarning, which must not leak into the rest of the session
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+    with warnings.catch_warnings():
+        from scripts.bench.policy import bench
+
     monkeypatch.setattr(bench, "trl_available", lambda: False)
     assert bench.main(["--quick", "--out", str(tmp_path)]) == 2
     assert ".venv/bin/pip install trl==1.16.0" in capsys.readouterr().out

@@ -13,17 +13,17 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def run_script(name: str, out: Path, *extra: str) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / name), "--quick", "--out", str(out), *extra],
+def run_script(module: str, stem: str, out: Path, *extra: str) -> dict:
+    """`python -m <module> --quick --out <out>` from the repository root; its <stem>.json (with <stem>.png beside)."""
+    proc = subprocess.run([sys.executable, "-m", module, "--quick", "--out", str(out), *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    stem = name.removesuffix(".py")
     assert (out / f"{stem}.png").stat().st_size > 10_000
     return json.loads((out / f"{stem}.json").read_text())
 
 
 def test_exp_hints_quick(tmp_path):
-    result = run_script("exp_hints.py", tmp_path)
+    result = run_script("scripts.experiments.hints", "exp_hints", tmp_path)
     runs = {r["condition"]: r for r in result["runs"]}
     assert runs["hints_on"]["strong_greedy_pass_after_warm_start"] > 0.5  # the warm start took
     assert runs["hints_on"]["hints_accepted"] > 0 and runs["hints_on"]["hinted_groups"] > 0
@@ -32,7 +32,7 @@ def test_exp_hints_quick(tmp_path):
 
 
 def test_exp_offpolicy_quick(tmp_path):
-    result = run_script("exp_offpolicy.py", tmp_path)
+    result = run_script("scripts.experiments.offpolicy", "exp_offpolicy", tmp_path)
     runs = {(r["source"], r["correction"]): r for r in result["runs"]}
     assert set(runs) == {("stale4", "default"), ("stale4", "minpro"), ("other", "default"), ("other", "minpro")}
     for (source, correction), run in runs.items():
@@ -47,18 +47,18 @@ def test_exp_offpolicy_quick(tmp_path):
 
 
 def test_exp_hostile_quick(tmp_path):
-    result = run_script("exp_hostile.py", tmp_path)
+    result = run_script("scripts.experiments.hostile", "exp_hostile", tmp_path)
     runs = {r["kind"]: r for r in result["runs"]}
     assert set(runs) == {"none", "liar", "sybil"}
     assert all(r["invalid_used"] == 0 for r in runs.values())  # nothing invalid ever trained
     assert runs["liar"]["rejected"].get("wrong_reward", 0) > 0 and runs["none"]["relative_reward"] == 1.0
     assert runs["sybil"]["hostile_used"] > 0  # sybil groups are valid: they can be trained (issue: identities)
-    resumed = run_script("exp_hostile.py", tmp_path, "--resume")  # every kind kept, none re-run
+    resumed = run_script("scripts.experiments.hostile", "exp_hostile", tmp_path, "--resume")  # every kind kept
     assert [r["seconds"] for r in resumed["runs"]] == [r["seconds"] for r in result["runs"]]
 
 
 def test_exp_peer_influence_quick(tmp_path):
-    result = run_script("exp_peer_influence.py", tmp_path)
+    result = run_script("scripts.experiments.peer_influence", "exp_peer_influence", tmp_path)
     for row in result["weights"]:  # a liar's tokens weigh no more than the ratio-1 treatment's
         for liar in ("liar_low", "liar_under"):
             assert row[liar]["peer_weight_mean"] <= row["tier2"]["peer_weight_mean"] + 1e-4, row
@@ -69,7 +69,7 @@ def test_exp_peer_influence_quick(tmp_path):
 
 def test_exp_peer_failures_quick(tmp_path, monkeypatch):
     monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))  # its 20-step warm model stays out of ~/.cache
-    result = run_script("exp_peer_failures.py", tmp_path)
+    result = run_script("scripts.experiments.peer_failures", "exp_peer_failures", tmp_path)
     by = {r["condition"]: r for r in result["results"]}
     assert set(by) == {"silo8", "own4+own4", "peer4-minpro", "peer4-train", "peer4-drop"}
     assert by["silo8"]["peer_weight_mean"] is None and by["own4+own4"]["peer_weight_mean"] is None
@@ -80,7 +80,7 @@ def test_exp_peer_failures_quick(tmp_path, monkeypatch):
 
 
 def test_exp_precision_quick(tmp_path):
-    result = run_script("exp_precision.py", tmp_path)
+    result = run_script("scripts.experiments.precision", "exp_precision", tmp_path)
     summary = result["summary"]["arms"]
     assert {arm: s["objective"] for arm, s in summary.items()} == {
         "fp32": "grpo", "int8_tis": "tis(grpo)", "int8_uncorrected": "grpo"}
@@ -94,7 +94,7 @@ def test_exp_skeptic_quick(tmp_path, monkeypatch):
     """Every stage end to end: budget, tuning on training reward, every arm on paired seeds, the
     comparisons with CIs, the confirmation on a fresh seed; a second run reuses every saved run."""
     monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))
-    result = run_script("exp_skeptic.py", tmp_path)
+    result = run_script("scripts.experiments.skeptic", "exp_skeptic", tmp_path)
     tuning = result["tuning"]
     assert result["best_silo"] == max(tuning, key=lambda name: tuning[name]["mean_train_reward"])
     arms = result["final"]["arms"]
@@ -116,13 +116,13 @@ def test_exp_skeptic_quick(tmp_path, monkeypatch):
     assert all(len(c["heldout"]["diffs"]) == 1 for c in confirm["pairs"].values())  # fresh seed 2 only
     # 9 arms against each silo, swarm against 6, 3 named pairs, 4 confirmation pairs: one verdict each
     assert (tmp_path / "summary.txt").read_text().count("-> ") == 9 + 9 + 6 + 3 + 4
-    again = subprocess.run([sys.executable, str(ROOT / "scripts" / "exp_skeptic.py"), "--quick", "--out", str(tmp_path)],
+    again = subprocess.run([sys.executable, "-m", "scripts.experiments.skeptic", "--quick", "--out", str(tmp_path)],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "running" not in again.stdout  # every run was kept
 
 
 def test_bench_round_cost_quick(tmp_path):
-    result = run_script("bench_round_cost.py", tmp_path)
+    result = run_script("scripts.bench.round_cost", "bench_round_cost", tmp_path)
     table = {row["mix"]: row for row in result["table"]}
     assert set(table) == {"8/0", "4/4"} and all(row["rounds"] == 2 * 2 for row in table.values())  # warm-up left out
     silo, swarm = table["8/0"], table["4/4"]

@@ -2,18 +2,18 @@
 README-default `join` nodes on p2pd, A unpaced and B paced to one round a second, then a flood of
 valid, unique, trainable groups from 8 keys (each its own libp2p host) over 2 attacker processes.
 
-One run of scripts/exp_honest_heard.py (the module fixture: about 2 minutes on 2 shared cores)
+One run of scripts/experiments/honest_heard.py (the module fixture: about 2 minutes on 2 shared cores)
 serves the three tests, each reading its JSON:
   (a) no attack: B trains A's groups in >= 90% of its rounds over 40 s after the warm-up (both at
       the script's learning rate, at which A keeps offering groups with reward variance);
   (b) the flood (35 s): B verifies A's messages in every 1-s interval after 5 s, trains them in
       >= 90% of its rounds; A and B give the attacker keys at most the young share of their mix,
-      and establish none of them (swarm.young_seconds is 300 s);
+      and establish none of them (swarm.admission.young_seconds is 300 s);
   (c) the script's smoke: JSON and PNG written, the flood sent what it was asked to.
 The flood's rate, 20 messages/s a key, is the Ingress's per-origin limit (protocol/ratelimit.py):
 every message a key sends passes it, so 8 keys send B 160 messages/s against A's 10 (A's Outbox
-pace), ten times what B may verify of young senders a round (swarm.ingest_young_share 0.25 of
-ingest_max_messages 64); the script's full run (60 a key, 32 keys) costs the attackers 2 cores.
+pace), ten times what B may verify of young senders a round (swarm.ingest.young_share 0.25 of
+swarm.ingest.max_messages 64); the script's full run (60 a key, 32 keys) costs the attackers 2 cores.
 Each test prints one `FIGURES {...}` line (pytest -s). Only processes the script starts are ended,
 by their Popen handles (the script ends its own children on SIGTERM)."""
 from __future__ import annotations
@@ -40,7 +40,7 @@ SHARE_TOLERANCE_CAP = 0.05
 @pytest.fixture(scope="module")
 def heard(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("honest-heard")
-    cmd = [sys.executable, str(ROOT / "scripts" / "exp_honest_heard.py"), "--smoke", "--out", str(out),
+    cmd = [sys.executable, "-m", "scripts.experiments.honest_heard", "--smoke", "--out", str(out),
            "--quiet-s", str(QUIET_S), "--flood-s", str(FLOOD_S), "--settle-s", str(SETTLE_S), "--keys", str(KEYS),
            "--procs", str(PROCS), "--rate", str(RATE), "--swarm", "honest-heard-test"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -53,7 +53,7 @@ def heard(tmp_path_factory) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
             output, _ = proc.communicate(timeout=30)
-        pytest.fail(f"exp_honest_heard.py ran over 420 s:\n{output[-3000:]}")
+        pytest.fail(f"scripts.experiments.honest_heard ran over 420 s:\n{output[-3000:]}")
     assert proc.returncode == 0, output[-3000:]
     return {"out": out, "result": json.loads((out / "exp_honest_heard.json").read_text()), "output": output}
 

@@ -11,10 +11,10 @@ import pytest
 
 from node.observe.metrics import read_metrics
 from processes import stop, wait_for
+from scripts.tools.webdriver import MISSING, Browser
 from test_observe import get
 from test_observe_live import ARGS
 from test_swarm_join import start
-from webdriver import MISSING, Browser
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
 

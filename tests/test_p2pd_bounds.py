@@ -14,6 +14,7 @@ from protocol import NodeIdentity, P2pdOptions
 from protocol.transports.p2pd import P2pdTransport
 from protocol.transports.p2pd.bounds import ConnectionBounds
 from protocol.transports.p2pd.daemon import DaemonProcess, DaemonStartError, daemon_binary
+from waiting import wait_until
 
 TOPIC = "swarm-node/bounds/rollouts/v1"
 
@@ -64,22 +65,13 @@ def test_bad_bounds_are_named_in_options_and_config():
         P2pdOptions(conn_high=-1)
     P2pdOptions(conn_low=9, conn_high=0)  # unbounded: conn_low only matters with a bound
     with pytest.raises(ConfigError, match="conn_low = 20 exceeds conn_high = 12"):
-        load_config(overrides=["swarm.conn_low=20"])
-    cfg = load_config(overrides=["swarm.conn_high=0"])
-    assert (cfg.swarm.conn_low, cfg.swarm.conn_high, cfg.swarm.conn_grace_s) == (6, 0, 20.0)
+        load_config(overrides=["swarm.p2pd.conn_low=20"])
+    cfg = load_config(overrides=["swarm.p2pd.conn_high=0"])
+    assert (cfg.swarm.p2pd.conn_low, cfg.swarm.p2pd.conn_high, cfg.swarm.p2pd.conn_grace_s) == (6, 0, 20.0)
 
 
 def _connections(transports: list[P2pdTransport]) -> list[int]:
     return [len(t.peers()) for t in transports]
-
-
-def _wait(predicate, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.mark.slow
@@ -105,7 +97,7 @@ def test_fourteen_daemons_that_know_only_the_first_stay_bounded_and_deliver_to_a
             return max(counts) <= high and min(counts) >= 1 and all(
                 t.stats().get(f"topic_peers:{TOPIC}", 0) >= 1 for t in nodes)
 
-        _wait(settled, f"every node at 1..{high} connections", timeout=90)
+        wait_until(settled, f"every node at 1..{high} connections", timeout=90)
         # and it holds: nobody redials what was trimmed. Another node's DHT lookup briefly connects
         # to peers it then lets go (and a newcomer has its grace period), so a node may be above
         # `high` for a moment (CI once saw the first node at high + 2): each node's median over 3 s
@@ -128,7 +120,7 @@ def test_fourteen_daemons_that_know_only_the_first_stay_bounded_and_deliver_to_a
         for i, t in enumerate(nodes):
             expected = {f"from {k}".encode() * 200 for k in publishers if k != i}
             got: set[bytes] = set()
-            _wait(lambda: got.update(r.data for r in t.drain(TOPIC)) or expected <= got,
+            wait_until(lambda: got.update(r.data for r in t.drain(TOPIC)) or expected <= got,
                   f"node {i} to receive {len(expected)} messages (connections {counts}, peak {peak})", timeout=20)
     finally:
         for t in nodes:

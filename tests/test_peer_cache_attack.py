@@ -1,4 +1,4 @@
-"""Issue 16 with real p2pd daemons on 127.0.0.1 (scripts/exp_peer_cache.py): an honest peer whose
+"""Issue 16 with real p2pd daemons on 127.0.0.1 (scripts/experiments/peer_cache.py): an honest peer whose
 group the node used, then short-lived attacker hosts that connect and leave. Afterwards peers.json
 ranks the honest peer first, never held more than its bound of departed hosts, the node gave up on
 them after a bounded number of failed redials, and a node restarted from the cache as it was when
@@ -7,18 +7,12 @@ Prints one `FIGURES {...}` line (pytest -s)."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from protocol.transports.p2pd.daemon import DaemonStartError, daemon_binary
 from protocol.transports.p2pd.peer_cache import PeerCacheLimits
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from exp_peer_cache import run  # noqa: E402
+from scripts.experiments.peer_cache import run
 
 pytestmark = pytest.mark.slow
 

@@ -125,6 +125,26 @@ def test_two_hosts_connect_and_deliver(make) -> None:
     assert b.stats()["dial_failures"] == 0
 
 
+def test_mesh_peers_and_connection_muxers_are_read_only_views(make) -> None:
+    """mesh_peers: whom GossipSub grafted for a topic (the other host once the heartbeat ran), []
+    before start, for a topic not joined, and after close; connection_muxers: the live connection's
+    negotiated muxer. Neither changes what the host does."""
+    a = make()
+    idle = make(start=False)
+    assert idle.mesh_peers(TOPIC) == [] and idle.connection_muxers() == {}
+    b = make(bootstrap=a.listen_addrs())
+    _connected(a, b)
+    _wait(lambda: a.mesh_peers(TOPIC) == [b.peer_id] and b.mesh_peers(TOPIC) == [a.peer_id], 10.0,
+          "A and B in each other's mesh")
+    assert a.mesh_peers("some/other/topic") == []
+    muxers = a.connection_muxers()
+    assert sum(muxers.values()) >= 1 and all("yamux" in m or "mplex" in m for m in muxers), muxers
+    a.publish(TOPIC, b"still delivered")
+    assert [m.data for m in _collect(b, TOPIC, 1, timeout=5.0)] == [b"still delivered"]
+    a.close()
+    assert a.mesh_peers(TOPIC) == [] and a.connection_muxers() == {}
+
+
 def test_three_hosts_in_a_line_all_receive(make) -> None:
     a = make()
     b = make(bootstrap=a.listen_addrs())

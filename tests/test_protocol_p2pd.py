@@ -20,6 +20,7 @@ from protocol.transports.p2pd.daemon import daemon_binary
 from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits
 
 from processes import repo_env
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "swarm-node/test/rollouts/v1"
@@ -29,16 +30,6 @@ try:
     daemon_binary()
 except DaemonStartError as missing:  # pragma: no cover - setup.sh installs hivemind
     pytest.skip(str(missing), allow_module_level=True)
-
-
-def wait_until(predicate, what: str, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def pid_alive(pid: int) -> bool:

@@ -1,6 +1,6 @@
 """Honest messages under a flood through the p2pd transport: the flood guard's rules
 (protocol/transports/p2pd/flood_guard.py) and, on real daemons on 127.0.0.1, honest delivery while one
-origin floods (scripts/bench_flood.py's smoke run)."""
+origin floods (scripts/bench/gossip/flood.py's smoke run)."""
 from __future__ import annotations
 
 import json
@@ -83,7 +83,7 @@ def test_honest_delivery_survives_a_flood_through_real_daemons(tmp_path: Path) -
         daemon_binary()
     except DaemonStartError as missing:  # pragma: no cover - setup.sh installs hivemind
         pytest.skip(str(missing))
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_flood.py"), "--smoke", "--skip-baseline", "--probe",
+    cmd = [sys.executable, "-m", "scripts.bench.gossip.flood", "--smoke", "--skip-baseline", "--probe",
            "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

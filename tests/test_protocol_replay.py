@@ -3,17 +3,14 @@ a window early opens no replay."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
 from protocol.errors import Reason, Rejected
 from protocol.replay import ReplayGuard, SequenceWindow
+from scripts.bench import sender_lockout
 
 from fake_clock import FakeClock
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import bench_sender_lockout  # noqa: E402
 
 
 def reason(window_or_guard, *args) -> Reason | None:
@@ -109,8 +106,8 @@ def test_a_window_forgotten_early_opens_no_replay_even_after_its_sender_returns(
 def test_newcomers_get_in_while_14100_keys_hold_both_sender_tables():
     """Issue 16: 14,100 keys, one valid signed message each every 714 s (under the 720 s ttl),
     through the real Ingress, fill the 10,000 known and 4,096 unknown windows; 10 honest newcomers
-    then join. The old guard refused every newcomer as `busy` (bench_sender_lockout: 0 of 50)."""
-    result = bench_sender_lockout.lockout(attackers=14_100, newcomers=10, minutes=6, every_s=30)
+    then join. The old guard refused every newcomer as `busy` (scripts/bench/sender_lockout.py: 0 of 50)."""
+    result = sender_lockout.lockout(attackers=14_100, newcomers=10, minutes=6, every_s=30)
     assert result["known_senders"] == 10_000 and result["senders_tracked"] == 10_000 + 4_096, result
     assert result["newcomers_in_at_first_message"] == 10, result
     assert "busy" not in result["rejected"], result

@@ -1,18 +1,13 @@
-"""scripts/sim_gossip_scale.py: the bounded overlay model behind proto/PROTOCOL.md's 10,000-node
+"""scripts/bench/gossip/sim_scale.py: the bounded overlay model behind proto/PROTOCOL.md's 10,000-node
 arithmetic stays within its bounds, reaches everyone, and its hops grow like log N."""
 from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import sim_gossip_scale as sim  # noqa: E402
+from scripts.bench.gossip import sim_scale as sim
 
 
 def test_the_model_keeps_its_bounds_reaches_all_and_hops_grow_like_log_n(tmp_path):

@@ -27,7 +27,7 @@ def test_round_cost_charges_generation_training_and_overhead():
     tiny = profiles("tiny")
     assert tiny["slow"].gen_tokens_per_s == tiny["fast"].gen_tokens_per_s / 2
     assert tiny["gpu"].train_tokens_per_s == 20 * tiny["fast"].train_tokens_per_s
-    with pytest.raises(ValueError, match="measure_profile.py --preset nosuch"):
+    with pytest.raises(ValueError, match="scripts.tools.measure_profile --preset nosuch"):
         profiles("nosuch")
 
 

@@ -6,27 +6,18 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
-from typing import Callable
 
 import pytest
 
 from protocol.identity import NodeIdentity
 from protocol.transports.memory import MemoryBus, MemoryTransport
 from protocol.transports.options import P2pdOptions
+from waiting import wait_until
 
 TOPIC = "swarm-node/fairness/rollouts/v1"
 INBOX = 16  # the receiver's per-topic inbox
 HONEST, FLOOD = 4, 60
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def memory_hosts(made: list) -> tuple:

@@ -159,10 +159,10 @@ def test_train_smollm2_on_vllm_end_to_end(tmp_path, tmp_path_factory):
 
 
 def test_bench_policy_measures_the_vllm_backend(tmp_path):
-    """scripts/bench_policy.py in a small SmolLM2 setting: the vLLM side in (1), our round on vLLM in
+    """scripts/bench/policy/bench.py in a small SmolLM2 setting: the vLLM side in (1), our round on vLLM in
     (2) with its weight refresh timed (the full run's figures are in the README)."""
     env = {**os.environ, "SWARM_NODE_VLLM_PYTHON": str(VLLM_PYTHON)}
-    command = [sys.executable, str(ROOT / "scripts" / "bench_policy.py"), "--prompts", "1", "--group-size", "2",
+    command = [sys.executable, "-m", "scripts.bench.policy.bench", "--prompts", "1", "--group-size", "2",
                "--max-new-tokens", "4", "--steps", "1", "--gen-reps", "1", "--skip-trl", "--skip-rss", "--backend", "vllm",
                "--precisions", "fp32", "--no-decode-variants", "--out", str(tmp_path)]
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

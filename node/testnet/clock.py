@@ -21,7 +21,7 @@ A round costs (every count from the round's metrics row, node/train/loop.py and 
       + hint_tokens_generated / gen_tokens_per_s       on our device, for them
 
 so a node pays for all the work sharing makes it do, measured on a swarm, not a lone node
-(`scripts/measure_profile.py` fits every rate on the rounds of a silo and a 4/4 testnet). The held-out
+(`scripts/tools/measure_profile.py` fits every rate on the rounds of a silo and a 4/4 testnet). The held-out
 evaluation is the measuring instrument: it is never charged. `--charge wall` charges each round's
 measured wall time instead (scaled by the profile's speed): not repeatable, but it assumes no model.
 """
@@ -61,20 +61,20 @@ class DeviceProfile:
 
 
 # The "fast" device per preset: one CPU thread of the machine the numbers were measured on, printed by
-# `scripts/measure_profile.py --preset NAME` (a new preset is one more line). tiny-warm was fitted on
+# `python -m scripts.tools.measure_profile --preset NAME` (a new preset is one more line). tiny-warm was fitted on
 # the rounds of an 8/0 and a 4/4 testnet of 4 nodes (every cost above, exchange included); tiny and
 # smollm2 on a lone node (no exchange rates: their testnets charge no exchange work).
 MEASURED: dict[str, DeviceProfile] = {
     "tiny": DeviceProfile("fast", gen_tokens_per_s=23750.0, train_tokens_per_s=5770.0, round_overhead_s=0.0055),
-    # `scripts/measure_profile.py --preset tiny-warm --rounds 60` (464 rounds of 4 + 4 nodes): a 4/4 round
+    # `python -m scripts.tools.measure_profile --preset tiny-warm --rounds 60` (464 rounds of 4 + 4 nodes): a 4/4 round
     # took 0.111 s here against a silo round's 0.045 s (generation 0.050 s: hinted prompts are calls of their
     # own; exchange 0.040 s); charged/wall on those rounds 1.04 (8/0) and 0.98 (4/4)
     # message_skim_s (the peek that drops an established peer's zero-variance group, node/peers/peek.py) came later:
-    # `scripts/bench_round_cost.py`'s t_exchange_skim / messages_skimmed on 8 nodes (0.5 ms / 19.8 a round)
+    # `scripts/bench/round_cost.py`'s t_exchange_skim / messages_skimmed on 8 nodes (0.5 ms / 19.8 a round)
     "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=1.88e+04, train_tokens_per_s=6845, round_overhead_s=0.00942,
                                generate_call_s=0.0156, message_check_s=0.000514, group_verify_s=0.000755,
                                message_publish_s=0.00037, message_skim_s=2.5e-05),
-    # measured with `scripts/measure_profile.py --preset smollm2 --set sampling.max_new_tokens=48`
+    # measured with `python -m scripts.tools.measure_profile --preset smollm2 --set sampling.max_new_tokens=48`
     "smollm2": DeviceProfile("fast", gen_tokens_per_s=201.5, train_tokens_per_s=37.79, round_overhead_s=3.2),
 }
 SLOW_FACTOR = 0.5   # the heterogeneous testnet's slow nodes (plan.slowdown() == 2) run at half speed
@@ -85,7 +85,7 @@ def fast_profile(preset: str) -> DeviceProfile:
     profile = MEASURED.get(preset)
     if profile is None:
         raise ValueError(f"--clock compute: no measured device profile for preset {preset!r} (have: "
-                         f"{', '.join(MEASURED)}). Run `python scripts/measure_profile.py --preset {preset}` and add "
+                         f"{', '.join(MEASURED)}). Run `python -m scripts.tools.measure_profile --preset {preset}` and add "
                          "the line it prints to MEASURED in node/testnet/clock.py, or use --clock rounds")
     return profile
 

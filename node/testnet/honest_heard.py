@@ -15,10 +15,10 @@ metrics.jsonl; `node_figures` turns what it saw in a time window into the accept
                             where a node does not report it yet: `verified_source` says which)
   attacker_share            groups trained from any signer but the honest peer, over all trained
   establishment             when attacker keys became established (status "established" entries:
-                            see `established_from_reply`) against swarm.young_seconds and
-                            swarm.establish_interval_s
+                            see `established_from_reply`) against swarm.admission.young_seconds and
+                            swarm.admission.establish_interval_s
 
-scripts/exp_honest_heard.py drives it (JSON + PNG); tests/test_honest_heard.py runs it as a test.
+scripts/experiments/honest_heard.py drives it (JSON + PNG); tests/test_honest_heard.py runs it as a test.
 Only processes started here are ended, by their Popen handles; every wait is bounded.
 """
 from __future__ import annotations
@@ -310,8 +310,8 @@ def counters_delta(probe: Probe, t0: float, t1: float) -> dict[str, int]:
 def establishment(sample: Sample | None, honest: str, attackers: set[str], flood_start: float,
                   young_s: float | None, interval_s: float | None, tolerance_s: float = 1.0) -> dict:
     """When keys became established at a node, against the documented rate: after the first key at
-    most one per `interval_s` (swarm.establish_interval_s), and no attacker key sooner than `young_s`
-    (swarm.young_seconds) after its first message (when the node does not report first_seen: after
+    most one per `interval_s` (swarm.admission.establish_interval_s), and no attacker key sooner than `young_s`
+    (swarm.admission.young_seconds) after its first message (when the node does not report first_seen: after
     its process started flooding, an upper bound on how long it was known, so a key flagged here
     broke the rule for certain)."""
     if sample is None or sample.established is None:

@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """What a sharing round costs against a silo round, phase by phase, measured in one run.
 
-    .venv/bin/python scripts/bench_round_cost.py                          # tiny-warm, 8 nodes, 60 rounds
-    .venv/bin/python scripts/bench_round_cost.py --preset smollm2 --nodes 3 --rounds 4 \\
+    .venv/bin/python -m scripts.bench.round_cost                          # tiny-warm, 8 nodes, 60 rounds
+    .venv/bin/python -m scripts.bench.round_cost --preset smollm2 --nodes 3 --rounds 4 \\
         --set sampling.group_size=8 --set sampling.max_new_tokens=48        # SmolLM2, 8 x 8 x 48 tokens
-    .venv/bin/python scripts/bench_round_cost.py --quick                  # smoke: 2 nodes, 4 rounds
+    .venv/bin/python -m scripts.bench.round_cost --quick                  # smoke: 2 nodes, 4 rounds
 
 Runs the in-process memory testnet on the rounds clock (real nodes, real signed messages, the real
 exchange; node/testnet/memory.py), first every node a silo (8/0), then a swarm (4/4), and prints
@@ -17,31 +16,26 @@ measured on, and only the ratio of two mixes of one run means anything. Writes
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from node.testnet.memory import MemoryTestnet  # noqa: E402
-from node.testnet.plan import Plan  # noqa: E402
-from node.testnet.round_costs import EXCHANGE_PARTS, round_cost_text, round_costs  # noqa: E402
+from node.testnet.memory import MemoryTestnet
+from node.testnet.plan import Plan
+from node.testnet.round_costs import EXCHANGE_PARTS, round_cost_text, round_costs
+from scripts.common import arg_parser, pyplot, runs_dir, write_result
 
 MIXES = ((8, 0), (4, 4))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--preset", default="tiny-warm")
     p.add_argument("--nodes", type=int, default=8)
     p.add_argument("--rounds", type=int, default=60)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--quick", action="store_true", help="smoke mode: 2 nodes, 4 rounds")
-    p.add_argument("--out", default=str(ROOT / "runs" / "bench-round-cost"))
+    p.add_argument("--out", default=str(runs_dir("bench-round-cost")))
     args = p.parse_args(argv)
     if args.quick:
         args.nodes, args.rounds = 2, 4
@@ -62,11 +56,7 @@ def run(args: argparse.Namespace, work: Path) -> list[dict]:
 
 
 def plot(table: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     parts = [("t_generate", "generate"), ("t_score", "score own"), ("t_train", "train"),
              *((f"t_exchange_{p}", f"exchange: {p}") for p in EXCHANGE_PARTS)]
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -91,14 +81,12 @@ def plot(table: list[dict], path: Path) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         table = run(args, Path(work))
     print("\n".join(round_cost_text(table)))
     result = {"preset": args.preset, "nodes": args.nodes, "rounds": args.rounds, "overrides": args.overrides,
               "machine": f"{platform.processor() or platform.machine()}, {platform.system()}", "table": table}
-    (out / "bench_round_cost.json").write_text(json.dumps(result, indent=1))
-    plot(table, out / "bench_round_cost.png")
+    write_result(out, "bench_round_cost", result, lambda result, path: plot(result["table"], path))
     print(f"wrote {out / 'bench_round_cost.json'} and .png")
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Can many keys lock new honest nodes out of the replay guard? (issue 16, "sender tables")
 
 On the real Ingress with real signed envelopes, in simulated time (the Ingress and its replay
@@ -10,22 +9,18 @@ one after another over --minutes and each sends a message every --every-s second
 Reported: how many newcomers got at least one message accepted, how many at their first message,
 and every rejection by reason.
 
-    PYTHONPATH=. .venv/bin/python scripts/bench_sender_lockout.py     # JSON on stdout
+    .venv/bin/python -m scripts.bench.sender_lockout     # JSON on stdout
 
-Runs against whatever `protocol` is on PYTHONPATH (the same script measured the code before and after).
+Runs against whatever `protocol` it imports (the same script measured the code before and after:
+run from the root of the checkout to measure).
 """
 from __future__ import annotations
 
-import argparse
 import heapq
 import json
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import arg_parser
 
 START = 1.9e9  # simulated Unix time (s)
 
@@ -78,7 +73,7 @@ def lockout(attackers: int = 14_100, newcomers: int = 50, period_s: float = 714.
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arg_parser(__spec__, __doc__)
     parser.add_argument("--attackers", type=int, default=14_100)
     parser.add_argument("--newcomers", type=int, default=50)
     parser.add_argument("--period-s", type=float, default=714.0, help="each attacker key sends this often (< 720 s ttl)")

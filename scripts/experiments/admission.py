@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Identities are free: what do fresh keys and re-signed groups get out of a node, and what does a
 TaskRef at an unknown seed cost it? (issue 9, items 4 and 9)
 
@@ -14,14 +13,14 @@ the real Ingress and exchange on the in-process bus (node/service/join.py memory
   seeds     reasoning-gym `acre` refs at seeds the node was not configured with (the digest
             matching each seed, as an attacker computes it). Reported: ms per rebuild (median).
 
-    PYTHONPATH=. .venv/bin/python scripts/exp_admission.py            # all three, JSON on stdout
-    PYTHONPATH=. .venv/bin/python scripts/exp_admission.py --only seeds
+    .venv/bin/python -m scripts.experiments.admission                 # all three, JSON on stdout
+    .venv/bin/python -m scripts.experiments.admission --only seeds
 
-Runs against whatever `node` is on PYTHONPATH (the same script measured the code before and after).
+Runs against whatever `node` it imports (the same script measured the code before and after: run
+from the root of the checkout to measure).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
@@ -32,9 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import arg_parser
 
 SWARM = "adm"
 
@@ -191,7 +188,7 @@ def unknown_seed_ms(n: int = 5) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--only", choices=["sybil", "resign", "seeds"])
     p.add_argument("--keys", type=int, default=100)
     p.add_argument("--rounds", type=int, default=10)

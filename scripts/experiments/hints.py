@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Hints across the swarm: does a node that cannot solve a task family learn it from a peer's hints?
 
 Two real tiny nodes in one process, talking over the in-process bus (real signed messages, the
@@ -15,35 +14,32 @@ Reported per condition and seed: the weak node's unhinted pass rate over rounds 
 completions are not counted), its greedy pass@1 on all 10 count questions every --eval-every
 rounds, hinted-group statistics, and hint traffic. Writes <out>/exp_hints.json and .png.
 
-    .venv/bin/python scripts/exp_hints.py                     # 3 seeds x 400 rounds (a few minutes)
-    .venv/bin/python scripts/exp_hints.py --quick             # smoke: 1 seed x 12 rounds
+    .venv/bin/python -m scripts.experiments.hints             # 3 seeds x 400 rounds (a few minutes)
+    .venv/bin/python -m scripts.experiments.hints --quick     # smoke: 1 seed x 12 rounds
 """
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import arg_parser, command_line, console as make_console, pyplot, runs_dir, write_result
 
 FAMILY = "count"
 CONDITIONS = ("hints_on", "hints_off")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--rounds", type=int, default=400)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--eval-every", type=int, default=20)
     p.add_argument("--sft-steps", type=int, default=300, help="supervised warm start of the strong node")
     p.add_argument("--quick", action="store_true", help="smoke mode: 1 seed, 12 rounds, short warm start")
-    p.add_argument("--out", default=str(ROOT / "runs" / "exp_hints"))
+    p.add_argument("--out", default=str(runs_dir("exp_hints")))
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.seeds, args.eval_every, args.sft_steps = 12, 1, 6, 60
@@ -145,12 +141,9 @@ def run_condition(condition: str, seed: int, args, progress, task_id) -> dict:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from node.observe.report import rolling_mean
+
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = {"hints_on": "C2", "hints_off": "C3"}
@@ -173,14 +166,13 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
 
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = make_console(160)
     runs = []
     with Progress(console=console, transient=True) as progress:
         for seed in range(args.seeds):
@@ -188,7 +180,7 @@ def main(argv=None) -> int:
                 task_id = progress.add_task(f"{condition} seed {seed}", total=args.rounds)
                 runs.append(run_condition(condition, seed, args, progress, task_id))
     result = {"family": FAMILY, "rounds": args.rounds, "seeds": args.seeds, "sft_steps": args.sft_steps,
-              "machine": platform.platform(), "command": " ".join(["scripts/exp_hints.py", *(argv or sys.argv[1:])]),
+              "machine": platform.platform(), "command": command_line(__spec__, argv),
               "runs": runs}
     table = Table(title=f"exp_hints: weak node on '{FAMILY}' ({args.rounds} rounds)")
     for col in ("condition", "seed", "strong pass@1 (warm)", "weak pass rate, last 10%", "weak greedy pass@1",
@@ -199,9 +191,8 @@ def main(argv=None) -> int:
                       f"{run['weak_pass_rate_last10pct']:.3f}", f"{run['weak_greedy_pass_final']:.2f}",
                       str(run["first_unhinted_success_round"]), str(run["hinted_groups"]), str(run["hints_accepted"]))
     console.print(table)
-    (out / "exp_hints.json").write_text(json.dumps(result, indent=1))
-    plot(result, out / "exp_hints.png")
-    console.print(f"wrote {out / 'exp_hints.json'} and {out / 'exp_hints.png'}")
+    json_path, png_path = write_result(out, "exp_hints", result, plot)
+    console.print(f"wrote {json_path} and {png_path}")
     return 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Issue 31, "an honest peer is always heard": two README-default `swarm-node join` nodes on p2pd
 (127.0.0.1, preset tiny) and a flood of valid, unique, trainable groups from many keys.
 
@@ -24,8 +23,8 @@ second and their metrics.jsonl tailed (node/testnet/honest_heard.py). Figures, p
                              swarm.establish_interval_s (after the first key, at most one key per
                              interval; no key sooner than young_seconds after it was first seen)
 
-    .venv/bin/python scripts/exp_honest_heard.py            # 120 s + 120 s, 32 keys x 60 msg/s over 4 processes
-    .venv/bin/python scripts/exp_honest_heard.py --smoke    # 25 s + 25 s, 4 keys x 10 msg/s over 2 processes
+    .venv/bin/python -m scripts.experiments.honest_heard           # 120 s + 120 s, 32 keys x 60 msg/s, 4 processes
+    .venv/bin/python -m scripts.experiments.honest_heard --smoke   # 25 s + 25 s, 4 keys x 10 msg/s, 2 processes
 
 Writes <out>/exp_honest_heard.json and .png (default out runs/exp-honest-heard), the nodes' run
 dirs and logs and the attackers' summaries beside them. The JSON's "acceptance" names each check
@@ -35,7 +34,6 @@ status 0 whatever the figures (a measurement), 1 with --check when a check fails
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -44,18 +42,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from node.testnet.honest_heard_run import LEARNING_SETS  # noqa: E402
+from node.testnet.honest_heard_run import LEARNING_SETS
+from scripts.common import arg_parser, command_line, console as make_console, pyplot, runs_dir, write_result
 
 SMOKE = {"quiet_s": 25.0, "flood_s": 25.0, "keys": 4, "procs": 2, "rate": 10.0}
 FULL = {"quiet_s": 120.0, "flood_s": 120.0, "keys": 32, "procs": 4, "rate": 60.0}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--smoke", "--quick", action="store_true", dest="smoke",
                    help=f"seconds-long run: {SMOKE} (explicit options still win)")
     p.add_argument("--quiet-s", type=float, help=f"phase 1 seconds (default {FULL['quiet_s']:.0f})")
@@ -72,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="config override for both nodes and the attackers' task source (repeatable; default "
                         f"{' '.join(LEARNING_SETS)}: the fast node keeps groups with reward variance to share)")
     p.add_argument("--check", action="store_true", help="exit 1 when an acceptance check fails or is unmeasurable")
-    p.add_argument("--out", default=str(ROOT / "runs" / "exp-honest-heard"))
+    p.add_argument("--out", default=str(runs_dir("exp-honest-heard")))
     args = p.parse_args(argv)
     for key, value in (SMOKE if args.smoke else FULL).items():
         if getattr(args, key) is None:
@@ -87,19 +82,15 @@ def machine() -> dict:
     try:
         model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith("model name")), None)
-    except OSError:
-        pass
+    except OSError:  # no /proc/cpuinfo: the model stays unknown
+        model = None
     return {"platform": platform.platform(), "processor": platform.processor() or None, "cpu_model": model,
             "cpus": os.cpu_count(), "python": platform.python_version(),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     flood_t = result["phases"]["flood"]["t0"] - result["phases"]["quiet"]["t0"]
     fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
     for name, color in (("a", "C0"), ("b", "C1")):
@@ -167,7 +158,6 @@ def _terminate(signum, _frame) -> None:
 
 
 def main(argv=None) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from node.testnet.honest_heard_run import HonestHeardRun, Plan
@@ -178,7 +168,7 @@ def main(argv=None) -> int:
     shutil.rmtree(out / "a", ignore_errors=True)  # a join node would resume an earlier run's checkpoint
     shutil.rmtree(out / "b", ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = make_console(160)
     plan = Plan(out=out, swarm=args.swarm, quiet_s=args.quiet_s, flood_s=args.flood_s, keys=args.keys,
                 procs=args.procs, rate=args.rate, settle_s=args.settle_s, min_round_s=args.min_round_s,
                 transport=args.transport, share_tolerance=args.share_tolerance, node_sets=LEARNING_SETS if args.node_set is None else tuple(args.node_set))
@@ -192,16 +182,15 @@ def main(argv=None) -> int:
         return 2
     info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result = {"machine": info, "seconds": round(time.time() - started, 1),
-              "command": " ".join(["scripts/exp_honest_heard.py", *(argv if argv is not None else sys.argv[1:])]),
+              "command": command_line(__spec__, argv),
               **result}
-    (out / "exp_honest_heard.json").write_text(json.dumps(result, indent=1))
-    plot(result, out / "exp_honest_heard.png")
+    json_path, png_path = write_result(out, "exp_honest_heard", result, plot)
     console.print(summary_table(result))
     for line in result["missing"]:
         console.print(f"missing: {line}", style="yellow", markup=False)
     for line in result["diagnosis"]:
         console.print(f"note: {line}", markup=False)
-    console.print(f"wrote {out / 'exp_honest_heard.json'} and {out / 'exp_honest_heard.png'}")
+    console.print(f"wrote {json_path} and {png_path}")
     failed = [k for k, v in result["acceptance"].items() if v is not True]
     return 1 if args.check and failed else 0
 

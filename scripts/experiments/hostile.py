@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Hostile peers against a swarm: do honest nodes accept any invalid message, and what does each
 attack cost them?
 
@@ -10,9 +9,9 @@ mean cumulative reward relative to the baseline (the bar: within 10%), and the r
 recorded. Runs use the in-process testnet (`swarm-node testnet --transport memory`): real signed
 messages through the real Ingress and exchange, deterministic per seed.
 
-    .venv/bin/python scripts/exp_hostile.py                   # 6 honest + 2 hostile, 300 rounds, all kinds
-    .venv/bin/python scripts/exp_hostile.py --quick           # smoke: 2 honest, 2 kinds, 12 rounds
-    .venv/bin/python scripts/exp_hostile.py --resume          # after a crash: only the kinds not yet done
+    .venv/bin/python -m scripts.experiments.hostile           # 6 honest + 2 hostile, 300 rounds, all kinds
+    .venv/bin/python -m scripts.experiments.hostile --quick   # smoke: 2 honest, 2 kinds, 12 rounds
+    .venv/bin/python -m scripts.experiments.hostile --resume  # after a crash: only the kinds not yet done
 
 Writes <out>/exp_hostile.json and <out>/exp_hostile.png (default out runs/exp_hostile).
 """
@@ -25,15 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import arg_parser, command_line, console as make_console, pyplot, runs_dir, write_json, write_result
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     from node.testnet.hostile import KINDS
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--honest", type=int, default=6, help="honest nodes")
     p.add_argument("--count", type=int, default=2, help="hostile peers of each kind")
     p.add_argument("--rounds", type=int, default=300)
@@ -45,7 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke mode: 2 honest nodes, 2 kinds, 12 rounds")
     p.add_argument("--resume", action="store_true", help="reuse the kinds an earlier run with the same settings "
                                                          "finished (<out>/<kind>/result.json)")
-    p.add_argument("--out", default=str(ROOT / "runs" / "exp_hostile"))
+    p.add_argument("--out", default=str(runs_dir("exp_hostile")))
     args = p.parse_args(argv)
     if args.quick:
         args.honest, args.rounds, args.kinds = 2, 12, "liar,sybil"
@@ -80,11 +77,7 @@ def run_once(args, kind: str | None, out: Path) -> dict:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs = result["runs"]
     fig, ax = plt.subplots(figsize=(10, 4))
     names = [r["kind"] for r in runs]
@@ -102,13 +95,12 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console = make_console(200)
     started = time.perf_counter()
     runs = []
     settings = {k: getattr(args, k) for k in ("honest", "count", "rounds", "mix", "seed", "set")}
@@ -120,12 +112,12 @@ def main(argv=None) -> int:
             continue
         console.print(f"running {'no attacker' if kind is None else kind} ...", highlight=False)
         runs.append(run_once(args, kind, out))
-        saved.write_text(json.dumps({"settings": settings, "run": runs[-1]}, indent=1))  # survives a later crash
+        write_json(saved, {"settings": settings, "run": runs[-1]})  # survives a later crash
     base = runs[0]["cumulative_reward_per_node"]
     for run in runs:
         run["relative_reward"] = run["cumulative_reward_per_node"] / base if base else None
     result = {"honest": args.honest, "count": args.count, "rounds": args.rounds, "mix": args.mix, "seed": args.seed,
-              "command": " ".join(["scripts/exp_hostile.py", *(argv if argv is not None else sys.argv[1:])]),
+              "command": command_line(__spec__, argv),
               "seconds": time.perf_counter() - started, "runs": runs}
     table = Table(title=f"exp_hostile: {args.honest} honest nodes + {args.count} hostile of each kind, "
                         f"{args.rounds} rounds, mix {args.mix}")
@@ -137,9 +129,8 @@ def main(argv=None) -> int:
         table.add_row(run["kind"], str(run["invalid_used"]), str(run["hostile_used"]), f"{run['relative_reward']:.3f}",
                       heldout, top)
     console.print(table)
-    (out / "exp_hostile.json").write_text(json.dumps(result, indent=1))
-    plot(result, out / "exp_hostile.png")
-    console.print(f"wrote {out / 'exp_hostile.json'} and {out / 'exp_hostile.png'}")
+    json_path, png_path = write_result(out, "exp_hostile", result, plot)
+    console.print(f"wrote {json_path} and {png_path}")
     return 0
 
 

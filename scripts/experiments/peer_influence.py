@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """What can a peer buy with the numbers it claims? Liar vs honest sender, per external objective.
 
 One update of the real tiny model on one group of ours (8 completions) plus one peer group of the
@@ -16,8 +15,8 @@ Then group size: the same 8 completions sent as a group of 64 (each eight times)
 answer among 64 vs one among 8, as the peer group's share of the batch's gradient mass
 sum |dL/dl| (ours + the peer's = 1).
 
-    .venv/bin/python scripts/exp_peer_influence.py            # about a minute on 2 cores
-    .venv/bin/python scripts/exp_peer_influence.py --quick    # smoke: two objectives
+    .venv/bin/python -m scripts.experiments.peer_influence            # about a minute on 2 cores
+    .venv/bin/python -m scripts.experiments.peer_influence --quick    # smoke: two objectives
 
 Writes <out>/exp_peer_influence.json and .png (default runs/exp_peer_influence). It only calls
 Learner.update and reads the loss inputs the learner builds, so it runs against older versions of
@@ -25,23 +24,17 @@ the learner too (that is how the "before" column of the issue note was made).
 """
 from __future__ import annotations
 
-import argparse
 import inspect
-import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from policy.learner import Learner, OffPolicyConfig, OptimConfig  # noqa: E402
-from policy.logprobs import completion_logprobs, pad_batch  # noqa: E402
-from policy.losses import make_objective  # noqa: E402
-from policy.models import ModelConfig, load_policy  # noqa: E402
-from policy.types import TrainGroup, TrainSample  # noqa: E402
+from policy.learner import Learner, OffPolicyConfig, OptimConfig
+from policy.logprobs import completion_logprobs, pad_batch
+from policy.losses import make_objective
+from policy.models import ModelConfig, load_policy
+from policy.types import TrainGroup, TrainSample
+from scripts.common import arg_parser, command_line, pyplot, runs_dir, write_result
 
 PROMPT = [1, 5, 13]  # bos '2' '='
 PEER_TEXTS = [[3 + i, 4 + i % 3, 5] for i in range(8)]
@@ -115,10 +108,7 @@ def measure(external: str, proximal: str, peer: TrainGroup) -> dict:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = result["weights"]
     names = [f"{r['objective']}\n({r['proximal']})" for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
@@ -135,9 +125,9 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--quick", action="store_true", help="smoke: two objectives")
-    p.add_argument("--out", default=str(ROOT / "runs" / "exp_peer_influence"))
+    p.add_argument("--out", default=str(runs_dir("exp_peer_influence")))
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     objectives = OBJECTIVES[:1] + OBJECTIVES[5:6] if args.quick else OBJECTIVES
@@ -157,12 +147,9 @@ def main(argv=None) -> dict:
     }
     for name, m in sizes.items():
         print(f"group size {name:10s} peer share of the gradient mass {m['peer_grad_share']:.3f}", flush=True)
-    result = {"weights": weights, "group_sizes": sizes, "command": " ".join(["scripts/exp_peer_influence.py",
-                                                                              *(argv or sys.argv[1:])])}
+    result = {"weights": weights, "group_sizes": sizes, "command": command_line(__spec__, argv)}
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "exp_peer_influence.json").write_text(json.dumps(result, indent=1))
-    plot(result, out / "exp_peer_influence.png")
+    write_result(out, "exp_peer_influence", result, plot)
     print(f"wrote {out}/exp_peer_influence.json and .png")
     return result
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Learning parity of a low-precision sampler: does sampling from an int8 copy of the policy, with the
 mismatch corrected by tis(...), learn like sampling from the float32 learner itself?
 
@@ -14,11 +13,11 @@ bf16) and lean (the 2 GB configuration: LoRA on bf16 weights, README). Per arm a
 greedy pass@1 of the LEARNER's float32 weights (evaluated with its own generator, never the copy)
 every --eval-every rounds. Parity: int8_tis's mean cumulative reward within one std of fp32's.
 
-    .venv/bin/python scripts/exp_precision.py                       # tiny, 3 seeds x 300 rounds
-    .venv/bin/python scripts/exp_precision.py --preset tiny-warm --rounds 150
-    .venv/bin/python scripts/exp_precision.py --preset smollm2 --rounds 15 --seeds 1 --threads 2 \\
+    .venv/bin/python -m scripts.experiments.precision               # tiny, 3 seeds x 300 rounds
+    .venv/bin/python -m scripts.experiments.precision --preset tiny-warm --rounds 150
+    .venv/bin/python -m scripts.experiments.precision --preset smollm2 --rounds 15 --seeds 1 --threads 2 \\
         --arms fp32,bf16_tis,int8_tis,int8_uncorrected,lean --eval-every 15 --eval-tasks 8
-    .venv/bin/python scripts/exp_precision.py --quick               # smoke: 6 rounds, 1 seed
+    .venv/bin/python -m scripts.experiments.precision --quick       # smoke: 6 rounds, 1 seed
 
 Writes <out>/exp_precision.json and <out>/exp_precision.png (default out runs/exp_precision).
 """
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import statistics
@@ -35,9 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import arg_parser, pyplot, runs_dir, write_result
 
 # arm -> sampling.precision, whether the node's tis correction stays on, extra overrides
 ARMS = {
@@ -51,7 +47,7 @@ ARMS = {
 DEFAULT_ARMS = ("fp32", "int8_tis", "int8_uncorrected")
 COLORS = {"fp32": "tab:blue", "int8_tis": "tab:green", "int8_uncorrected": "tab:red", "bf16_tis": "tab:cyan",
           "lean": "tab:purple"}
-# smollm2: the small run of scripts/exp_offpolicy.py (one-digit synthetic families in the chat template,
+# smollm2: the small run of scripts/experiments/offpolicy.py (one-digit synthetic families in the chat template,
 # where SmolLM2 starts at a 6-22% pass rate) at lr 1e-5, 4 prompts x 8 x 48 tokens
 PRESET_OVERRIDES = {
     "smollm2": ["tasks.source=synthetic", "tasks.datasets={copy = 1.0, succ = 1.0, add = 1.0}",
@@ -62,7 +58,7 @@ PER_ROUND = ("reward_mean", "sampler_logp_diff", "sampler_kl", "tis_weight_ess",
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--preset", choices=["tiny", "tiny-warm", "smollm2"], default="tiny")
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--seeds", type=int, default=3)
@@ -72,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="extra config override")
     p.add_argument("--quick", action="store_true", help="smoke mode: 6 rounds, 1 seed, 4 held-out tasks")
-    p.add_argument("--out", type=Path, default=ROOT / "runs" / "exp_precision")
+    p.add_argument("--out", type=Path, default=runs_dir("exp_precision"))
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.seeds, args.eval_every, args.eval_tasks = 6, 1, 3, 4
@@ -156,11 +152,7 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs, summary = result["runs"], result["summary"]["arms"]
     arms = [a for a in ARMS if a in summary]
     fig, (ax_reward, ax_pass, ax_bar) = plt.subplots(1, 3, figsize=(15, 4.4))
@@ -205,9 +197,7 @@ def main(argv=None) -> int:
               "summary": summarize(runs), "runs": runs, "wall_s": time.perf_counter() - started,
               "load_average_start_end": [load_start, os.getloadavg()], "threads": args.threads,
               "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}"}
-    json_path, png_path = args.out / "exp_precision.json", args.out / "exp_precision.png"
-    json_path.write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, png_path)
+    json_path, png_path = write_result(args.out, "exp_precision", result, plot, indent=2, newline=True)
     for arm, s in result["summary"]["arms"].items():
         c, p = s["cumulative_reward"], s["final_pass1"]
         print(f"{arm:17s} {s['objective']:10s} cumulative reward {c['mean']:.2f} ± {c['std']:.2f}, final "

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """The swarm against the silo, as a skeptic would run it: every cost charged, a tuned silo, controls.
 
 Every arm is an in-process tiny-warm testnet (node/testnet/memory.py) on the compute clock, which
@@ -42,8 +41,8 @@ controls) the swarm with 95% bootstrap CIs (node/testnet/stats.py), training rew
 distinct completions, flat-group share, charged/wall, rounds. Writes <out>/exp_skeptic.json and
 exp_skeptic.png; every run's result is kept (<out>/<stage>/<arm>/seed<k>.json) and reused on a rerun.
 
-    .venv/bin/python scripts/exp_skeptic.py                 # 4 nodes, 8 seeds, 3 tuning seeds (hours)
-    .venv/bin/python scripts/exp_skeptic.py --quick         # smoke: 2 nodes, 2 seeds, a tiny budget (~40 s)
+    .venv/bin/python -m scripts.experiments.skeptic           # 4 nodes, 8 seeds, 3 tuning seeds (hours)
+    .venv/bin/python -m scripts.experiments.skeptic --quick   # smoke: 2 nodes, 2 seeds, a tiny budget (~40 s)
 """
 from __future__ import annotations
 
@@ -52,14 +51,11 @@ import json
 import multiprocessing
 import platform
 import shutil
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from statistics import mean
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import arg_parser, command_line, pyplot, runs_dir, write_json
 
 PRESET = "tiny-warm"
 LR = 1e-3  # the preset's
@@ -317,11 +313,7 @@ def report_lines(result: dict) -> list[str]:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fin = result["final"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
     for name, curves in fin["curves"].items():
@@ -347,7 +339,7 @@ def plot(result: dict, path: Path) -> None:
 
 # -- main ------------------------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__)
     p.add_argument("--nodes", type=int, default=4, help="measured nodes per testnet")
     p.add_argument("--rounds", type=int, default=300, help="the budget: the default silo's rounds")
     p.add_argument("--seeds", type=int, default=8, help="paired seeds of the final stage: 0..K-1")
@@ -357,7 +349,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="seconds: 2 nodes, 3 rounds, 2 seeds, 2 sweep points, "
                    "in this process")
-    p.add_argument("--out", default=str(ROOT / "runs" / "exp-skeptic"))
+    p.add_argument("--out", default=str(runs_dir("exp-skeptic")))
     args = p.parse_args(argv)
     args.sweep, args.extra = len(SWEEP), []
     if args.quick:
@@ -382,9 +374,9 @@ def main(argv=None) -> dict:
               "tuning": tuning, "final": final(args, budget, grid, best),
               "confirm": confirm(args, budget, grid, best) if args.confirm_seeds else None,
               "machine": f"{platform.processor() or platform.machine()}, {multiprocessing.cpu_count()} cores",
-              "command": " ".join(["scripts/exp_skeptic.py", *(argv if argv is not None else sys.argv[1:])])}
+              "command": command_line(__spec__, argv)}
     text = "\n".join(report_lines(result))
-    (out / "exp_skeptic.json").write_text(json.dumps(result, indent=1))
+    write_json(out / "exp_skeptic.json", result)
     (out / "summary.txt").write_text(text + "\n")
     plot(result, out / "exp_skeptic.png")
     print(text)

@@ -1,6 +1,6 @@
 """Measure the "fast" device profile of a preset for the compute-clock testnet (node/testnet/clock.py).
 
-    python scripts/measure_profile.py --preset tiny-warm [--nodes 4] [--rounds 60] [--set key=value ...]
+    .venv/bin/python -m scripts.tools.measure_profile --preset tiny-warm [--nodes 4] [--rounds 60] [--set key=value ...]
 
 Runs a silo (mix 8/0) and a swarm (4/4) of in-process nodes on one CPU thread each (the memory
 testnet on the rounds clock, so every node does a swarm's real exchange work) and fits every rate of
@@ -31,6 +31,7 @@ from node.observe.metrics import read_metrics
 from node.testnet.clock import DeviceProfile, charged_over_wall, round_cost
 from node.testnet.memory import MemoryTestnet
 from node.testnet.plan import Plan
+from scripts.common import arg_parser
 
 WARMUP = 2
 MIXES = ((8, 0), (4, 4))
@@ -72,7 +73,7 @@ def fit_profile(rows: list[dict]) -> DeviceProfile:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = arg_parser(__spec__, __doc__.split("\n")[0], formatter_class=argparse.HelpFormatter)
     parser.add_argument("--preset", default="tiny-warm")
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=60)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Screenshots of the live pages for the README, taken in headless chromium (Debian's chromium and
 chromium-driver, which scripts/setup.sh installs):
 
@@ -6,12 +5,11 @@ chromium-driver, which scripts/setup.sh installs):
                     after --node-rounds rounds: its peers and scores, curves and last rounds
   testnet-page.png  `swarm-node testnet --transport memory` with --nodes nodes, near its end
 
-    .venv/bin/python scripts/page_screenshots.py                  # -> scripts/results/ (about 2 minutes)
-    .venv/bin/python scripts/page_screenshots.py --out /tmp/shots --node-rounds 20 --testnet-rounds 30
+    .venv/bin/python -m scripts.tools.page_screenshots            # -> scripts/results/ (about 2 minutes)
+    .venv/bin/python -m scripts.tools.page_screenshots --out /tmp/shots --node-rounds 20 --testnet-rounds 30
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -21,19 +19,31 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the test suite's chromedriver client and process helpers
-
-from processes import stop, wait_for  # noqa: E402
-from webdriver import MISSING, Browser  # noqa: E402
-
-from node.observe.metrics import read_metrics  # noqa: E402
+from node.observe.metrics import read_metrics
+from node.service.child_env import stop_processes as stop
+from scripts.common import ROOT, arg_parser
+from scripts.tools.webdriver import MISSING, Browser
 
 JOIN = [sys.executable, "-m", "node.cli", "join", "--preset", "tiny", "--rounds", "100000", "--quiet", "--mix", "4/4",
         "--listen", "/ip4/127.0.0.1/tcp/0", "--swarm", "screenshot", "--set", "swarm.min_round_s=0.3",
         "--set", "run.threads=1", "--set", "eval.every=5"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 DRAWN = "return +document.getElementById('chart-reward').dataset.lastRound >= arguments[0]"
+
+
+def wait_for(predicate, what: str, procs: list[subprocess.Popen], timeout: float = 120.0):
+    """Polls `predicate` until it returns something truthy (returned); fails at once if one of
+    `procs` exits, and after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a process exited early ({p.returncode}) while waiting for {what}")
+        time.sleep(0.25)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def spawn(cmd: list[str], log: Path) -> subprocess.Popen:
@@ -82,7 +92,7 @@ def testnet_page(work: Path, nodes: int, rounds: int, path: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arg_parser(__spec__, __doc__)
     parser.add_argument("--out", default=str(ROOT / "scripts" / "results"))
     parser.add_argument("--node-rounds", type=int, default=80)
     parser.add_argument("--nodes", type=int, default=4)

@@ -217,6 +217,35 @@ class Libp2pTransport:
                 continue
         return []
 
+    def mesh_peers(self, topic: str) -> list[str]:
+        """Peer ids in our GossipSub mesh for ``topic`` (read-only; [] before start, after close or
+        for a topic we have not joined): whom a message of ours on ``topic`` goes to first."""
+        router = self._trio.router
+        if router is None or self._shared.closed:
+            return []
+        for _ in range(3):
+            try:
+                return sorted(pid.to_base58() for pid in list(router.mesh.get(topic, ())))
+            except RuntimeError:  # set or dict mutated by the trio thread mid-copy; retry
+                continue
+        return []
+
+    def connection_muxers(self) -> dict[str, int]:
+        """Live connections per negotiated stream muxer (yamux or mplex), read-only; {} when not running."""
+        host = self._trio.host
+        if host is None or self._shared.closed:
+            return {}
+        for _ in range(3):
+            try:
+                conns = [c for cs in list(host.get_network().connections.values()) for c in list(cs)]
+            except RuntimeError:  # dict mutated by the trio thread mid-copy; retry
+                continue
+            counts: collections.Counter[str] = collections.Counter(
+                str(getattr(getattr(c, "muxed_conn", c), "negotiated_muxer_protocol", "?"))
+                for c in conns if not getattr(c, "is_closed", False))
+            return dict(counts)
+        return {}
+
     def listen_addrs(self) -> list[str]:
         """Dialable multiaddrs with the real port and ``/p2p/<peer-id>`` (after ``start``)."""
         return list(self._trio.listen_addrs)

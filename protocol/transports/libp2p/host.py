@@ -118,6 +118,7 @@ class Libp2pHost:
         self.start_error: BaseException | None = None
         self.trio_token: trio.lowlevel.TrioToken | None = None
         self.host: Any = None
+        self.router: Any = None  # the GossipSub router while serving (the facade's mesh_peers reads it)
         self.listen_addrs: list[str] = []
         self._stop_event: trio.Event | None = None
         self._root_scope: trio.CancelScope | None = None
@@ -157,6 +158,7 @@ class Libp2pHost:
         finally:
             self.trio_token = None
             self.host = None
+            self.router = None
             with self.shared.lock:
                 self.shared.closed = True
             self.ready.set()
@@ -233,7 +235,7 @@ class Libp2pHost:
                     if failed:
                         raise OSError(f"could not listen on {', '.join(failed)} (address in "
                                       "use or not available; see the libp2p log line above)")
-                    self.host = host
+                    self.host, self.router = host, router
                     async with background_trio_service(pubsub):
                         async with background_trio_service(router):
                             await self._serve(host, router, pubsub)

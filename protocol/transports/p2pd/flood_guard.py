@@ -3,7 +3,7 @@
 go-libp2p-pubsub 0.10 inside p2pd drops whatever arrives while one of its 32-slot queues is full
 (signature validation, each peer's outbound RPCs, our subscription), honest and flooding alike;
 the daemon exposes neither queue sizes, validators nor peer scoring. Measured
-(scripts/bench_flood.py): one origin flooding 3,000 msgs/s cost an honest peer 12-24% of its
+(scripts/bench/gossip/flood.py): one origin flooding 3,000 msgs/s cost an honest peer 12-24% of its
 messages on a 2-core machine, four fifths of them lost inside the daemons. What the daemon does
 expose is DISCONNECT. So the transport counts each GossipSub origin's arrivals (the signed
 `from`: a relay cannot frame anyone) and an origin sustaining more than `rate` messages/s beyond

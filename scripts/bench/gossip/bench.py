@@ -1,6 +1,5 @@
-#!/usr/bin/env python
 """Gossip benchmark: three variants side by side, N protocol-only nodes (no model), each a SEPARATE
-PROCESS (scripts/bench_gossip_node.py) on 127.0.0.1, wired through bootstrap addresses (every node
+PROCESS (scripts/bench/gossip/node.py) on 127.0.0.1, wired through bootstrap addresses (every node
 dials node 0, and from node 2 on one random earlier node). Variants: p2pd (the go-libp2p daemon
 with its default connection bounds, conn_low..conn_high = 6..12), p2pd-unbounded (conn_high=0:
 connected to every peer it meets, as before the bounds), libp2p (py-libp2p). For every variant
@@ -21,8 +20,8 @@ and every N it measures
 (3) the ratios bounded / unbounded and bounded / py-libp2p of every figure, per N, with the load
     average at the start of each run and during its burst.
 
-    .venv/bin/python scripts/bench_gossip.py                                  # N = 8 16 32 64, all three
-    .venv/bin/python scripts/bench_gossip.py --nodes 3 --messages 3 --flood 60   # smoke
+    .venv/bin/python -m scripts.bench.gossip.bench                                  # N = 8 16 32 64, all three
+    .venv/bin/python -m scripts.bench.gossip.bench --nodes 3 --messages 3 --flood 60   # smoke
 
 Writes <out>/bench_gossip.json, <out>/bench_gossip.png (latency CDFs) and <out>/bench_gossip.txt
 (the tables; default out runs/bench).
@@ -37,20 +36,16 @@ import random
 import signal
 import sys
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-SCRIPTS = Path(__file__).resolve().parent
-ROOT = SCRIPTS.parent
-for path in (ROOT, SCRIPTS):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from bench_gossip_node import (  # noqa: E402
+from scripts.bench.gossip.node import (
     FLOOD_COMPLETIONS, GROUP_COMPLETIONS, TOKENS_PER_COMPLETION, TRANSPORTS, available_transports, build_group,
 )
-from bench_gossip_phases import run_one  # noqa: E402
-from bench_gossip_report import plot, ratios, report  # noqa: E402
+from scripts.bench.gossip.phases import run_one
+from scripts.bench.gossip.report import plot, ratios, report
+from scripts.common import arg_parser, console as make_console, runs_dir, write_json
 
 
 def wire_vs_json() -> dict[str, Any]:
@@ -116,10 +111,8 @@ def p2pd_bounds() -> dict[str, Any]:
 def run_conditions(args: argparse.Namespace, transports: list[str], skipped: list[str]) -> dict[str, Any]:
     """What the figures depend on, recorded with them."""
     try:
-        from importlib.metadata import version
-
         libp2p_version = version("libp2p")
-    except Exception:  # noqa: BLE001
+    except PackageNotFoundError:
         libp2p_version = "?"
     return {
         "transports": transports, "skipped_transports": skipped, "nodes": args.nodes,
@@ -137,8 +130,7 @@ def run_conditions(args: argparse.Namespace, transports: list[str], skipped: lis
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__.split("\n\n")[0])
     p.add_argument("--transports", default=",".join(TRANSPORTS),
                    help=f"comma-separated, compared side by side (default {','.join(TRANSPORTS)}; "
                         "one missing from this checkout is skipped with a note)")
@@ -155,7 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--poll-ms", type=float, default=2.0, help="receiver drain() poll interval when idle")
     p.add_argument("--keep-logs", action="store_true", help="keep the per-node log folders (kept anyway on failure)")
     p.add_argument("--seed", type=int, default=0, help="topology RNG seed (the same topology for every transport)")
-    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench")
+    p.add_argument("--out", type=Path, default=runs_dir("bench"))
     p.add_argument("--start-timeout", type=float, help="seconds for N nodes to listen (default 60 + 3 N)")
     p.add_argument("--mesh-timeout", type=float, default=60.0)
     p.add_argument("--settle-timeout", type=float, default=180.0,
@@ -178,9 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from rich.console import Console
-
-    console = Console(record=True) if sys.stdout.isatty() else Console(width=240, record=True)
+    console = make_console(240, record=True)
     t0 = time.time()
     have = available_transports()
     transports = [t for t in args.transports if t in have]
@@ -213,11 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[red]interrupted[/red]")
     wall = time.time() - t0
     conditions["loadavg_at_end"] = os.getloadavg()
-    args.out.mkdir(parents=True, exist_ok=True)
     out_json, out_png, out_txt = (args.out / f"bench_gossip.{ext}" for ext in ("json", "png", "txt"))
     payload = {"conditions": conditions, "wire": wire, "ingress_microbench": micro, "runs": results,
                "ratios": ratios(results, args.nodes), "wall_s": round(wall, 2), "interrupted": interrupted}
-    out_json.write_text(json.dumps(payload, indent=2))  # first: the measurements survive any report bug
+    write_json(out_json, payload, indent=2)  # first: the measurements survive any report bug
     report(results, transports, [n for n in args.nodes if any(r["n"] == n for r in results)], wire, micro, console)
     console.print(f"total wall time {wall:.1f} s")
     try:

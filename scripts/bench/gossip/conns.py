@@ -1,13 +1,13 @@
-"""Connections (and memory) in a scripts/bench_gossip.py run (scripts/bench_gossip_phases.py calls these): how many
-each node holds, waiting for the bounded p2pd variant to settle within its bound, and putting the
-flood senders next to the flood's target."""
+"""Connections (and memory) in a scripts/bench/gossip/bench.py run (scripts/bench/gossip/phases.py
+calls these): how many each node holds, waiting for the bounded p2pd variant to settle within its
+bound, and putting the flood senders next to the flood's target."""
 from __future__ import annotations
 
 import statistics
 import time
 from typing import Any
 
-from bench_gossip_swarm import PhaseTimeout
+from scripts.bench.gossip.swarm import PhaseTimeout
 
 
 def conn_high(transport: str) -> int | None:

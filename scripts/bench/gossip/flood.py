@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Honest delivery under a flood, through real go-libp2p daemons (p2pd) on 127.0.0.1.
 
 Roles, each a separate process with its own daemon: one RECEIVER (this process: a P2pdTransport
@@ -20,8 +19,8 @@ each drop; the daemons run with GOLOG_LOG_LEVEL=pubsub=debug for that):
 These count honest and flood messages alike; `--probe` splits the HONEST losses into "in the
 daemons" and "in our client" with a second subscription at the receiver.
 
-    .venv/bin/python scripts/bench_flood.py                      # 400 honest at 40/s, 12,000 flood at 3,000/s
-    .venv/bin/python scripts/bench_flood.py --smoke              # seconds: what the test runs
+    .venv/bin/python -m scripts.bench.gossip.flood               # 400 honest at 40/s, 12,000 flood at 3,000/s
+    .venv/bin/python -m scripts.bench.gossip.flood --smoke       # seconds: what the test runs
 
 Writes <out>/bench_flood.json and <out>/bench_flood.png (default out runs/bench-flood).
 """
@@ -39,9 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import ROOT, arg_parser, pyplot, runs_dir, write_json
 
 TOPIC = "swarm-node/bench-flood/rollouts/v1"
 LOOPBACK = "/ip4/127.0.0.1/tcp/0"
@@ -170,12 +167,12 @@ def child_main(args: argparse.Namespace) -> int:
 class Child:
     def __init__(self, role: str, name: str, count: int, rate: float, size: int, bootstrap: list[str],
                  deadline_s: float, cut_args: list[str]) -> None:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--name", name, "--count", str(count),
+        cmd = [sys.executable, "-m", __spec__.name, "--role", role, "--name", name, "--count", str(count),
                "--rate", str(rate), "--size", str(size), "--deadline-s", str(deadline_s), *cut_args,
                "--bootstrap", *bootstrap]
-        env = dict(os.environ, **_LOG_ENV, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, **_LOG_ENV)
         self.role = role
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
     def tell(self, command: str) -> None:
         self.proc.stdin.write(command + "\n")
@@ -209,6 +206,8 @@ class Child:
 
 
 def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]:
+    """One run: the receiver here, relays, the honest publisher and the flooder as children; the
+    honest stream measured at the receiver, and where messages were dropped."""
     from protocol import P2pdOptions
     from protocol.transports.p2pd import P2pdTransport
 
@@ -217,74 +216,102 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
         listen=[LOOPBACK], topics=[TOPIC], start_timeout_s=30.0, inbox_size=args.inbox, **cut_knobs(args)))
     children: list[Child] = []
     probe: ProbeSubscription | None = None
-    deadline_s = args.run_deadline_s
     try:
         receiver.start()
         if args.probe:
             probe = ProbeSubscription(receiver._shared.daemon.socket_path)  # noqa: SLF001 - a benchmark's probe
-        known = list(receiver.listen_addrs())
-        roles = [("relay", 0, 1.0)] * args.relays + [("honest", args.honest, args.honest_rate),
-                                                      ("flooder", flood, args.flood_rate)]
-        for role, count, rate in roles:
-            child = Child(role, f"{role}-{len(children)}-{label}", count, rate, args.size, known, deadline_s,
-                          [f"--{k.replace('flood_', '').replace('_', '-')}={v}" for k, v in cut_knobs(args).items()])
-            children.append(child)
-            known += child.expect("up", 40.0)["addrs"]
-        n_peers = len(children)
-        wait_deadline = time.monotonic() + 30.0
-        while receiver.stats().get(f"topic_peers:{TOPIC}", 0) < n_peers:
-            if time.monotonic() > wait_deadline:
-                raise TimeoutError(f"the receiver saw {receiver.stats().get(f'topic_peers:{TOPIC}', 0)} "
-                                   f"of {n_peers} subscribed peers within 30 s")
-            time.sleep(0.1)
-        for child in children:  # every publisher sees the whole swarm before anything is sent
-            while True:
-                child.tell("peers")
-                if child.expect("peers", 10.0)["n"] >= n_peers or time.monotonic() > wait_deadline:
-                    break
-                time.sleep(0.2)
+        start_children(args, receiver, flood, label, children)
+        wait_for_subscriptions(receiver, children)
         time.sleep(args.settle_s)  # GossipSub grafts its mesh on heartbeats (1 s)
-        receiver.drain(TOPIC)
-        honest_seen: set[int] = set()
-        flood_seen = 0
-        publishers = [c for c in children if c.role != "relay"]
-        started = time.monotonic()
-        for child in publishers:
-            child.tell("go")
-        sent: dict[str, dict[str, Any]] = {}
-        last_arrival = time.monotonic()
-        end_by = started + deadline_s
-        while time.monotonic() < end_by:
-            items = receiver.drain(TOPIC)
-            for item in items:
-                parsed = parse_payload(item.data)
-                if parsed and parsed[0] == HONEST_TAG:
-                    honest_seen.add(parsed[1])
-                elif parsed and parsed[0] == FLOOD_TAG:
-                    flood_seen += 1
-            if items:
-                last_arrival = time.monotonic()
-            for child in publishers:
-                ready, _, _ = select.select([child.proc.stdout], [], [], 0)
-                if ready and child.role not in sent:
-                    sent[child.role] = child.expect("sent", 1.0)
-            if len(sent) == len(publishers) and time.monotonic() - last_arrival > args.quiet_s:
-                break
-            time.sleep(args.drain_ms / 1000.0)
-        elapsed = time.monotonic() - started
-        drops = {"receiver": daemon_drops(receiver)}
-        stats = {"receiver": receiver.stats()}
-        for child in children:
-            child.tell("drops")
-            reply = child.expect("drops", 10.0)
-            drops[child.role] = reply["drops"]
-            stats[child.role] = reply["stats"]
+        seen = receive(args, receiver, [c for c in children if c.role != "relay"])
+        drops, stats = collect_drops(receiver, children)
     finally:
         if probe is not None:
             probe.close()
         for child in children:
             child.stop()
         receiver.close()
+    return run_figures(args, flood, label, seen, drops, stats, probe)
+
+
+def start_children(args: argparse.Namespace, receiver: Any, flood: int, label: str, children: list[Child]) -> None:
+    """Relays, then the honest publisher, then the flooder, each bootstrapped to all before it (appended
+    to `children` as they start, so the caller stops every one that did)."""
+    known = list(receiver.listen_addrs())
+    roles = [("relay", 0, 1.0)] * args.relays + [("honest", args.honest, args.honest_rate),
+                                                  ("flooder", flood, args.flood_rate)]
+    for role, count, rate in roles:
+        child = Child(role, f"{role}-{len(children)}-{label}", count, rate, args.size, known, args.run_deadline_s,
+                      [f"--{k.replace('flood_', '').replace('_', '-')}={v}" for k, v in cut_knobs(args).items()])
+        children.append(child)
+        known += child.expect("up", 40.0)["addrs"]
+
+
+def wait_for_subscriptions(receiver: Any, children: list[Child]) -> None:
+    """Until the receiver, and then every child, sees every other peer subscribed (30 s at most)."""
+    n_peers = len(children)
+    wait_deadline = time.monotonic() + 30.0
+    while receiver.stats().get(f"topic_peers:{TOPIC}", 0) < n_peers:
+        if time.monotonic() > wait_deadline:
+            raise TimeoutError(f"the receiver saw {receiver.stats().get(f'topic_peers:{TOPIC}', 0)} "
+                               f"of {n_peers} subscribed peers within 30 s")
+        time.sleep(0.1)
+    for child in children:  # every publisher sees the whole swarm before anything is sent
+        while True:
+            child.tell("peers")
+            if child.expect("peers", 10.0)["n"] >= n_peers or time.monotonic() > wait_deadline:
+                break
+            time.sleep(0.2)
+
+
+def receive(args: argparse.Namespace, receiver: Any, publishers: list[Child]) -> dict[str, Any]:
+    """Start the publishers and drain the receiver every --drain-ms until both reported 'sent' and
+    nothing arrived for --quiet-s (or the run's deadline): what arrived, what they said, how long."""
+    receiver.drain(TOPIC)
+    honest_seen: set[int] = set()
+    flood_seen = 0
+    started = time.monotonic()
+    for child in publishers:
+        child.tell("go")
+    sent: dict[str, dict[str, Any]] = {}
+    last_arrival = time.monotonic()
+    end_by = started + args.run_deadline_s
+    while time.monotonic() < end_by:
+        items = receiver.drain(TOPIC)
+        for item in items:
+            parsed = parse_payload(item.data)
+            if parsed and parsed[0] == HONEST_TAG:
+                honest_seen.add(parsed[1])
+            elif parsed and parsed[0] == FLOOD_TAG:
+                flood_seen += 1
+        if items:
+            last_arrival = time.monotonic()
+        for child in publishers:
+            ready, _, _ = select.select([child.proc.stdout], [], [], 0)
+            if ready and child.role not in sent:
+                sent[child.role] = child.expect("sent", 1.0)
+        if len(sent) == len(publishers) and time.monotonic() - last_arrival > args.quiet_s:
+            break
+        time.sleep(args.drain_ms / 1000.0)
+    return {"honest": honest_seen, "flood": flood_seen, "sent": sent, "elapsed": time.monotonic() - started}
+
+
+def collect_drops(receiver: Any, children: list[Child]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Every daemon's drop counts and every transport's counters, by role."""
+    drops = {"receiver": daemon_drops(receiver)}
+    stats = {"receiver": receiver.stats()}
+    for child in children:
+        child.tell("drops")
+        reply = child.expect("drops", 10.0)
+        drops[child.role] = reply["drops"]
+        stats[child.role] = reply["stats"]
+    return drops, stats
+
+
+def run_figures(args: argparse.Namespace, flood: int, label: str, seen: dict[str, Any], drops: dict[str, dict],
+                stats: dict[str, dict], probe: ProbeSubscription | None) -> dict[str, Any]:
+    """One run's figures: honest delivery, the flood's, and where messages were lost."""
+    honest_seen = seen["honest"]
     if probe is not None:
         honest_where = {"honest_lost_in_daemons": args.honest - len(honest_seen | probe.honest),
                         "honest_lost_in_our_client": len(probe.honest - honest_seen)}
@@ -293,9 +320,9 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
     return {
         "label": label, "honest_sent": args.honest, "honest_delivered": len(honest_seen),
         "honest_delivery": len(honest_seen) / args.honest if args.honest else None,
-        "flood_sent": flood, "flood_delivered": flood_seen,
-        "flood_publish_s": sent.get("flooder", {}).get("seconds"),
-        "seconds": round(elapsed, 2),
+        "flood_sent": flood, "flood_delivered": seen["flood"],
+        "flood_publish_s": seen["sent"].get("flooder", {}).get("seconds"),
+        "seconds": round(seen["elapsed"], 2),
         "where_lost": {
             "receiver_validation_queue_full": drops["receiver"]["validation_queue_full"],
             "receiver_subscriber_too_slow": drops["receiver"]["subscriber_too_slow"],
@@ -310,11 +337,7 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs = result["runs"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 1.4]})
     left.bar([r["label"] for r in runs], [r["honest_delivery"] for r in runs],
@@ -337,7 +360,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arg_parser(__spec__, __doc__)
     parser.add_argument("--honest", type=int, default=400, help="honest messages")
     parser.add_argument("--honest-rate", type=float, default=40.0, help="honest messages per second")
     parser.add_argument("--flood", type=int, default=12000, help="flood messages (all from one origin)")
@@ -356,7 +379,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "honest messages lost in the daemons from those lost in our client (it adds a reader)")
     parser.add_argument("--skip-baseline", action="store_true", help="only the run with the flood")
     parser.add_argument("--smoke", action="store_true", help="seconds-long: 90 honest at 30/s, 6,000 flood at 3,000/s")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-flood")
+    parser.add_argument("--out", type=Path, default=runs_dir("bench-flood"))
     # a child's arguments (internal)
     parser.add_argument("--role", choices=["honest", "flooder", "relay"], help=argparse.SUPPRESS)
     parser.add_argument("--name", help=argparse.SUPPRESS)
@@ -383,10 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(), "platform": platform.platform()},
         "runs": runs,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    tmp = args.out / "bench_flood.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(args.out / "bench_flood.json")
+    write_json(args.out / "bench_flood.json", result, indent=2)
     plot(result, args.out / "bench_flood.png")
     for run in runs:
         print(f"{run['label']:>9}: honest delivered {run['honest_delivered']}/{run['honest_sent']} "

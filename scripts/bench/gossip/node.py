@@ -1,7 +1,6 @@
-#!/usr/bin/env python
-"""One node of scripts/bench_gossip.py: a protocol-only node (no model) in its own process.
+"""One node of scripts/bench/gossip/bench.py: a protocol-only node (no model) in its own process.
 
-    python scripts/bench_gossip_node.py CONFIG.json
+    .venv/bin/python -m scripts.bench.gossip.node CONFIG.json     (started by scripts.bench.gossip.swarm)
 
 It builds the transport named in CONFIG (``libp2p``: protocol/transports/libp2p/; ``p2pd``: the
 go-libp2p daemon transport with its default connection bounds; ``p2pd-unbounded``: the same with
@@ -21,9 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from scripts.common import invocation
 
 SWARM = "bench"
 ROLLOUT_KIND = "rollouts"
@@ -169,6 +166,17 @@ def cpu_s_with_children() -> float:
     return time.process_time() + sum(_proc_cpu_s(p) for p in _descendants(os.getpid()))
 
 
+def gossip_view(transport: Any, topic_names: list[str]) -> tuple[dict[str, int] | None, dict[str, int]]:
+    """(GossipSub mesh size per topic, live connections per negotiated muxer) from the transport's
+    public read-only views: py-libp2p's facade has both (Libp2pTransport.mesh_peers and
+    connection_muxers); the p2pd daemon exposes no mesh, so (None, {}) there and the mesh-ready wait
+    falls back on connected peers."""
+    mesh_peers = getattr(transport, "mesh_peers", None)
+    if mesh_peers is None:
+        return None, {}
+    return {t: len(mesh_peers(t)) for t in topic_names}, transport.connection_muxers()
+
+
 class ControlChannel:
     """JSON lines to the coordinator on the real stdout; anything a library prints goes to stderr
     (the node's log file)."""
@@ -277,18 +285,7 @@ class BenchNode:
                 self.stop.wait(poll)
 
     def status(self) -> dict[str, Any]:
-        mesh: dict[str, int] | None = None
-        muxers: dict[str, int] = {}
-        if self.cfg["transport"] == "libp2p":  # read-only peeks into py-libp2p, best effort from another thread
-            try:
-                router = self.transport._router
-                mesh = {t: len(router.mesh.get(t, ())) for t in self.my_topics}
-                for conns in list(self.transport._host.get_network().connections.values()):
-                    for conn in list(conns):
-                        name = str(getattr(getattr(conn, "muxed_conn", conn), "negotiated_muxer_protocol", "?"))
-                        muxers[name] = muxers.get(name, 0) + 1
-            except Exception:  # noqa: BLE001
-                pass
+        mesh, muxers = gossip_view(self.transport, self.my_topics)
         return dict(peers=len(self.transport.peers()), mesh=mesh, stats=self.transport.stats(),
                     cpu=cpu_s_with_children(), muxers=muxers, rss_mb=rss_mb_with_children())
 
@@ -366,10 +363,7 @@ class BenchNode:
             self.stop.set()
             t0 = time.time()
             self.transport.close()
-            try:
-                self.emit(ev="bye", close_s=time.time() - t0)
-            except Exception:  # noqa: BLE001
-                pass
+            self.emit(ev="bye", close_s=time.time() - t0)  # exits the process if the coordinator is gone
         return code
 
 
@@ -403,5 +397,5 @@ def main(cfg_path: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: bench_gossip_node.py CONFIG.json (started by scripts/bench_gossip.py)")
+        sys.exit(f"usage: {invocation(__spec__)} CONFIG.json (started by scripts/bench/gossip/bench.py)")
     sys.exit(main(sys.argv[1]))

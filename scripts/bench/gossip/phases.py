@@ -1,4 +1,4 @@
-"""The phases of one scripts/bench_gossip.py run at N nodes over one transport (scripts/bench_gossip_swarm.py
+"""The phases of one scripts/bench/gossip/bench.py run at N nodes over one transport (scripts/bench/gossip/swarm.py
 starts and talks to the processes).
 
 `run_one` drives them in order: start, mesh + warm-up, idle, latency one at a time, latency under a
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_gossip_conns import connection_figures, dial_target, settle
-from bench_gossip_node import FLOOD_KIND, GROUP_COMPLETIONS, TOKENS_PER_COMPLETION, topics
-from bench_gossip_swarm import (
-    PhaseTimeout, Swarm, _fmt, mesh_degrees, pct, scan_logs, start_timeout_s, tcp_bytes_received, wire_bytes_between,
+from scripts.bench.gossip.conns import connection_figures, dial_target, settle
+from scripts.bench.gossip.node import FLOOD_KIND, GROUP_COMPLETIONS, TOKENS_PER_COMPLETION, topics
+from scripts.bench.gossip.swarm import (
+    PhaseTimeout, Swarm, fmt, mesh_degrees, pct, scan_logs, start_timeout_s, tcp_bytes_received, wire_bytes_between,
 )
 
 TOKENS_PER_GROUP = GROUP_COMPLETIONS * TOKENS_PER_COMPLETION
@@ -267,7 +267,7 @@ def latency_isolated(b: Bench) -> None:
                                  **latency_stats(swarm, published_iso, iso_wall, cpu_iso, wire_iso, size)}
     li = b.res["latency_isolated"]
     b.console.print(f"  latency, one message at a time: {li['deliveries']}/{li['deliveries_expected']} deliveries, "
-                    f"reach-all p50 {_fmt(li['reach_all_ms']['p50'])} ms p95 {_fmt(li['reach_all_ms']['p95'])} ms")
+                    f"reach-all p50 {fmt(li['reach_all_ms']['p50'])} ms p95 {fmt(li['reach_all_ms']['p95'])} ms")
 
 
 def latency_burst(b: Bench) -> None:
@@ -296,8 +296,8 @@ def latency_burst(b: Bench) -> None:
         (cpu_lat - b.res["idle"]["cores_busy"] * lat_wall) * 1e3 / lat["deliveries"] if lat["deliveries"] else None)
     b.console.print(f"  latency, burst ({len(pubs)} publishers x {args.messages} every {args.spacing_ms:g} ms): "
                     f"{lat['deliveries']}/{expected} deliveries, reach-all p50 "
-                    f"{_fmt(lat['reach_all_ms']['p50'])} ms p95 {_fmt(lat['reach_all_ms']['p95'])} ms; "
-                    f"{lat['cores_busy']} cores busy, {_fmt(lat['cpu_ms_per_delivery_above_idle'])} ms CPU per delivery "
+                    f"{fmt(lat['reach_all_ms']['p50'])} ms p95 {fmt(lat['reach_all_ms']['p95'])} ms; "
+                    f"{lat['cores_busy']} cores busy, {fmt(lat['cpu_ms_per_delivery_above_idle'])} ms CPU per delivery "
                     f"above idle")
 
 
@@ -352,9 +352,9 @@ def flood(b: Bench) -> None:
         "cores_busy": round(cpu_flood / flood_wall, 2) if flood_wall > 0 else None,
     })
     b.console.print(f"  flood: node 0 verified {f['verified']}/{total} ({f['envelope_bytes']} B each) at "
-                    f"{_fmt(f['ingest_msgs_per_s'], 0)} msg/s end to end; transport alone "
-                    f"{_fmt(f['transport_rx_msgs_per_s'], 0)} msg/s; Ingress alone (busy-verify rate) "
-                    f"{_fmt(f['verify_msgs_per_s_busy'], 0)} msg/s")
+                    f"{fmt(f['ingest_msgs_per_s'], 0)} msg/s end to end; transport alone "
+                    f"{fmt(f['transport_rx_msgs_per_s'], 0)} msg/s; Ingress alone (busy-verify rate) "
+                    f"{fmt(f['verify_msgs_per_s_busy'], 0)} msg/s")
 
 
 def flood_warm_up(b: Bench) -> None:

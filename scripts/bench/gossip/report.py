@@ -1,4 +1,4 @@
-"""The figures of a scripts/bench_gossip.py run, their ratios between variants, the tables and the
+"""The figures of a scripts/bench/gossip/bench.py run, their ratios between variants, the tables and the
 latency plot."""
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bench_gossip_swarm import _fmt
+from scripts.bench.gossip.swarm import fmt
+from scripts.common import pyplot
 
 # (label, path into a run's result, higher is better) of every figure compared across variants
 FIGURES = [
@@ -78,8 +79,8 @@ def figures_table(results: list[dict[str, Any]], transports: list[str], n: int, 
     for name in ratio_values:
         table.add_column(name, justify="right", style="bold")
     for label, path, _ in FIGURES:
-        row = [label] + [_fmt(figure(by_key.get((t, n)), path), _digits(label)) for t in transports]
-        row += [_fmt(values[str(n)][label], 2) for values in ratio_values.values()]
+        row = [label] + [fmt(figure(by_key.get((t, n)), path), _digits(label)) for t in transports]
+        row += [fmt(values[str(n)][label], 2) for values in ratio_values.values()]
         table.add_row(*row)
     console.print(table)
 
@@ -113,24 +114,20 @@ def report(results: list[dict[str, Any]], transports: list[str], nodes: list[int
         setup.add_column(col)
     for r in results:
         peers = r.get("peers_per_node") or []
-        setup.add_row(r["transport"], str(r["n"]), _fmt(r.get("start_s")), _fmt(r.get("mesh_s")),
-                      f"{min(peers)}-{max(peers)}" if peers else "-", _fmt((r.get("loadavg_at_start") or [None])[0]),
-                      _fmt((r.get("latency") or {}).get("loadavg_1m")), _fmt(r.get("wall_s")),
+        setup.add_row(r["transport"], str(r["n"]), fmt(r.get("start_s")), fmt(r.get("mesh_s")),
+                      f"{min(peers)}-{max(peers)}" if peers else "-", fmt((r.get("loadavg_at_start") or [None])[0]),
+                      fmt((r.get("latency") or {}).get("loadavg_1m")), fmt(r.get("wall_s")),
                       escape(_problems(r)) or "none")  # log lines hold [brackets]
     console.print(setup)
     console.print(f"one group on the wire: signed envelope {wire['envelope_bytes']:,} B for {wire['tokens']} tokens = "
                   f"{wire['envelope_bytes_per_token']:.1f} B/token before transport framing and gossip "
                   f"(JSON {wire['json_bytes']:,} B, ratio {wire['ratio_envelope_to_json']:.3f}); Ingress alone, one "
-                  f"core, no network (protocol/bench.py): {_fmt(micro.get('messages_per_s'), 0)} verified msgs/s",
+                  f"core, no network (protocol/bench.py): {fmt(micro.get('messages_per_s'), 0)} verified msgs/s",
                   highlight=False)
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     transports = list(dict.fromkeys(r["transport"] for r in results))
     fig, axes = plt.subplots(1, len(transports), figsize=(7 * len(transports), 4.8), squeeze=False, sharey=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

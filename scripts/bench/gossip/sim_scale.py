@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """What the bounded GossipSub overlay costs at sizes this machine cannot start (proto/PROTOCOL.md,
 "Scaling to 10,000 nodes"): hops to reach all, copies received per delivery, and each node's
 bytes per second at a publication pace.
@@ -10,21 +9,22 @@ random connected peers and a peer with D_hi mesh peers refuses (go-libp2p-pubsub
 D_hi=12); a message that every node forwards once, on first receipt, to all its mesh peers but
 the one it came from (flood publishing off, as in the daemon). Hops are breadth-first levels over
 the mesh, so latency = hops x the per-hop time you pass (`--hop-ms`, e.g. measured by
-scripts/bench_gossip.py); the wire cost = copies x the envelope bytes. Not modelled: queues,
+scripts/bench/gossip/bench.py); the wire cost = copies x the envelope bytes. Not modelled: queues,
 loss, churn, IHAVE/IWANT repair, DHT traffic, the CPU of verifying, links of unequal speed.
 
-    .venv/bin/python scripts/sim_gossip_scale.py                       # N = 64, 1,000, 10,000
-    .venv/bin/python scripts/sim_gossip_scale.py --nodes 64 10000 --hop-ms 30 --json out.json
+    .venv/bin/python -m scripts.bench.gossip.sim_scale                 # N = 64, 1,000, 10,000
+    .venv/bin/python -m scripts.bench.gossip.sim_scale --nodes 64 10000 --hop-ms 30 --json out.json
 """
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
 from collections import deque
 from pathlib import Path
+
+from scripts.common import arg_parser, write_json
 
 D, D_HI = 6, 12  # go-libp2p-pubsub 0.10 defaults inside p2pd
 
@@ -96,7 +96,7 @@ def per_node_load(row: dict, pace: float, envelope_bytes: int, hop_ms: float) ->
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = arg_parser(__spec__, __doc__.split("\n\n")[0], formatter_class=argparse.HelpFormatter)
     p.add_argument("--nodes", type=int, nargs="+", default=[64, 1000, 10000])
     p.add_argument("--conn-low", type=int, default=6)
     p.add_argument("--conn-high", type=int, default=12)
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['groups_per_s_per_node']:>14.1f} {row['bytes_per_s_per_node'] / 1e6:>10.2f} "
               f"{row['reach_all_ms']:>13.0f}")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+        write_json(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
     return 0
 
 

@@ -1,7 +1,7 @@
-"""The processes of one scripts/bench_gossip.py swarm.
+"""The processes of one scripts/bench/gossip/bench.py swarm.
 
-`Swarm` starts N node processes (scripts/bench_gossip_node.py) on 127.0.0.1 with one transport and
-talks to them over their stdin/stdout; scripts/bench_gossip_phases.py drives the measured phases on
+`Swarm` starts N node processes (`python -m scripts.bench.gossip.node`) on 127.0.0.1 with one transport and
+talks to them over their stdin/stdout; scripts/bench/gossip/phases.py drives the measured phases on
 it. Every wait has a timeout; nodes also exit at a hard deadline and when their stdin closes; only
 processes started here are ended, by their Popen handles.
 """
@@ -21,12 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from scripts.common import ROOT
 
-NODE_SCRIPT = Path(__file__).resolve().parent / "bench_gossip_node.py"
-ROOT = NODE_SCRIPT.parents[1]
+NODE_MODULE = "scripts.bench.gossip.node"  # run with -m from the repository root
 
 
-def _fmt(x: float | None, digits: int = 1) -> str:
+def fmt(x: float | None, digits: int = 1) -> str:
+    """A figure for the tables: thousands separated, `digits` decimals, '-' for none."""
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
@@ -127,9 +128,7 @@ class Swarm:
 
     # -- processes ---------------------------------------------------------------------------
     def spawn(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env["PYTHONUNBUFFERED"] = "1"
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
         for i in range(self.n):
             cfg = {
                 "index": i, "transport": self.transport, "seed": self.seeds[i].hex(),
@@ -145,7 +144,7 @@ class Swarm:
             self.logs.append(log_path)
             with open(log_path, "wb") as log_fh:
                 proc = subprocess.Popen(
-                    [sys.executable, str(NODE_SCRIPT), str(path)],
+                    [sys.executable, "-m", NODE_MODULE, str(path)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fh, cwd=str(ROOT), env=env,
                 )
             self.procs.append(proc)
@@ -276,8 +275,6 @@ def mesh_degrees(statuses: dict[int, dict], nodes: list[int], topic: str) -> lis
 def scan_logs(paths: list[Path]) -> dict[str, Any]:
     """The workers' stderr (libp2p and our logs): distinct messages (peer ids and numbers masked),
     most frequent first, with the nodes that logged them."""
-    import re
-
     mask = [(re.compile(r"12D3KooW[1-9A-HJ-NP-Za-km-z]+"), "<peer>"), (re.compile(r"\d+"), "N")]
     counts: dict[str, int] = {}
     nodes: dict[str, set[int]] = {}

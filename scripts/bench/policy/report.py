@@ -1,9 +1,10 @@
-"""The report of scripts/bench_policy.py: one console table and one PNG from its result dict."""
+"""The report of scripts/bench/policy/bench.py: one console table and one PNG from its result dict."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench_policy_generation import median
+from scripts.bench.policy.generation import median
+from scripts.common import pyplot
 
 COLORS = {"hf-fp32": "tab:blue", "hf-bf16": "tab:cyan", "hf-int8": "tab:purple", "vllm": "tab:green",
           "plain": "tab:gray", "trl": "tab:orange"}
@@ -97,11 +98,7 @@ def print_report(result: dict, console) -> None:
 
 
 def write_plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     gen, tr, memory = result.get("generation"), result.get("training"), result.get("memory")
     panels = [name for name, present in (("gen", gen), ("train", tr), ("split", tr), ("rss", memory)) if present]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)

@@ -1,8 +1,7 @@
-#!/usr/bin/env python
 """Peak memory of our round ALONE: a fresh process that builds one node and runs rounds, nothing
-else (scripts/bench_policy.py runs it once per backend, after its own measurements).
+else (scripts/bench/policy/bench.py runs it once per backend, after its own measurements).
 
-    .venv/bin/python scripts/bench_policy_rss.py --backend hf --rounds 2 -- <config overrides...>
+    .venv/bin/python -m scripts.bench.policy.rss --backend hf --rounds 2 -- <config overrides...>
 
 Prints one JSON line: the trainer process's peak RSS (VmHWM, MiB) and, for the vLLM backend,
 the peak RSS of every process of the inference server (VmHWM, summed: an upper bound, since each
@@ -10,7 +9,6 @@ process peaks at its own moment), plus the seconds of each round and weight refr
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -18,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripts.common import arg_parser
 
 
 def process_tree(root: int) -> list[int]:
@@ -46,7 +44,7 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arg_parser(__spec__, __doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--rounds", type=int, default=2)
@@ -54,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides (as --set)")
     args = parser.parse_args(argv)
 
-    from bench_policy_generation import make_our_generator
     from node.config.schema import load_config
     from node.train.loop import Node
+    from scripts.bench.policy.generation import make_our_generator
 
     cfg = load_config(args.model, None, [*args.overrides, "sampling.backend=\"hf\""])
     with tempfile.TemporaryDirectory(prefix="bench-rss-") as run_dir:
@@ -74,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend == "vllm":
             server = sum(peak_rss_mib(pid) for pid in process_tree(generator.process.pid))
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork + exec, so a child of a large process
-        # (scripts/bench_policy.py, holding TRL's model) would report its parent's size
+        # (scripts/bench/policy/bench.py, holding TRL's model) would report its parent's size
         trainer = peak_rss_mib(os.getpid())
         # no copy: the learner's own weights sample, at the model's dtype
         sampler = copy.precision if copy is not None else f"learner {cfg.model.dtype}"

@@ -1,4 +1,4 @@
-"""Benchmark (2) of scripts/bench_policy.py: one full round of ours (node.loop.Node.run_round) vs one
+"""Benchmark (2) of scripts/bench/policy/bench.py: one full round of ours (node.loop.Node.run_round) vs one
 TRL `GRPOTrainer` optimizer step at equal prompts, G, completion length and loss, interleaved: our
 round runs inside TRL's on_step_end callback and is timed apart from TRL's step. The first step of
 each side is a warmup and is not counted.
@@ -9,7 +9,8 @@ import statistics
 import tempfile
 import time
 
-from bench_policy_generation import load_average, median
+from scripts.bench.policy.generation import median
+from scripts.common import load_average
 
 
 class DtypeProbe:
@@ -115,28 +116,50 @@ def bench_training(node, args, console, skip_trl: bool) -> dict:
 
 
 def run_trl(node, args, console, n_steps: int, run_ours) -> tuple[list[dict], dict]:
+    """TRL's GRPOTrainer for `n_steps` optimizer steps on its own copy of the weights, our round
+    `run_ours(k)` after each of its steps: (TRL's per-step rows, its settings and dtypes)."""
     import torch
     import trl
-    from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from node.train.prompts import render_prompt
     from policy.models import load_policy
 
     cfg = node.cfg
-    P, G, L = cfg.tasks.prompts_per_round, cfg.sampling.group_size, cfg.sampling.max_new_tokens
-    force = not args.natural_length
     # TRL patches the model's forward (fused LM head) and owns its optimizer: give it its own copy
     # of the same weights (load_policy is deterministic: same file / same init seed).
     trl_policy = load_policy(cfg.model)
     probe = DtypeProbe(trl_policy.model)
     dataset, tasks = build_trl_dataset(node, n_steps)
-
     state = {"tokens": [], "reward": [], "t_generate": 0.0, "t_score": 0.0}
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
+        config = trl_config(cfg, args, tmp, n_steps)
+        trainer = GRPOTrainer(model=trl_policy.model, reward_funcs=[verifier_reward(node, tasks, state)], args=config,
+                              train_dataset=dataset, processing_class=trl_policy.tokenizer)
+        trainer.remove_callback(PrinterCallback)  # it prints the end-of-train metrics dict
+        prompts_identical = same_prompt_ids(trainer, dataset, node)
+        # Time TRL's generation and reward phases (the rest of its step is logp + backward + optimizer).
+        trainer._generate = timed(trainer._generate, state, "t_generate")
+        trainer._calculate_rewards = timed(trainer._calculate_rewards, state, "t_score")
+        trainer.add_callback(interleave(args, console, state, rows, run_ours))
+        trainer.train()
+    P, G, L = cfg.tasks.prompts_per_round, cfg.sampling.group_size, cfg.sampling.max_new_tokens
+    info = {"trl_dtypes": probe.summary(), "prompts_identical": prompts_identical,
+            "trl_settings": {"version": trl.__version__, "loss_type": "grpo", "beta": 0.0, "num_iterations": 1,
+                             "per_device_train_batch_size": G, "gradient_accumulation_steps": P,
+                             "generation_batch_size": config.generation_batch_size,
+                             "num_generations": G, "max_completion_length": L, "bf16": bool(config.bf16),
+                             "gradient_checkpointing": False, "optim": "adamw_torch",
+                             "min_new_tokens": L if not args.natural_length else None, "use_vllm": False,
+                             "torch_threads": torch.get_num_threads()}}
+    return rows, info
 
+
+def verifier_reward(node, tasks: dict, state: dict):
+    """TRL's reward function: our verifier, exactly as run_round scores a rollout; it records the
+    completion tokens and the mean reward of each call in `state`."""
     def reward_fn(prompts, completions, completion_ids, task_key, **_):
-        """Our verifier, exactly as run_round scores a rollout."""
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         rewards = [node.verifier.score(tasks[key], node.source, text)[0] for text, key in zip(texts, task_key)]
         state["tokens"].append(sum(len(ids) for ids in completion_ids))
@@ -144,90 +167,91 @@ def run_trl(node, args, console, n_steps: int, run_ours) -> tuple[list[dict], di
         return rewards
 
     reward_fn.__name__ = "verifier"
-    with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
-        config = GRPOConfig(
-            output_dir=tmp,
-            # one optimizer step = P prompts x G completions, generated at once and backpropagated in
-            # micro-batches of G rows (activations bounded, as our chunked backward bounds ours: all 64
-            # SmolLM2 rows at once would hold ~10 GB of activations)
-            per_device_train_batch_size=G,
-            gradient_accumulation_steps=P,
-            num_generations=G,
-            max_completion_length=L,
-            temperature=cfg.sampling.temperature,
-            top_k=0, top_p=1.0, repetition_penalty=1.0,
-            generation_kwargs={"min_new_tokens": L} if force else None,
-            loss_type="grpo",  # per-sequence token mean, then mean over sequences = our SMTM "grpo"
-            scale_rewards="group",  # (R - mean) / (std + 1e-4), like ours
-            epsilon=0.2,
-            beta=0.0, num_iterations=1, use_vllm=False,
-            learning_rate=cfg.optim.lr, adam_beta1=cfg.optim.betas[0], adam_beta2=cfg.optim.betas[1],
-            weight_decay=cfg.optim.weight_decay, max_grad_norm=cfg.optim.grad_clip,
-            optim="adamw_torch", lr_scheduler_type="constant", warmup_steps=0,
-            bf16=cfg.optim.autocast_bf16, use_cpu=True,
-            activation_checkpointing=False,  # TRL defaults to True; we do not checkpoint, so neither does TRL
-            max_steps=n_steps, shuffle_dataset=False, seed=cfg.run.seed,
-            logging_strategy="no", save_strategy="no", report_to="none", disable_tqdm=True,
-            log_completions=False, dataloader_num_workers=0, dataloader_pin_memory=False,
-        )
-        assert not config.gradient_checkpointing and not config.activation_checkpointing
-        trainer = GRPOTrainer(model=trl_policy.model, reward_funcs=[reward_fn], args=config,
-                              train_dataset=dataset, processing_class=trl_policy.tokenizer)
-        trainer.remove_callback(PrinterCallback)  # it prints the end-of-train metrics dict
+    return reward_fn
 
-        # Same prompt token ids on both sides?
-        trl_prompt_ids, _, _ = trainer._tokenize_prompts([row["prompt"] for row in dataset.select(range(P))])
-        ours_prompt_ids = [render_prompt(node.policy, t.question) for t in node.source.batch(0, P)]
-        prompts_identical = [list(map(int, x)) for x in trl_prompt_ids] == ours_prompt_ids
 
-        # Time TRL's generation and reward phases (the rest of its step is logp + backward + optimizer).
-        def timed(method, key):
-            def wrapper(*a, **kw):
-                t0 = time.perf_counter()
-                try:
-                    return method(*a, **kw)
-                finally:
-                    state[key] += time.perf_counter() - t0
-            return wrapper
+def trl_config(cfg, args, output_dir: str, n_steps: int):
+    """GRPOConfig at our round's prompts, G, completion length, loss and optimizer."""
+    from trl import GRPOConfig
 
-        trainer._generate = timed(trainer._generate, "t_generate")
-        trainer._calculate_rewards = timed(trainer._calculate_rewards, "t_score")
+    P, G, L = cfg.tasks.prompts_per_round, cfg.sampling.group_size, cfg.sampling.max_new_tokens
+    config = GRPOConfig(
+        output_dir=output_dir,
+        # one optimizer step = P prompts x G completions, generated at once and backpropagated in
+        # micro-batches of G rows (activations bounded, as our chunked backward bounds ours: all 64
+        # SmolLM2 rows at once would hold ~10 GB of activations)
+        per_device_train_batch_size=G,
+        gradient_accumulation_steps=P,
+        num_generations=G,
+        max_completion_length=L,
+        temperature=cfg.sampling.temperature,
+        top_k=0, top_p=1.0, repetition_penalty=1.0,
+        generation_kwargs={"min_new_tokens": L} if not args.natural_length else None,
+        loss_type="grpo",  # per-sequence token mean, then mean over sequences = our SMTM "grpo"
+        scale_rewards="group",  # (R - mean) / (std + 1e-4), like ours
+        epsilon=0.2,
+        beta=0.0, num_iterations=1, use_vllm=False,
+        learning_rate=cfg.optim.lr, adam_beta1=cfg.optim.betas[0], adam_beta2=cfg.optim.betas[1],
+        weight_decay=cfg.optim.weight_decay, max_grad_norm=cfg.optim.grad_clip,
+        optim="adamw_torch", lr_scheduler_type="constant", warmup_steps=0,
+        bf16=cfg.optim.autocast_bf16, use_cpu=True,
+        activation_checkpointing=False,  # TRL defaults to True; we do not checkpoint, so neither does TRL
+        max_steps=n_steps, shuffle_dataset=False, seed=cfg.run.seed,
+        logging_strategy="no", save_strategy="no", report_to="none", disable_tqdm=True,
+        log_completions=False, dataloader_num_workers=0, dataloader_pin_memory=False,
+    )
+    assert not config.gradient_checkpointing and not config.activation_checkpointing
+    return config
 
-        rows: list[dict] = []
-        clock = {"resume": None, "resume_cpu": None}
 
-        class Interleave(TrainerCallback):
-            """After each TRL optimizer step, record its wall time, then run one round of ours."""
+def same_prompt_ids(trainer, dataset, node) -> bool:
+    """Whether TRL tokenizes round 0's prompts to the very ids we render."""
+    from node.train.prompts import render_prompt
 
-            def on_train_begin(self, *a, **kw):
-                clock["resume"], clock["resume_cpu"] = time.perf_counter(), time.process_time()
+    P = node.cfg.tasks.prompts_per_round
+    trl_prompt_ids, _, _ = trainer._tokenize_prompts([row["prompt"] for row in dataset.select(range(P))])
+    ours_prompt_ids = [render_prompt(node.policy, t.question) for t in node.source.batch(0, P)]
+    return [list(map(int, x)) for x in trl_prompt_ids] == ours_prompt_ids
 
-            def on_step_end(self, a, trainer_state, control, **kw):
-                wall = time.perf_counter() - clock["resume"]  # includes data fetch + logging of TRL
-                cpu = time.process_time() - clock["resume_cpu"]
-                k = trainer_state.global_step - 1
-                row = {"wall": wall, "cpu": cpu, "tokens": state["tokens"][-1] if state["tokens"] else 0,
-                       "t_generate": state["t_generate"], "t_score": state["t_score"],
-                       "t_train": wall - state["t_generate"] - state["t_score"],
-                       "reward_mean": state["reward"][-1] if state["reward"] else float("nan")}
-                state["t_generate"] = state["t_score"] = 0.0
-                rows.append(row)
-                label = "warmup" if k < args.warmup else f"step {k - args.warmup + 1}"
-                console.log(f"TRL   step  {label}: {row['tokens']} tokens in {wall:.2f} s wall, {cpu:.2f} s cpu "
-                            f"(gen {row['t_generate']:.2f} / score {row['t_score']:.2f} / "
-                            f"rest {row['t_train']:.2f}) -> {row['tokens'] / wall:.1f} tok/s wall, "
-                            f"{row['tokens'] / cpu:.1f} tok/cpu-s; load {load_average()}")
-                run_ours(k)
-                clock["resume"], clock["resume_cpu"] = time.perf_counter(), time.process_time()
 
-        trainer.add_callback(Interleave())
-        trainer.train()
-    info = {"trl_dtypes": probe.summary(), "prompts_identical": prompts_identical,
-            "trl_settings": {"version": trl.__version__, "loss_type": "grpo", "beta": 0.0, "num_iterations": 1,
-                             "per_device_train_batch_size": G, "gradient_accumulation_steps": P,
-                             "generation_batch_size": config.generation_batch_size,
-                             "num_generations": G, "max_completion_length": L, "bf16": bool(config.bf16),
-                             "gradient_checkpointing": False, "optim": "adamw_torch",
-                             "min_new_tokens": L if force else None, "use_vllm": False,
-                             "torch_threads": torch.get_num_threads()}}
-    return rows, info
+def timed(method, state: dict, key: str):
+    """`method`, its wall seconds added to state[key] on every call."""
+    def wrapper(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return method(*a, **kw)
+        finally:
+            state[key] += time.perf_counter() - t0
+    return wrapper
+
+
+def interleave(args, console, state: dict, rows: list[dict], run_ours):
+    """The callback that, after each TRL optimizer step, records its wall time in `rows`, then runs
+    one round of ours (timed apart: TRL's clock resumes after it)."""
+    from transformers import TrainerCallback
+
+    clock = {"resume": None, "resume_cpu": None}
+
+    class Interleave(TrainerCallback):
+        def on_train_begin(self, *a, **kw):
+            clock["resume"], clock["resume_cpu"] = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, a, trainer_state, control, **kw):
+            wall = time.perf_counter() - clock["resume"]  # includes data fetch + logging of TRL
+            cpu = time.process_time() - clock["resume_cpu"]
+            k = trainer_state.global_step - 1
+            row = {"wall": wall, "cpu": cpu, "tokens": state["tokens"][-1] if state["tokens"] else 0,
+                   "t_generate": state["t_generate"], "t_score": state["t_score"],
+                   "t_train": wall - state["t_generate"] - state["t_score"],
+                   "reward_mean": state["reward"][-1] if state["reward"] else float("nan")}
+            state["t_generate"] = state["t_score"] = 0.0
+            rows.append(row)
+            label = "warmup" if k < args.warmup else f"step {k - args.warmup + 1}"
+            console.log(f"TRL   step  {label}: {row['tokens']} tokens in {wall:.2f} s wall, {cpu:.2f} s cpu "
+                        f"(gen {row['t_generate']:.2f} / score {row['t_score']:.2f} / "
+                        f"rest {row['t_train']:.2f}) -> {row['tokens'] / wall:.1f} tok/s wall, "
+                        f"{row['tokens'] / cpu:.1f} tok/cpu-s; load {load_average()}")
+            run_ours(k)
+            clock["resume"], clock["resume_cpu"] = time.perf_counter(), time.process_time()
+
+    return Interleave()
