@@ -44,7 +44,8 @@ def _config(args: argparse.Namespace, extra: list[str] = ()):
         overrides.append(f"run.rounds={args.rounds}")
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
-    # the environment sits between the config file and --set (README: "Configuration is typed ... later wins")
+    # the environment sits between the config file and --set
+    # (docs/configuration.md: "Configuration is typed ... later wins")
     cfg = load_config(resolve_preset(args), args.config, [*overrides, *extra], environ=os.environ)
     configure_logs(cfg.run.log_level, cfg.run.log_format)
     return cfg

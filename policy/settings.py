@@ -63,9 +63,10 @@ class OffPolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # The defaults are the treatment that won README "The swarm against the silo" (scripts/experiments/skeptic.py): peers'
-    # successes at ratio 1 (an importance ratio to the sender mutes exactly the rare successes sharing is for),
-    # their failures not trained (pushing down completions we would not write collapsed nodes onto their modes).
+    # The defaults are the treatment that won docs/testnets-and-experiments.md "The swarm against the silo"
+    # (scripts/experiments/skeptic.py): peers' successes at ratio 1 (an importance ratio to the sender mutes exactly
+    # the rare successes sharing is for), their failures not trained (pushing down completions we would not write
+    # collapsed nodes onto their modes).
     sender_logprobs: bool = Field(False, description="use peers' behavior log-probs (tiers 0/1: minpro etc. "
                                   "correct for the sender's policy); false treats every peer sample as tier 2, i.e. "
                                   "on-policy with ratio 1 as SAPO does")
@@ -82,9 +83,9 @@ class OffPolicyConfig(BaseModel):
     own_failures: Literal["train", "drop"] = Field(
         "train", description="drop: this node's own samples are dropped exactly as peer_failures = drop drops a "
                              "peer's (only correct ones with advantage >= 0 train; an own group without a correct "
-                             "sample is skipped). The tiny-warm preset's choice (it won there, alone and in a swarm: README "
-                             "\"The swarm against the silo\"); beside a silo that trains its failures it is the "
-                             "positive-only control")
+                             "sample is skipped). The tiny-warm preset's choice (it won there, alone and in a swarm: "
+                             "docs/testnets-and-experiments.md \"The swarm against the silo\"); beside a silo that "
+                             "trains its failures it is the positive-only control")
     neg_damping: float = Field(
         0.5, ge=0.0, le=1.0, description="kappa_neg: a peer's sample below its group's mean reward counts with "
                                          "this weight, in the baseline too (the group sums to 0); one weight for "

@@ -30,7 +30,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sampling": {"group_size": 8, "temperature": 1.0, "max_new_tokens": 4, "backend": "hf"},
         "verifier": {"fmt": "raw"},
         # only verified successes train, ours as well as peers': in this rare-success regime it beat training
-        # our failures, alone and in the swarm (README "The swarm against the silo", scripts/experiments/skeptic.py)
+        # our failures, alone and in the swarm (docs/testnets-and-experiments.md "The swarm against the silo",
+        # scripts/experiments/skeptic.py)
         "loss": {"off_policy": {"own_failures": "drop"}},
         "optim": {"lr": 1e-3},
         "run": {"rounds": 300, "checkpoint_every": 50},

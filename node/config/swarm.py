@@ -238,8 +238,9 @@ class SwarmConfig(_Section):
         "sapo", description="sapo: a peer's group trains as its own group; cross_actor: a peer's group for a "
                             "prompt we sampled this round joins our group (one baseline over the union)")
     accept_sender_answers: bool = Field(False, description="score unknown tasks against the sender's answer")
-    self_replay: bool = Field(False, description="a silo control (README \"Controls\"): no network; the J external "
-                              "slots are filled with this node's own groups with reward variance from its last "
+    self_replay: bool = Field(False, description="a silo control (docs/testnets-and-experiments.md "
+                              "\"Controls: is it the peers' knowledge?\"): no network; the J external slots are "
+                              "filled with this node's own groups with reward variance from its last "
                               "pool.max_age_rounds rounds, picked by sampling_policy and trained exactly as peers' "
                               "groups (loss.off_policy); `train` and the memory testnet only")
     min_round_s: float = Field(0.0, ge=0, description="pace rounds (tiny models finish a round in ms)")

@@ -4,7 +4,7 @@
     json: {"ts": "2026-01-01T12:00:00.000Z", "level": "info", "logger": "node.train.loop", "msg": "...",
            "event": "checkpoint", "round": 9, ...}   (one object per line, on stderr)
 
-Records an operator greps for carry `event` and its fields as `extra` (README "Logs"). Only
+Records an operator greps for carry `event` and its fields as `extra` (docs/operating.md "Logs"). Only
 swarm-node's own loggers (node, protocol, policy) follow `run.log_level`; other libraries log at
 warning and up. Python warnings become records too. The handler writes to whatever sys.stderr is
 when a record is emitted, so rich's live table (which redirects stderr) keeps log lines above it.

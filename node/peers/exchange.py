@@ -28,7 +28,7 @@ counts the compute clock charges (EXCHANGE_WORK).
 
 Where ingest runs (swarm.ingest.mode: node/peers/exchange_options.py `ingest`): "background"
 (`swarm-node join`): a worker thread (node/peers/ingest.py) drains the transport and runs the cheap
-checks under a per-round budget (swarm.ingest) with per-sender staging quotas, established senders
+checks under a per-round budget (swarm.ingest.*) with per-sender staging quotas, established senders
 first (young and unknown origins share a bounded remainder). "inline" (the in-process memory
 testnet, experiments, most tests): `collect` checks everything that arrived, on the caller's thread,
 in swarm time: runs stay deterministic. Either way `collect` verifies the picks (bounded: J,

@@ -3,7 +3,8 @@
 A node that shares nothing and hears nobody, whose J external slots are filled with its OWN groups
 of earlier rounds instead of peers' groups. If a swarm's gain came only from training J extra
 groups with reward variance a round (free dynamic sampling, replay of past successes), this
-node would gain as much; what it cannot have is its peers' knowledge (README "Controls").
+node would gain as much; what it cannot have is its peers' knowledge
+(docs/testnets-and-experiments.md "Controls: is it the peers' knowledge?").
 
 It mirrors the real exchange (node/peers/exchange.py `collect`) in every choice that does not need a
 peer: a group enters the buffer when it was sampled (a peer's is pooled when verified) and is

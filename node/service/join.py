@@ -112,7 +112,8 @@ def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topi
 def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:
     if cfg.swarm.self_replay:
         raise ConfigError("swarm.self_replay is a silo control that joins no network: run it with "
-                          "`swarm-node train` or the memory testnet (README \"Controls\")")
+                          "`swarm-node train` or the memory testnet (docs/testnets-and-experiments.md "
+                          "\"Controls: is it the peers' knowledge?\")")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = NodeIdentity.load_or_generate(identity_path(cfg, run_dir))

@@ -1,6 +1,7 @@
 """Issue 31, "an honest peer is always heard": real `swarm-node join` nodes on p2pd, measured.
 
-Two README-default join nodes on 127.0.0.1: A unpaced, B paced (swarm.min_round_s) and dialing A;
+Two default join nodes (started as docs/joining-a-swarm.md says) on 127.0.0.1: A unpaced, B paced
+(swarm.min_round_s) and dialing A;
 phase "quiet" with nobody else, phase "flood" with H `node.testnet.flood_origins` processes that
 run K keys (each its own host) sending R valid, distinct, trainable groups a second each, dialing
 both nodes. A `Probe` per node polls its status every second (node/observe/control.py) and tails its
@@ -48,7 +49,7 @@ MISSING_ESTABLISHED = ("status carries no established keys: neither a StatusRepl
 
 
 def start_join(run_dir: Path, swarm: str, *extra: str) -> subprocess.Popen:
-    """`python -m node.cli join` as the README says, on 127.0.0.1, its log beside the run dir."""
+    """`python -m node.cli join` as docs/joining-a-swarm.md says, on 127.0.0.1, its log beside the run dir."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = open(run_dir.parent / f"{run_dir.name}.log", "ab")
     cmd = [sys.executable, "-m", "node.cli", *JOIN, "--swarm", swarm, "--run-dir", str(run_dir),

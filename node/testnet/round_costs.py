@@ -1,6 +1,6 @@
 """What a round costs per mix, phase by phase (measured wall seconds on this machine), and what the
 exchange verified for what it used: the table behind "a sharing round must cost less than a silo
-round" (README "What a sharing round costs").
+round" (docs/benchmarks.md "What a sharing round costs").
 
 Per mix, the mean over every honest node's rounds (each node's first WARMUP rounds left out: model
 warm-up, the pool filling) of each phase of node/train/loop.py's row and each exchange phase of

@@ -1,4 +1,4 @@
-"""The round loop of one node, plain synchronous code (its steps: README "How shared rollouts are trained").
+"""The round loop of one node, plain synchronous code (its steps: README "How a round works").
 
     tasks (+ hinted revisits) -> generate (plain, hinted, DARS extra) -> score -> share / collect
     -> compose (SAPO groups or cross-actor merge) -> update -> [held-out eval] -> metrics -> checkpoint

@@ -1,5 +1,6 @@
-"""Issue 31, "an honest peer is always heard": two README-default `swarm-node join` nodes on p2pd
-(127.0.0.1, preset tiny) and a flood of valid, unique, trainable groups from many keys.
+"""Issue 31, "an honest peer is always heard": two default `swarm-node join` nodes on p2pd
+(127.0.0.1, preset tiny, started as docs/joining-a-swarm.md says) and a flood of valid, unique,
+trainable groups from many keys.
 
 A runs unpaced; B is paced to one round a second (`--set swarm.min_round_s=1.0`) and dials A.
 Both learn at optim.lr 2e-5 (LEARNING_SETS; `--node-set` replaces it): at the preset's 1e-3 the
@@ -18,9 +19,9 @@ second and their metrics.jsonl tailed (node/testnet/honest_heard.py). Figures, p
   honest_verified_seconds    1-s intervals in which the node verified a message of the honest peer
                              (1.0 wanted under the flood, from --settle-s after its start)
   attacker_share             groups trained from anyone but the honest peer, over all groups
-                             trained, during the flood (<= swarm.young_share_max wanted)
-  establishment              attacker keys established, and when, against swarm.young_seconds and
-                             swarm.establish_interval_s (after the first key, at most one key per
+                             trained, during the flood (<= swarm.admission.young_share_max wanted)
+  establishment              attacker keys established, and when, against swarm.admission.young_seconds and
+                             swarm.admission.establish_interval_s (after the first key, at most one key per
                              interval; no key sooner than young_seconds after it was first seen)
 
     .venv/bin/python -m scripts.experiments.honest_heard           # 120 s + 120 s, 32 keys x 60 msg/s, 4 processes

@@ -8,7 +8,8 @@ Three arms, same preset, same seeds, the learner always trains float32 weights:
     int8_uncorrected  the same int8 copy, the objective left unwrapped (the ablation: what the
                       correction buys)
 Optional arms: bf16_tis (a bf16 copy samples, tis corrects: what `auto` picks on a CPU with native
-bf16) and lean (the 2 GB configuration: LoRA on bf16 weights, README). Per arm and seed: reward per round, its cumulative sum, the sampler's mismatch to the learner
+bf16) and lean (the 2 GB configuration: LoRA on bf16 weights, docs/benchmarks.md "A SmolLM2 round in
+2 GB"). Per arm and seed: reward per round, its cumulative sum, the sampler's mismatch to the learner
 (sampler_logp_diff, sampler_kl) and the tis weight's ESS and truncation fraction, and held-out
 greedy pass@1 of the LEARNER's float32 weights (evaluated with its own generator, never the copy)
 every --eval-every rounds. Parity: int8_tis's mean cumulative reward within one std of fp32's.
@@ -41,7 +42,7 @@ ARMS = {
     "int8_tis": ("int8", True, []),
     "int8_uncorrected": ("int8", False, []),
     "bf16_tis": ("bf16", True, []),
-    # the 2 GB configuration (README "A SmolLM2 round in 2 GB"): LoRA on bf16 weights that sample themselves
+    # the 2 GB configuration (docs/benchmarks.md "A SmolLM2 round in 2 GB"): LoRA on bf16 weights that sample themselves
     "lean": ("auto", True, ["optim.lora_rank=8", "model.dtype=\"bfloat16\"", "optim.backward_chunk_tokens=256"]),
 }
 DEFAULT_ARMS = ("fp32", "int8_tis", "int8_uncorrected")

@@ -16,7 +16,7 @@ virtual budget; held-out pass@1 is measured on one virtual-time grid shared by e
            dropping their own failures): swarm-positive was added after three final seeds had been
            seen, so the final stage cannot confirm it by itself
 
-Arms of the final stage (README "The swarm against the silo"):
+Arms of the final stage (docs/testnets-and-experiments.md "The swarm against the silo"):
   silo            8/0, the preset's settings but its own failures trained (every arm but the
                   positive ones trains them: the preset drops them since this experiment)
   silo-best       the tuned silo
@@ -345,7 +345,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=8, help="paired seeds of the final stage: 0..K-1")
     p.add_argument("--tune-seeds", type=int, default=3, help="tuning seeds: 100..100+K-1, never final ones")
     p.add_argument("--confirm-seeds", type=int, default=0, help="this many fresh seeds after the final ones re-test "
-                   "the claim the final stage points to (0: no confirm stage; there was none to confirm: README)")
+                   "the claim the final stage points to (0: no confirm stage; there was none to confirm: "
+                   "docs/testnets-and-experiments.md \"The skeptic's test\")")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="seconds: 2 nodes, 3 rounds, 2 seeds, 2 sweep points, "
                    "in this process")

@@ -1,5 +1,5 @@
-"""Screenshots of the live pages for the README, taken in headless chromium (Debian's chromium and
-chromium-driver, which scripts/setup.sh installs):
+"""Screenshots of the live pages for docs/operating.md ("The page", "The testnet page"), taken in
+headless chromium (Debian's chromium and chromium-driver, which scripts/setup.sh installs):
 
   node-page.png     node 0 of three real `swarm-node join` processes (tiny preset, p2pd on 127.0.0.1)
                     after --node-rounds rounds: its peers and scores, curves and last rounds

@@ -65,10 +65,10 @@ SMOLLM2_DATASETS = ("tasks.datasets={basic_arithmetic={weight=1.0,config={min_te
                     "min_digits=1,max_digits=1}}}")
 
 
-# (3)'s memory configurations, on top of build_config's overrides. "lean": the configuration that fits
-# a SmolLM2 round in 2 GB (README "Benchmarks"): LoRA adapters on bf16 base weights (frozen, so no
-# float32 masters are needed: nothing small is added to them) sampled by the learner itself, and the
-# backward in chunks of 256 tokens.
+# (3)'s memory configurations, on top of build_config's overrides. "lean": the configuration that fits a SmolLM2 round
+# in 2 GB (docs/benchmarks.md "A SmolLM2 round in 2 GB"): LoRA adapters on bf16 base weights (frozen, so no float32
+# masters are needed: nothing small is added to them) sampled by the learner itself, and the backward in chunks of 256
+# tokens.
 RSS_CONFIGS = {
     "full": [],
     "lean": ["optim.lora_rank=8", "model.dtype=\"bfloat16\"", "sampling.precision=\"auto\"",
