@@ -12,12 +12,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from node.config.schema import load_config  # noqa: E402
 from node.train.loop import Node  # noqa: E402
 from node.service.join import memory_bus_node  # noqa: E402
 from protocol import Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name  # noqa: E402
 from protocol.testing import seal_message  # noqa: E402
 from test_exchange import honest_group  # noqa: E402
+from tiny_node import tiny_cfg  # noqa: E402
 
 SWARM = "mem"
 KEYS = 48  # every size limit, each with 8 and with the most completions a group may hold, 4 times over
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--run-dir", required=True)
     args = parser.parse_args()
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}"])
+    cfg = tiny_cfg(f"swarm.name={SWARM}")
     bus = MemoryBus()
     node = memory_bus_node(cfg, args.run_dir, bus, "receiver",
                            **({"ingest": os.environ["INGEST"]} if "INGEST" in os.environ else {}))

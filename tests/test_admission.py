@@ -185,9 +185,9 @@ def test_a_credited_newcomer_is_not_forgotten_by_a_flood_of_fresh_keys():
     assert len(p.admission.keys) == 16
 
 
-def test_node_config_turns_admission_on_and_bare_pools_stay_plain():
-    cfg = load_config("tiny", None, ["swarm.admission.young_share_max=0.1", "swarm.admission.young_groups=3",
-                                      "swarm.admission.young_rounds=7"])
+def test_node_config_turns_admission_on_and_bare_pools_stay_plain(tiny_config):
+    cfg = tiny_config("swarm.admission.young_share_max=0.1", "swarm.admission.young_groups=3",
+                      "swarm.admission.young_rounds=7", threads=None)
     p = GroupPool.from_config(cfg.swarm.pool, cfg.swarm.admission)
     assert (p.admission.young_share_max, p.admission.young_groups, p.admission.young_rounds) == (0.1, 3, 7)
     plain = GroupPool(10, 5, 5)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 
 from node.peers.admission import DUPLICATE
-from node.config.schema import load_config
 from node.peers.exchange import to_wire
 from node.train.groups import ScoredGroup
 from node.train.loop import EXCHANGE_STATE, Node
@@ -14,14 +13,14 @@ from node.service.join import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox
+from tiny_node import tiny_cfg
 
 SWARM = "st"
 
 
 def receiver(run_dir, bus, resume=False) -> Node:
     # one young slot a round (0.25 of J = 4); two credits make a key established, no waiting time
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.admission.young_groups=2",
-                                     "swarm.admission.young_rounds=0"])
+    cfg = tiny_cfg(f"swarm.name={SWARM}", "swarm.admission.young_groups=2", "swarm.admission.young_rounds=0")
     node = memory_bus_node(cfg, run_dir, bus, "receiver")
     if resume:
         node.resume()

@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from node.config.schema import load_config
 from node.train.prompts import Retokenizer
 from node.scoring.sandbox import ScorerSandbox
 from node.tasks import make_source
@@ -36,8 +35,8 @@ def smol_retok():
 
 
 @pytest.fixture(scope="module")
-def spec():
-    cfg = load_config("tiny", None, ["run.threads=1"])
+def spec(tiny_config):
+    cfg = tiny_config()
     return cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed
 
 

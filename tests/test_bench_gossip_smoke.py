@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 pytest.importorskip("libp2p")
 
 from scripts.bench.gossip import node as gossip_node  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,11 +47,12 @@ def test_status_reads_the_libp2p_mesh_and_muxers() -> None:
             transport.start()
             cfg = {"index": i, "transport": "libp2p", "flood_target": False, "poll_ms": 2.0}
             nodes.append(gossip_node.BenchNode(cfg, transport, identity, Emitted()))
-        deadline = time.monotonic() + 15.0
-        statuses = [node.status() for node in nodes]
-        while time.monotonic() < deadline and not all((s["mesh"] or {}).get(roll_topic) for s in statuses):
-            time.sleep(0.1)
+
+        def meshed() -> list[dict] | None:  # every status, once each node's mesh has the topic
             statuses = [node.status() for node in nodes]
+            return statuses if all((s["mesh"] or {}).get(roll_topic) for s in statuses) else None
+
+        statuses = wait_until(meshed, "each node in the other's mesh", 15.0, step=0.1)
         for status in statuses:
             assert status["mesh"] == {roll_topic: 1}, status["mesh"]  # each in the other's mesh
             assert status["peers"] == 1 and sum(status["muxers"].values()) >= 1, status

@@ -16,7 +16,8 @@ import pytest
 
 from env_files import ROOT
 from node.config.schema import env_overrides
-from processes import repo_env, stop, wait_for
+from processes import repo_env
+from waiting import wait_until
 
 DOCKERFILE = ROOT / "scripts" / "deploy" / "Dockerfile"
 DOCKERIGNORE = ROOT / "scripts" / "deploy" / "Dockerfile.dockerignore"
@@ -141,7 +142,7 @@ def test_build_context_holds_what_the_image_copies_and_no_identity():
 
 
 @pytest.mark.slow
-def test_health_check_answers_for_a_live_node_and_fails_without_one(tmp_path):
+def test_health_check_answers_for_a_live_node_and_fails_without_one(tmp_path, processes):
     stage = final_stage(instructions(DOCKERFILE.read_text()))
     words = {word: args for word, args in stage}
     volume = words["VOLUME"]
@@ -153,17 +154,14 @@ def test_health_check_answers_for_a_live_node_and_fails_without_one(tmp_path):
            "--listen", "/ip4/127.0.0.1/tcp/0", "--set", "swarm.min_round_s=0.2", "--set", "run.threads=1",
            "--swarm", "healthtest", "--run-dir", str(tmp_path)]
     with (tmp_path.parent / "node.log").open("wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=log, stderr=log)
-    try:
-        wait_for(lambda: (tmp_path / "node.json").is_file(), "node.json", [proc], timeout=120)
-        started = time.monotonic()
-        healthy = subprocess.run(check, env=environ, capture_output=True, text=True, timeout=timeout)
-        took = time.monotonic() - started
-        assert healthy.returncode == 0 and "healthtest" in healthy.stdout, healthy.stderr
-        assert took < timeout
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        stop([proc])
+        proc = processes(cmd, cwd=ROOT, env=environ, stdout=log, stderr=log)
+    wait_until(lambda: (tmp_path / "node.json").is_file(), "node.json", procs=[proc], timeout=120, step=0.25)
+    started = time.monotonic()
+    healthy = subprocess.run(check, env=environ, capture_output=True, text=True, timeout=timeout)
+    took = time.monotonic() - started
+    assert healthy.returncode == 0 and "healthtest" in healthy.stdout, healthy.stderr
+    assert took < timeout
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
     gone = subprocess.run(check, env=environ, capture_output=True, text=True, timeout=timeout + 30)
     assert gone.returncode != 0 and "no node answered" in gone.stderr

@@ -12,7 +12,8 @@ import pytest
 
 from policy.checkpoint import latest_checkpoint_path
 from env_files import EXAMPLE, ROOT, clean_environ, read_env_file
-from processes import repo_env, stop, wait_for
+from processes import repo_env
+from waiting import wait_until
 
 UNIT = ROOT / "scripts" / "deploy" / "swarm-node@.service"
 INSTALLED_BINARY = "/opt/swarm-node/.venv/bin/swarm-node"  # where README tells operators to install
@@ -67,7 +68,7 @@ def expand(text: str, state: Path, cache: Path, instance: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_units_command_with_the_example_environment_runs_and_stops_on_its_kill_signal(tmp_path):
+def test_the_units_command_with_the_example_environment_runs_and_stops_on_its_kill_signal(tmp_path, processes):
     unit = directives(UNIT.read_text())
     state, cache, instance = tmp_path / "lib", tmp_path / "cache", "alpha"
     run_dir = state / "swarm-node" / instance
@@ -82,14 +83,11 @@ def test_the_units_command_with_the_example_environment_runs_and_stops_on_its_ki
                     "SWARM_NODE_SWARM__MIN_ROUND_S": "0.2"})
     log = tmp_path / "journal.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(command, cwd=run_dir, env=environ, stdout=out, stderr=out)
-    try:
-        wait_for(lambda: (run_dir / "metrics.jsonl").is_file() and (run_dir / "metrics.jsonl").read_text().count("\n")
-                 >= 3, "3 rounds in the state directory", [proc], timeout=120)
-        assert (run_dir / "identity.key").is_file() and (run_dir / "node.json").is_file()
-        proc.send_signal(getattr(signal, unit["KillSignal"]))
-        assert proc.wait(timeout=int(unit["TimeoutStopSec"])) == 0, log.read_text()[-2000:]
-    finally:
-        stop([proc])
+        proc = processes(command, cwd=run_dir, env=environ, stdout=out, stderr=out)
+    wait_until(lambda: (run_dir / "metrics.jsonl").is_file() and (run_dir / "metrics.jsonl").read_text().count("\n")
+               >= 3, "3 rounds in the state directory", procs=[proc], timeout=120, step=0.25)
+    assert (run_dir / "identity.key").is_file() and (run_dir / "node.json").is_file()
+    proc.send_signal(getattr(signal, unit["KillSignal"]))
+    assert proc.wait(timeout=int(unit["TimeoutStopSec"])) == 0, log.read_text()[-2000:]
     assert latest_checkpoint_path(run_dir) is not None
     assert re.search(r"stopped by signal after round \d+", log.read_text())

@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from node.config.schema import load_config
 from node.peers.exchange import SwarmExchange, to_wire
 from node.train.groups import ScoredGroup
 from node.train.loop import Node
@@ -29,10 +28,9 @@ def bus():
 
 
 @pytest.fixture()
-def node(tmp_path, bus):
+def node(tmp_path, bus, tiny_config):
     # fresh keys get the whole mix here: these tests are about verification (admission: tests/test_admission.py)
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
-                                     "swarm.admission.young_share_max=1.0"])
+    cfg = tiny_config(f"swarm.name={SWARM}", "swarm.external_per_round=4", "swarm.admission.young_share_max=1.0")
     n = memory_bus_node(cfg, tmp_path, bus, "receiver")
     return n
 
@@ -78,8 +76,8 @@ def test_honest_groups_are_rescored_retokenized_and_used(node, bus):
     assert node.exchange.collect(1) == []  # each group is used once
 
 
-def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp_path):
-    honest, hostile = NodeIdentity.generate(), NodeIdentity.generate()
+def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp_path, identity):
+    honest, hostile = identity(), identity()
     now_ms = int(time.time() * 1000)
     good = seal_message(honest, honest_group(node, 0), sequence=10, timestamp_ms=now_ms)
 
@@ -104,7 +102,7 @@ def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp
         bad = honest_group(node, 5 + i)
         bad.completions[0].behavior_logprobs[0] = value
         send(f"bad-logprob-{i}", seal_message(hostile, bad, 15 + i, now_ms))
-    flooder, flood_key = peer(bus, "flooder"), NodeIdentity.generate()
+    flooder, flood_key = peer(bus, "flooder"), identity()
     flood_body = honest_group(node, 7)
     for i in range(260):  # valid, signed, but beyond the burst of 200 messages per peer
         flooder.publish(TOPIC, seal_message(flood_key, flood_body, 100 + i, now_ms))
@@ -146,8 +144,8 @@ def test_untokenizable_text_is_dropped_not_crashing(node):
     assert node.exchange.rejected["untokenizable"] == 1
 
 
-def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus):
-    flood_key, honest_key = NodeIdentity.generate(), NodeIdentity.generate()
+def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus, identity):
+    flood_key, honest_key = identity(), identity()
     flood, honest = Outbox(flood_key), Outbox(honest_key)
     flooder, good = peer(bus, "flooder"), peer(bus, "good")
     for i in range(40):  # distinct contents: the pool refuses a duplicate whoever signs it
@@ -163,17 +161,17 @@ def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus):
     assert exchange.observed["pool_sender_cap"] == 40 - exchange.pool.max_per_sender
 
 
-def test_status_accepted_counts_only_messages_that_passed_every_check(node, bus):
+def test_status_accepted_counts_only_messages_that_passed_every_check(node, bus, identity):
     """`accepted` in status is what passed the Ingress AND this node's own checks; a Hint on the
     rollouts topic is refused as wrong_topic (kind and topic are bound)."""
     liar, honest = peer(bus, "liar"), peer(bus, "honest")
     lying = honest_group(node, 1)
     lying.verifier_digest = node.verifier.digest  # claims our verifier, so it must match our rewards
     lying.completions[1].claimed_reward = 1.0  # signature fine, reward a lie: the Ingress lets it through
-    Outbox(NodeIdentity.generate()).publish(liar, SWARM, lying)
-    Outbox(NodeIdentity.generate()).publish(honest, SWARM, honest_group(node, 2))
+    Outbox(identity()).publish(liar, SWARM, lying)
+    Outbox(identity()).publish(honest, SWARM, honest_group(node, 2))
     hint = swarm_pb2.Hint(task_ref=lying.task_ref, level=swarm_pb2.Hint.L1, text="think")
-    honest.publish(TOPIC, seal_message(NodeIdentity.generate(), hint, 1, int(time.time() * 1000)))  # Hint on rollouts
+    honest.publish(TOPIC, seal_message(identity(), hint, 1, int(time.time() * 1000)))  # Hint on rollouts
     node.exchange.collect(0)
     status = node.exchange.status()
     assert status["rejected_by_reason"]["wrong_reward"] == 1
@@ -181,7 +179,7 @@ def test_status_accepted_counts_only_messages_that_passed_every_check(node, bus)
     assert status["ingress_accepted"] == 2 and status["accepted"] == 1
 
 
-def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path, bus):
+def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path, bus, tiny_config):
     """The p2pd peer cache ranks those peers first (issue 16); protocol never imports node, so the
     exchange tells the transport plain peer ids."""
     from node.train.assembly import build_parts
@@ -195,8 +193,8 @@ def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path
         def note_useful_peers(self, peer_ids: list[str]) -> None:
             self.noted.append(list(peer_ids))
 
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4",
-                                     "swarm.admission.young_groups=0", "swarm.admission.young_rounds=0"])  # nobody young: only
+    cfg = tiny_config(f"swarm.name={SWARM}", "swarm.external_per_round=4",
+                      "swarm.admission.young_groups=0", "swarm.admission.young_rounds=0")  # nobody young: only
     parts = build_parts(cfg)  # established keys are named (tests/test_ingest_sybil.py: young ones are not)
     transport = NotingTransport(bus, "receiver")
     transport.start()

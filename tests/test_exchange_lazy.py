@@ -7,7 +7,6 @@ import time
 import pytest
 
 from node.cli import exchange_summary
-from node.config.schema import load_config
 from node.observe.control import status_reply
 from node.train.groups import ScoredGroup
 from node.service.join import memory_bus_node, snapshot
@@ -15,8 +14,9 @@ from node.tasks.base import Task
 from node.peers.wire import to_wire, wire_task_ref
 from policy.types import Rollout
 from proto import swarm_pb2
-from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, topic_name
+from protocol import MemoryBus, MemoryTransport, Outbox, topic_name
 from protocol.testing import forge, seal_message
+from tiny_node import tiny_cfg
 
 SWARM = "lazy"
 
@@ -27,8 +27,7 @@ def bus():
 
 
 def make_node(tmp_path, bus, *overrides):
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0",
-                                     *overrides])
+    cfg = tiny_cfg(f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0", *overrides)
     return memory_bus_node(cfg, tmp_path, bus, "receiver")
 
 
@@ -54,10 +53,10 @@ def group_msg(node, index: int, correct: int, claimed: list[float] | None = None
                    node.verifier.digest)
 
 
-def test_only_the_picked_groups_are_verified(tmp_path, bus):
+def test_only_the_picked_groups_are_verified(tmp_path, bus, identity):
     node = make_node(tmp_path, bus, "swarm.external_per_round=2", "swarm.audit_per_round=0")
     sender = peer(bus, "honest")
-    outbox = Outbox(NodeIdentity.generate())
+    outbox = Outbox(identity())
     for i in range(6):
         outbox.publish(sender, SWARM, group_msg(node, i, correct=2))  # reward variance: pooled
     for i in range(6, 12):
@@ -78,10 +77,10 @@ def test_only_the_picked_groups_are_verified(tmp_path, bus):
         exchange_summary(dict(reply.exchange_totals))
 
 
-def test_a_lying_pick_is_refused_and_its_slot_goes_to_an_honest_group(tmp_path, bus):
+def test_a_lying_pick_is_refused_and_its_slot_goes_to_an_honest_group(tmp_path, bus, identity):
     node = make_node(tmp_path, bus, "swarm.external_per_round=2", "swarm.audit_per_round=0")
     liar, honest = peer(bus, "liar"), peer(bus, "honest")
-    liar_out, honest_out = Outbox(NodeIdentity.generate()), Outbox(NodeIdentity.generate())
+    liar_out, honest_out = Outbox(identity()), Outbox(identity())
     for i in range(3):  # all wrong, claimed half right: variance a verifier cannot find
         liar_out.publish(liar, SWARM, group_msg(node, i, correct=0, claimed=[1.0, 1.0, 0.0, 0.0]))
     for i in range(3, 6):
@@ -93,12 +92,12 @@ def test_a_lying_pick_is_refused_and_its_slot_goes_to_an_honest_group(tmp_path, 
     assert scores[liar_out.identity.peer_id()] < 0 < scores[honest_out.identity.peer_id()]
 
 
-def test_a_liar_whose_groups_are_never_picked_is_caught_by_the_audit(tmp_path, bus):
+def test_a_liar_whose_groups_are_never_picked_is_caught_by_the_audit(tmp_path, bus, identity):
     """Claims without variance are never picked; the audit verifies them all the same."""
     node = make_node(tmp_path, bus, "swarm.external_per_round=1", "swarm.audit_per_round=1")
     liar, honest = peer(bus, "liar"), peer(bus, "honest")
-    liar_key = NodeIdentity.generate()
-    liar_out, honest_out = Outbox(liar_key), Outbox(NodeIdentity.generate())
+    liar_key = identity()
+    liar_out, honest_out = Outbox(liar_key), Outbox(identity())
     caught_at = None
     for round_index in range(12):
         # two right answers claimed wrong: a flat claim, so the mix never picks it
@@ -122,18 +121,18 @@ def hint_request(task: Task) -> swarm_pb2.HintRequest:
     return swarm_pb2.HintRequest(task_ref=wire_task_ref(task.ref))
 
 
-def test_hint_requests_wait_unverified_and_are_checked_only_when_answered(tmp_path, bus):
+def test_hint_requests_wait_unverified_and_are_checked_only_when_answered(tmp_path, bus, identity):
     node = make_node(tmp_path, bus)
     exchange = node.exchange
-    asker_key = NodeIdentity.generate()
+    asker_key = identity()
     asker, asker_out = peer(bus, "asker"), Outbox(asker_key)
     forger = peer(bus, "forger")
     tasks = node.source.batch(3000, 3)
     for task in tasks:
         asker_out.publish(asker, SWARM, hint_request(task), priority=1)
     asker_out.publish(asker, SWARM, hint_request(tasks[0]), priority=1)  # a duplicate: dropped unchecked
-    raw = seal_message(NodeIdentity.generate(), hint_request(tasks[1]), 1, int(time.time() * 1000))
-    forger.publish(topic_name(SWARM, "hint-requests"), forge(raw, asker_key, NodeIdentity.generate()))
+    raw = seal_message(identity(), hint_request(tasks[1]), 1, int(time.time() * 1000))
+    forger.publish(topic_name(SWARM, "hint-requests"), forge(raw, asker_key, identity()))
     exchange.collect(0)
     assert exchange.last_round["messages_checked"] == 0  # nothing was answerable: nothing checked
     waiting = exchange.status()["hint_requests"]
@@ -147,11 +146,11 @@ def test_hint_requests_wait_unverified_and_are_checked_only_when_answered(tmp_pa
     assert exchange.take_hint_requests(5, lambda task: False) == [] and len(exchange._requests) == 2
 
 
-def test_an_established_senders_zero_variance_claims_are_skimmed_yet_audited(tmp_path, bus):
+def test_an_established_senders_zero_variance_claims_are_skimmed_yet_audited(tmp_path, bus, identity):
     """Established keys' flat claims skip the Ingress (node/peers/peek.py); the audit still checks them."""
     node = make_node(tmp_path, bus, "swarm.external_per_round=2", "swarm.audit_per_round=1",
                      "swarm.admission.young_groups=1", "swarm.admission.young_rounds=0")
-    key = NodeIdentity.generate()
+    key = identity()
     sender, out = peer(bus, key.peer_id()), Outbox(key)  # its bus origin is its key, as on libp2p
     exchange = node.exchange
     out.publish(sender, SWARM, group_msg(node, 0, correct=1))
@@ -169,8 +168,7 @@ def test_an_established_senders_zero_variance_claims_are_skimmed_yet_audited(tmp
     assert exchange.rejected["wrong_reward"] == 1 and row["groups_audited"] == 1
     # a forgery claiming the established key from another origin is never skimmed: the Ingress refuses it
     forger = peer(bus, "forger")
-    forger.publish(topic_name(SWARM, "rollouts"), forge(out.seal(group_msg(node, 30, correct=0)), key,
-                                                         NodeIdentity.generate()))
+    forger.publish(topic_name(SWARM, "rollouts"), forge(out.seal(group_msg(node, 30, correct=0)), key, identity()))
     exchange.collect(3)
     assert exchange.last_round["messages_skimmed"] == 0
     assert exchange.ingress.rejected_counts().get("bad_signature") == 1

@@ -13,8 +13,9 @@ from node.train.loop import Node
 from node.observe.metrics import RoundTable, read_metrics
 from node.service.shutdown import StopOnSignals
 from policy.checkpoint import latest_checkpoint_path
-from processes import repo_env, stop, wait_for
+from processes import repo_env, stop
 from tiny_node import tiny_cfg
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,33 +80,28 @@ JOIN = ["join", "--preset", "tiny", "--rounds", "100000", "--quiet", "--listen",
         "--swarm", "stoptest"]
 
 
-def start_join(run_dir: Path, log: Path) -> subprocess.Popen:
+def start_join(popen, run_dir: Path, log: Path) -> subprocess.Popen:
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "node.cli", *JOIN, "--run-dir", str(run_dir)], cwd=ROOT,
-                                env=repo_env(), stdout=out, stderr=out)
+        return popen([sys.executable, "-m", "node.cli", *JOIN, "--run-dir", str(run_dir)], cwd=ROOT,
+                     env=repo_env(), stdout=out, stderr=out)
 
 
 @pytest.mark.slow
-def test_sigterm_stops_a_joined_node_after_a_checkpoint_and_it_resumes_there(tmp_path):
+def test_sigterm_stops_a_joined_node_after_a_checkpoint_and_it_resumes_there(tmp_path, processes):
     run_dir, log = tmp_path / "node", tmp_path / "node.log"
-    proc = start_join(run_dir, log)
-    try:
-        wait_for(lambda: len(read_metrics(run_dir)) >= 4, "4 rounds", [proc], timeout=120)
-        assert checkpoint_round(run_dir) is None  # every 1000 rounds: nothing periodic yet
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
-    finally:
-        stop([proc])
+    proc = start_join(processes, run_dir, log)
+    wait_until(lambda: len(read_metrics(run_dir)) >= 4, "4 rounds", procs=[proc], timeout=120, step=0.25)
+    assert checkpoint_round(run_dir) is None  # every 1000 rounds: nothing periodic yet
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
     last = read_metrics(run_dir)[-1]["round"]
     assert checkpoint_round(run_dir) == last, log.read_text()[-2000:]
     assert "stopped by signal after round" in log.read_text()
 
-    proc = start_join(run_dir, log)  # a restart (systemd, docker) continues after that round
-    try:
-        wait_for(lambda: read_metrics(run_dir)[-1]["round"] > last + 1, "the restarted node's rounds", [proc],
-                 timeout=120)
-    finally:
-        stop([proc])
+    proc = start_join(processes, run_dir, log)  # a restart (systemd, docker) continues after that round
+    wait_until(lambda: read_metrics(run_dir)[-1]["round"] > last + 1, "the restarted node's rounds", procs=[proc],
+               timeout=120, step=0.25)
+    stop([proc])  # before its log and rounds are read
     assert f"resumed from the checkpoint of round {last}" in log.read_text()
     rounds = [r["round"] for r in read_metrics(run_dir)]
     assert rounds == list(range(len(rounds)))  # nothing lost, nothing repeated

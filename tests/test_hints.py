@@ -19,8 +19,9 @@ from node.tasks.base import TaskRef
 from node.tasks.synthetic import SyntheticSource
 from policy.types import Rollout
 from proto import swarm_pb2
-from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
+from protocol import MemoryBus, MemoryTransport, topic_name
 from protocol.testing import seal_message
+from tiny_node import tiny_cfg
 
 COUNT = SyntheticSource({"count": 1.0}, seed=0)
 
@@ -81,9 +82,9 @@ def test_hintbook_requests_adapts_help_and_anneals():
 
 
 def count_node(tmp_path, name, bus, extra=()):
-    cfg = load_config("tiny", None, ["run.threads=1", "swarm.name=h", "tasks.datasets={count = 1.0}",
-                                     "tasks.prompts_per_round=4", "sampling.max_new_tokens=4",
-                                     "hints.revisits_per_round=4", *extra])
+    cfg = tiny_cfg("swarm.name=h", "tasks.datasets={count = 1.0}",
+                   "tasks.prompts_per_round=4", "sampling.max_new_tokens=4",
+                   "hints.revisits_per_round=4", *extra)
     node = memory_bus_node(cfg, tmp_path / name, bus, name)
     return node
 
@@ -119,7 +120,7 @@ def test_two_nodes_ask_answer_and_train_with_prefix_hints(tmp_path):
     assert sample.loss_mask[: len(prefix_ids)] == [0] * len(prefix_ids) and sum(sample.loss_mask) > 0
 
 
-def test_hints_are_verified_like_every_message(tmp_path):
+def test_hints_are_verified_like_every_message(tmp_path, identity):
     """A hint that leaks the answer is refused and charged to its signer; one for a task we never
     asked about is dropped without blame; a hint request for an unknown task blames nobody."""
     bus = MemoryBus()
@@ -127,7 +128,7 @@ def test_hints_are_verified_like_every_message(tmp_path):
     node.metrics.append(node.run_round(0))  # all wrong from scratch: asks for hints
     asked = next(iter(node.hints.states.values()))
     task = node.source.rebuild(TaskRef.from_dict(asked.ref))
-    hostile, honest = NodeIdentity.generate(), NodeIdentity.generate()
+    hostile, honest = identity(), identity()
     sender = MemoryTransport(bus, "sender")
     sender.start()
     now = int(time.time() * 1000)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-from node.config.schema import load_config
 from node.service.join import memory_bus_node
 from node.tasks import make_source
 from node.testnet.flood_origins import KIND, Origin, _ContentOnly
@@ -26,8 +25,8 @@ SWARM = "hh"
 A, X, Y = "12D3KooWhonest", "12D3KooWattackerX", "12D3KooWattackerY"
 
 
-def test_every_origin_message_is_valid_distinct_and_trainable_at_a_real_node(tmp_path):
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}"])
+def test_every_origin_message_is_valid_distinct_and_trainable_at_a_real_node(tmp_path, tiny_config):
+    cfg = tiny_config(f"swarm.name={SWARM}")
     bus = MemoryBus()
     receiver = memory_bus_node(cfg, tmp_path / "receiver", bus, "receiver")
     origins = []

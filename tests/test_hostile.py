@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from node.config.schema import load_config
 from node.train.loop import Node
 from node.observe.metrics import read_metrics
 from node.service.join import memory_bus_node
@@ -34,6 +33,7 @@ from node.testnet.hostile import (
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 
 from processes import repo_env
+from tiny_node import tiny_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 SWARM = "hx"
@@ -41,7 +41,7 @@ ROUNDS = 4
 
 
 def tiny_node(tmp_path: Path, name: str, bus: MemoryBus, extra=()) -> Node:
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra])
+    cfg = tiny_cfg(f"swarm.name={SWARM}", *extra)
     node = memory_bus_node(cfg, tmp_path / name, bus, name)
     return node
 
@@ -170,14 +170,14 @@ def test_kinds_are_classified():
 
 
 @pytest.mark.slow
-def test_process_entry_point_against_a_libp2p_node(tmp_path):
+def test_process_entry_point_against_a_libp2p_node(tmp_path, tiny_config):
     """`python -m node.testnet.hostile_process --kind liar ... --rounds 2` against an in-process tiny node
     on a real libp2p transport (127.0.0.1): it connects, lies, is caught, and exits with a summary."""
     from node.train.assembly import build_parts
     from node.service.join import build_exchange
     from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}"])
+    cfg = tiny_config(f"swarm.name={SWARM}")
     identity = NodeIdentity.generate()
     transport = Libp2pTransport(identity.private_seed(), Libp2pOptions(
         listen=["/ip4/127.0.0.1/tcp/0"], topics=[topic_name(SWARM, k) for k in ("rollouts", "hints", "hint-requests")]))

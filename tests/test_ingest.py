@@ -11,13 +11,14 @@ from collections import Counter
 
 import pytest
 
-from node.config.schema import load_config
 from node.peers.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staging
 from node.train.loop import Node
 from node.service.join import memory_bus_node
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Received, topic_name
 from protocol.testing import seal_message
 from test_exchange import honest_group
+from tiny_node import tiny_cfg
+from waiting import wait_until
 
 SWARM = "ing"
 TOPIC = topic_name(SWARM, "rollouts")
@@ -25,19 +26,9 @@ TOPIC = topic_name(SWARM, "rollouts")
 
 def background_node(tmp_path, bus, *overrides) -> Node:
     # one fresh key gets the whole mix here: these tests are about ingest (admission: tests/test_admission.py)
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0",
-                                     *overrides])
+    cfg = tiny_cfg(f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0", *overrides)
     node = memory_bus_node(cfg, tmp_path, bus, "receiver", ingest="background")
     return node
-
-
-def wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def test_staging_drops_from_the_heaviest_sender_and_serves_senders_in_turn():
@@ -106,16 +97,16 @@ def test_worker_serves_established_senders_first_and_young_ones_within_their_sha
     assert len(verified) == 8  # nobody established yet: nobody to protect, young peers share the whole budget
 
 
-def test_background_worker_verifies_without_collect_and_stops_on_close(tmp_path):
+def test_background_worker_verifies_without_collect_and_stops_on_close(tmp_path, identity):
     bus = MemoryBus()
     node = background_node(tmp_path, bus)
     peer = MemoryTransport(bus, "peer")
     peer.start()
-    key, now_ms = NodeIdentity.generate(), int(time.time() * 1000)
+    key, now_ms = identity(), int(time.time() * 1000)
     for i in range(5):
         peer.publish(TOPIC, seal_message(key, honest_group(node, i), i + 1, now_ms))
     exchange = node.exchange
-    assert wait_for(lambda: len(exchange.pool) == 5, 10.0), exchange.status()["ingest"]
+    wait_until(lambda: len(exchange.pool) == 5, "the worker to verify and pool all 5 groups", 10.0, step=0.01)
     used = exchange.collect(0)
     assert len(used) == 4 and {g.origin for g in used} == {key.peer_id()}
     assert exchange.status()["ingest"]["alive"]
@@ -124,7 +115,7 @@ def test_background_worker_verifies_without_collect_and_stops_on_close(tmp_path)
     assert not any(t.name.startswith("ingest-") and t.is_alive() for t in threading.enumerate())
 
 
-def test_a_message_that_breaks_verification_is_dropped_and_the_worker_goes_on(tmp_path):
+def test_a_message_that_breaks_verification_is_dropped_and_the_worker_goes_on(tmp_path, identity):
     bus = MemoryBus()
     node = background_node(tmp_path, bus)
     exchange = node.exchange
@@ -139,12 +130,13 @@ def test_a_message_that_breaks_verification_is_dropped_and_the_worker_goes_on(tm
     exchange.tasks.source = type("Source", (), {"rebuild": staticmethod(rebuild)})()
     peer = MemoryTransport(bus, "peer")
     peer.start()
-    key, now_ms = NodeIdentity.generate(), int(time.time() * 1000)
+    key, now_ms = identity(), int(time.time() * 1000)
     breaking = honest_group(node, 0)
     breaking.task_ref.index = 1666
     peer.publish(TOPIC, seal_message(key, breaking, 1, now_ms))
     peer.publish(TOPIC, seal_message(key, honest_group(node, 1), 2, now_ms))
-    assert wait_for(lambda: len(exchange.pool) == 1, 10.0)
+    wait_until(lambda: len(exchange.pool) == 1, "the worker to pool the group after the one that broke", 10.0,
+               step=0.01)
     assert exchange.status()["rejected_by_reason"]["verify_error"] == 1
     assert exchange.status()["ingest"]["alive"]
     exchange.close()

@@ -17,7 +17,6 @@ from collections import Counter
 
 import pytest
 
-from node.config.schema import load_config
 from node.peers.wire import wire_task_ref
 from node.train.loop import Node
 from node.observe.control import status_reply
@@ -25,7 +24,7 @@ from node.service.join import memory_bus_node, snapshot
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 from protocol.testing import seal_message
-from test_ingest import wait_for
+from waiting import wait_until
 
 SWARM = "syb"
 TOPIC = topic_name(SWARM, "rollouts")
@@ -88,9 +87,9 @@ def attacker_share(used_by_round: list[Counter], honest: str) -> float:
 
 
 @pytest.mark.slow
-def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_send(tmp_path):
+def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_send(tmp_path, tiny_config):
     bus = MemoryBus()
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", "swarm.external_per_round=4"])
+    cfg = tiny_config(f"swarm.name={SWARM}", "swarm.external_per_round=4")
     receiver = memory_bus_node(cfg, tmp_path / "receiver", bus, "receiver", ingest="background")
     exchange = receiver.exchange
     relay = MemoryTransport(bus, "relay")  # delivers every sender's messages under their own origin
@@ -104,7 +103,8 @@ def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_s
         # A earns weight: one group a round, used in the young slot, then enough rounds pass
         for round_index in range(WARMUP_ROUNDS):
             honest.send(honest_groups.group())
-            assert wait_for(lambda: any(e.group.origin == honest.peer_id for e in exchange.pool.entries), 10.0)
+            wait_until(lambda: any(e.group.origin == honest.peer_id for e in exchange.pool.entries),
+                       "A's group in the pool", 10.0, step=0.01)
             assert [g.origin for g in exchange.collect(round_index)] == [honest.peer_id]
         first_attack_round = 100  # > young_rounds after A's first group
         exchange.collect(first_attack_round - 1)

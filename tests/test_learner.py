@@ -2,7 +2,6 @@
 import pytest
 import torch
 
-from node.config.schema import load_config
 from node.train.loop import Node
 from node.observe.metrics import RoundTable, read_metrics
 from policy.checkpoint import latest_checkpoint, latest_checkpoint_path, latest_round, load_weights, save_checkpoint
@@ -91,9 +90,9 @@ def test_lora_trains_only_adapters_and_checkpoints_round_trip(tmp_path):
 
 
 @pytest.mark.slow
-def test_tiny_preset_learns_from_scratch(tmp_path):
+def test_tiny_preset_learns_from_scratch(tmp_path, tiny_config):
     """The issue's bar on a shorter run: last rounds' reward at least 3x the first rounds'."""
-    cfg = load_config("tiny", None, ["run.rounds=200", "run.checkpoint_every=200", "run.threads=1"])
+    cfg = tiny_config("run.rounds=200", "run.checkpoint_every=200")
     node = Node(cfg, tmp_path)
     node.run(200, RoundTable("learn", quiet=True))
     rewards = [r["reward_mean"] for r in read_metrics(tmp_path)]

@@ -17,12 +17,13 @@ import pytest
 from node.observe.logs import JsonFormatter, TextFormatter, configure, node_log
 from node.observe.metrics import RoundTable
 from node.observe.tensorboard import TB_DIR, read_scalars
-from protocol import Ingress, MemoryBus, MemoryTransport, NodeIdentity, P2pdOptions, topic_name
+from protocol import Ingress, MemoryBus, MemoryTransport, P2pdOptions, topic_name
 from protocol.logthrottle import LogThrottle, short_id
 from protocol.testing import seal_message
 
 from fake_clock import FakeClock
-from processes import repo_env, stop, wait_for
+from processes import repo_env
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "node.cli"]
@@ -83,18 +84,15 @@ def test_train_in_json_mode_prints_only_json_with_round_checkpoint_and_resume_ev
 
 
 @pytest.mark.slow
-def test_join_in_json_mode_prints_only_json_and_writes_tensorboard(tmp_path):
+def test_join_in_json_mode_prints_only_json_and_writes_tensorboard(tmp_path, processes):
     """A real `join` over the p2pd transport (its daemon, threads and libraries included)."""
     log_file = tmp_path / "node.log"
     cmd = [*CLI, "join", "--preset", "tiny", "--quiet", "--run-dir", str(tmp_path / "node"), "--listen",
            "/ip4/127.0.0.1/tcp/0", "--swarm", "logs", "--rounds", "3", "--set", "run.threads=1",
            "--set", "run.log_format=json", "--set", "run.tensorboard=true"]
     with log_file.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: proc.poll() is not None, "the node to run 3 rounds and exit", [], timeout=180)
-        finally:
-            stop([proc])
+        proc = processes(cmd, cwd=ROOT, env=ENV, stdout=out, stderr=subprocess.STDOUT)
+        wait_until(lambda: proc.poll() is not None, "the node to run 3 rounds and exit", timeout=180, step=0.25)
     assert proc.returncode == 0, log_file.read_text()[-3000:]
     records = json_lines(log_file.read_text())
     (joined,) = events(records, "joined")
@@ -153,16 +151,16 @@ def test_throttle_caps_all_keys_together():
     assert throttle.allow(5) == 1 and throttle.allow(0) == 0
 
 
-def test_a_lying_peer_is_refused_with_its_reason_and_each_round_sums_the_rejections(tmp_path, caplog):
+def test_a_lying_peer_is_refused_with_its_reason_and_each_round_sums_the_rejections(tmp_path, caplog, tiny_config,
+                                                                                    identity):
     """The real exchange of a tiny node: a group whose claimed rewards are false, a garbage message."""
-    from node.config.schema import load_config
     from node.service.join import memory_bus_node
     from test_exchange import honest_group
 
     bus = MemoryBus()
-    cfg = load_config("tiny", None, ["run.threads=1", "swarm.name=t", "swarm.admission.young_share_max=1.0"])
+    cfg = tiny_config("swarm.name=t", "swarm.admission.young_share_max=1.0")
     node = memory_bus_node(cfg, tmp_path, bus, "receiver")
-    liar_key = NodeIdentity.generate()
+    liar_key = identity()
     liar = honest_group(node, 3)
     liar.verifier_digest = node.verifier.digest
     liar.completions[1].claimed_reward = 1.0 - liar.completions[1].claimed_reward
@@ -198,7 +196,7 @@ def test_json_lines_stay_strict_json_and_configure_is_idempotent(capsys):
 
 
 @pytest.mark.slow
-def test_a_p2pd_daemon_restart_is_logged_with_its_fields(caplog):
+def test_a_p2pd_daemon_restart_is_logged_with_its_fields(caplog, identity):
     from protocol.transports.p2pd import DaemonStartError, P2pdTransport
     from protocol.transports.p2pd.daemon import daemon_binary
 
@@ -206,15 +204,15 @@ def test_a_p2pd_daemon_restart_is_logged_with_its_fields(caplog):
         daemon_binary()
     except DaemonStartError as missing:  # pragma: no cover - setup.sh installs hivemind
         pytest.skip(str(missing))
-    transport = P2pdTransport(NodeIdentity.generate().private_seed(),
+    transport = P2pdTransport(identity().private_seed(),
                               P2pdOptions(topics=["swarm-node/logs/rollouts/v1"], health_interval_s=0.3))
     with caplog.at_level(logging.INFO, logger="protocol"):
         transport.start()
         try:
             old_pid = transport.stats()["daemon_pid"]
             os.kill(old_pid, signal.SIGKILL)  # a daemon this test started (through the transport)
-            wait_for(lambda: transport.stats()["daemon_restarts"] == 1 and transport.stats()["daemon_state"] == 1,
-                     "the daemon restart", [], timeout=20)
+            wait_until(lambda: transport.stats()["daemon_restarts"] == 1 and transport.stats()["daemon_state"] == 1,
+                       "the daemon restart", timeout=20, step=0.25)
         finally:
             transport.close()
     (restart,) = [r for r in caplog.records if getattr(r, "event", "") == "daemon_restart"]

@@ -20,17 +20,12 @@ ROUNDS = 12
 
 
 @pytest.mark.slow
-def test_completions_at_every_size_limit_keep_memory_bounded(tmp_path):
+def test_completions_at_every_size_limit_keep_memory_bounded(tmp_path, processes):
     env = repo_env()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "memory_probe.py"), "--attack", "--rounds",
-                             str(ROUNDS), "--run-dir", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        stdout, stderr = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc = processes([sys.executable, str(ROOT / "tests" / "memory_probe.py"), "--attack", "--rounds",
+                      str(ROUNDS), "--run-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True, env=env)
+    stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, f"the attacked node exited {proc.returncode}: {stderr[-2000:]}"
     attack = json.loads(stdout.strip().splitlines()[-1])
     print(f"\npeak RSS attacked {attack['peak_rss_mb']:.0f} MB ({attack['bytes_sent'] / 2**20:.1f} MiB sent, "

@@ -144,7 +144,7 @@ def value(fams: dict, name: str, **labels) -> float:
     return sum(s.value for s in samples)
 
 
-def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path):
+def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path, tiny_config):
     from node.observe.metrics import read_metrics
     from node.observe.prometheus import node_registry
     from node.observe.state import NodeObserver, loop_progress
@@ -155,7 +155,7 @@ def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path):
     bus = MemoryBus()
     nodes, registries = [], []
     for name in ("a", "b"):
-        cfg = load_config("tiny", None, ["run.threads=1", "eval.every=2", "swarm.name=obs", f"run.seed={len(nodes)}"])
+        cfg = tiny_config("eval.every=2", "swarm.name=obs", f"run.seed={len(nodes)}")
         node = memory_bus_node(cfg, tmp_path / name, bus, name, swarm_clock=lambda: tick[0] * 2.0)
         exchange = node.exchange
         nodes.append(node)

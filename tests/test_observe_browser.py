@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from node.observe.metrics import read_metrics
-from processes import stop, wait_for
 from scripts.tools.webdriver import MISSING, Browser
 from test_observe import get
 from test_observe_live import ARGS
 from test_swarm_join import start
+from waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
 
@@ -46,32 +46,29 @@ def assert_png(path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000
 
 
-def test_node_page_draws_the_nodes_curves_live(tmp_path):
+def test_node_page_draws_the_nodes_curves_live(tmp_path, processes):
     a = tmp_path / "a"
-    procs = [start(a, args=[*ARGS, "--rounds", "5000"])]
-    try:
-        wait_for(lambda: len(read_metrics(a)) >= 10, "10 rounds", procs, timeout=120)
-        info = json.loads((a / "node.json").read_text())
-        url = f"http://{info['metrics']}/"
-        with Browser() as browser:
-            browser.open(url)
-            browser.wait("return +document.getElementById('chart-reward').dataset.points >= 10", "the reward curve")
-            first = browser.run(CHART, "chart-reward")
-            # live: the page redraws from new rounds without reloading
-            browser.wait(f"return +document.getElementById('chart-reward').dataset.lastRound > {first['lastRound']}",
-                         "a redraw with newer rounds")
-            state = json.loads(get(url + "api/state")[1])
-            assert_drawn_from(browser, "chart-reward", state["curves"]["reward"])
-            heldout = assert_drawn_from(browser, "chart-heldout", state["curves"]["heldout_pass1"],
-                                        state["curves"]["heldout_passk"])
-            assert heldout["points"] >= 8  # pass@1 and pass@k, every 2nd round
-            facts = browser.run("return document.getElementById('facts').textContent")
-            assert info["peer_id"] in facts and "transport p2pd" in facts
-            newest = browser.run("return document.querySelector('#right-table tr:nth-child(2) td').textContent")
-            assert int(newest) == browser.run(CHART, "chart-reward")["lastRound"]
-            assert_png(browser.screenshot(tmp_path / "node-page.png"))
-    finally:
-        stop(procs)
+    procs = [start(processes, a, args=[*ARGS, "--rounds", "5000"])]
+    wait_until(lambda: len(read_metrics(a)) >= 10, "10 rounds", procs=procs, timeout=120, step=0.25)
+    info = json.loads((a / "node.json").read_text())
+    url = f"http://{info['metrics']}/"
+    with Browser() as browser:
+        browser.open(url)
+        browser.wait("return +document.getElementById('chart-reward').dataset.points >= 10", "the reward curve")
+        first = browser.run(CHART, "chart-reward")
+        # live: the page redraws from new rounds without reloading
+        browser.wait(f"return +document.getElementById('chart-reward').dataset.lastRound > {first['lastRound']}",
+                     "a redraw with newer rounds")
+        state = json.loads(get(url + "api/state")[1])
+        assert_drawn_from(browser, "chart-reward", state["curves"]["reward"])
+        heldout = assert_drawn_from(browser, "chart-heldout", state["curves"]["heldout_pass1"],
+                                    state["curves"]["heldout_passk"])
+        assert heldout["points"] >= 8  # pass@1 and pass@k, every 2nd round
+        facts = browser.run("return document.getElementById('facts').textContent")
+        assert info["peer_id"] in facts and "transport p2pd" in facts
+        newest = browser.run("return document.querySelector('#right-table tr:nth-child(2) td').textContent")
+        assert int(newest) == browser.run(CHART, "chart-reward")["lastRound"]
+        assert_png(browser.screenshot(tmp_path / "node-page.png"))
 
 
 def test_testnet_page_draws_one_line_per_node(tmp_path):

@@ -7,7 +7,6 @@ import base64
 import json
 import re
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,10 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.observe.metrics import read_metrics
-from processes import repo_env, stop, wait_for
+from processes import repo_env
 from protocol import NodeIdentity
 from test_observe import get, non_loopback_ip, value
 from test_swarm_join import ROOT, start
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -42,101 +42,95 @@ def key_forms(key_file: Path) -> list[bytes]:
             base64.urlsafe_b64encode(seed).rstrip(b"="), pem_body, base64.b64decode(pem_body).hex().encode()]
 
 
-def test_metrics_move_between_scrapes_on_loopback_and_never_show_the_key(tmp_path):
+def test_metrics_move_between_scrapes_on_loopback_and_never_show_the_key(tmp_path, processes):
     a, b = tmp_path / "a", tmp_path / "b"
-    procs = [start(a, args=[*ARGS, "--rounds", "80"])]
-    try:
-        wait_for(lambda: (a / "node.json").exists(), "A to listen", procs, timeout=90)
-        info = json.loads((a / "node.json").read_text())
-        procs.append(start(b, info["listen_addrs"], args=[*ARGS, "--rounds", "5000"]))
-        address = info["metrics"]
-        host, port = address.rsplit(":", 1)
-        assert host == "127.0.0.1"  # the default: loopback only
-        other = non_loopback_ip()
-        if other is not None:
-            with pytest.raises(ConnectionRefusedError):
-                socket.create_connection((other, int(port)), timeout=5).close()
-
-        wait_for(lambda: len(read_metrics(a)) >= 3, "3 rounds on A", procs)
-        first = scrape(address)
-        wait_for(lambda: len(read_metrics(a)) >= value(first, "swarm_node_round") + 4, "4 more rounds", procs)
-        second = scrape(address)
-        assert value(second, "swarm_node_round") >= value(first, "swarm_node_round") + 4
-        assert value(second, "swarm_node_policy_version") > value(first, "swarm_node_policy_version")
-        assert 0.0 <= value(second, "swarm_node_reward_mean") <= 1.0
-        assert 0.0 <= value(second, "swarm_node_heldout_pass1_ratio") <= 1.0
-        assert value(second, "swarm_node_generate_seconds") > 0 and value(second, "swarm_node_tokens_per_second") > 0
-        assert value(second, "swarm_node_transport_daemon_state") == 1  # p2pd running
-        assert value(second, "swarm_node_process_resident_memory_bytes") > 50e6
-        wait_for(lambda: value(scrape(address), "swarm_node_messages_accepted_total") > 0
-                 and value(scrape(address), "swarm_node_peers_connected") == 1, "A to accept B's messages", procs)
-
-        forms = key_forms(a / "identity.key")
-        for path in ENDPOINTS:
-            status, body = get(f"http://{address}{path}")
-            assert status == (404 if path == "/no-such-page" else 200)
-            assert not [f for f in forms if f in body], f"{path} serves the private key"
-        state = json.loads(get(f"http://{address}/api/state")[1])
-        assert state["peer_id"] == info["peer_id"] and state["connected"] == 1
-        assert [p["connected"] for p in state["peers"] if p["peer_id"] == json.loads((b / "node.json").read_text())[
-            "peer_id"]] == [True]
-
-        procs[0].wait(timeout=180)  # A ends after its 80 rounds: the listener ends with it
-        assert procs[0].returncode == 0
+    procs = [start(processes, a, args=[*ARGS, "--rounds", "80"])]
+    wait_until(lambda: (a / "node.json").exists(), "A to listen", procs=procs, timeout=90, step=0.25)
+    info = json.loads((a / "node.json").read_text())
+    procs.append(start(processes, b, info["listen_addrs"], args=[*ARGS, "--rounds", "5000"]))
+    address = info["metrics"]
+    host, port = address.rsplit(":", 1)
+    assert host == "127.0.0.1"  # the default: loopback only
+    other = non_loopback_ip()
+    if other is not None:
         with pytest.raises(ConnectionRefusedError):
-            socket.create_connection((host, int(port)), timeout=5).close()
-    finally:
-        stop(procs)
+            socket.create_connection((other, int(port)), timeout=5).close()
+
+    wait_until(lambda: len(read_metrics(a)) >= 3, "3 rounds on A", procs=procs, timeout=120, step=0.25)
+    first = scrape(address)
+    wait_until(lambda: len(read_metrics(a)) >= value(first, "swarm_node_round") + 4, "4 more rounds",
+               procs=procs, timeout=120, step=0.25)
+    second = scrape(address)
+    assert value(second, "swarm_node_round") >= value(first, "swarm_node_round") + 4
+    assert value(second, "swarm_node_policy_version") > value(first, "swarm_node_policy_version")
+    assert 0.0 <= value(second, "swarm_node_reward_mean") <= 1.0
+    assert 0.0 <= value(second, "swarm_node_heldout_pass1_ratio") <= 1.0
+    assert value(second, "swarm_node_generate_seconds") > 0 and value(second, "swarm_node_tokens_per_second") > 0
+    assert value(second, "swarm_node_transport_daemon_state") == 1  # p2pd running
+    assert value(second, "swarm_node_process_resident_memory_bytes") > 50e6
+    wait_until(lambda: value(scrape(address), "swarm_node_messages_accepted_total") > 0
+               and value(scrape(address), "swarm_node_peers_connected") == 1, "A to accept B's messages",
+               procs=procs, timeout=120, step=0.25)
+
+    forms = key_forms(a / "identity.key")
+    for path in ENDPOINTS:
+        status, body = get(f"http://{address}{path}")
+        assert status == (404 if path == "/no-such-page" else 200)
+        assert not [f for f in forms if f in body], f"{path} serves the private key"
+    state = json.loads(get(f"http://{address}/api/state")[1])
+    assert state["peer_id"] == info["peer_id"] and state["connected"] == 1
+    assert [p["connected"] for p in state["peers"] if p["peer_id"] == json.loads((b / "node.json").read_text())[
+        "peer_id"]] == [True]
+
+    procs[0].wait(timeout=180)  # A ends after its 80 rounds: the listener ends with it
+    assert procs[0].returncode == 0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=5).close()
 
 
-def test_testnet_serves_one_page_with_every_node_while_it_runs(tmp_path):
+def test_testnet_serves_one_page_with_every_node_while_it_runs(tmp_path, processes):
     log = tmp_path / "testnet.log"
     cmd = [sys.executable, "-m", "node.cli", "testnet", "--transport", "memory", "--nodes", "3", "--rounds", "80",
            "--quiet", "--set", "eval.every=10", "--out", str(tmp_path / "out")]
     with log.open("wb") as fh:
-        procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=fh, env=repo_env())]
-    try:
-        def page_url() -> str | None:
-            found = re.search(r"live testnet page on (http://127\.0\.0\.1:\d+/)", log.read_text())
-            return found and found.group(1)
+        procs = [processes(cmd, cwd=ROOT, stdout=fh, stderr=fh, env=repo_env())]
 
-        wait_for(page_url, "the page's URL to be printed", procs, timeout=60)
-        url = page_url()
+    def page_url() -> str | None:
+        found = re.search(r"live testnet page on (http://127\.0\.0\.1:\d+/)", log.read_text())
+        return found and found.group(1)
 
-        def every_node_drawn() -> bool:
-            nodes = json.loads(get(url + "api/state")[1])["nodes"]
-            return len(nodes) == 3 and all(len(n["curves"]["reward"]) >= 5 for n in nodes)
+    url = wait_until(page_url, "the page's URL to be printed", procs=procs, timeout=60, step=0.25)
 
-        wait_for(every_node_drawn, "5 rounds of every node on the page", procs, timeout=120)
-        state = json.loads(get(url + "api/state")[1])
-        assert [n["name"] for n in state["nodes"]] == ["node0", "node1", "node2"]
-        assert state["kind"] == "testnet" and state["run_dir"].endswith("mix4-4-seed0")
-        assert all(n["state"] == "up" and n["peers"] == 2 for n in state["nodes"])  # the dashboard's rows
-        assert get(url)[0] == 200 and b"page.js" in get(url)[1]
-        assert procs[0].wait(timeout=300) == 0
-        with pytest.raises(ConnectionRefusedError):  # the page ends with the testnet
-            socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=5).close()
-    finally:
-        stop(procs)
+    def every_node_drawn() -> bool:
+        nodes = json.loads(get(url + "api/state")[1])["nodes"]
+        return len(nodes) == 3 and all(len(n["curves"]["reward"]) >= 5 for n in nodes)
+
+    wait_until(every_node_drawn, "5 rounds of every node on the page", procs=procs, timeout=120, step=0.25)
+    state = json.loads(get(url + "api/state")[1])
+    assert [n["name"] for n in state["nodes"]] == ["node0", "node1", "node2"]
+    assert state["kind"] == "testnet" and state["run_dir"].endswith("mix4-4-seed0")
+    assert all(n["state"] == "up" and n["peers"] == 2 for n in state["nodes"])  # the dashboard's rows
+    assert get(url)[0] == 200 and b"page.js" in get(url)[1]
+    assert procs[0].wait(timeout=300) == 0
+    with pytest.raises(ConnectionRefusedError):  # the page ends with the testnet
+        socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=5).close()
 
 
-def test_train_serves_metrics_too_without_swarm_series(tmp_path):
+def test_train_serves_metrics_too_without_swarm_series(tmp_path, processes):
     log = tmp_path / "train.log"
     cmd = [sys.executable, "-m", "node.cli", "train", "--preset", "tiny", "--rounds", "100000", "--quiet",
            "--set", "run.threads=1", "--run-dir", str(tmp_path / "run")]
     with log.open("wb") as fh:
-        procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=fh, env=repo_env())]
-    try:
-        def address() -> str | None:
-            found = re.search(r"live page on http://(127\.0\.0\.1:\d+)/", log.read_text())
-            return found and found.group(1)
+        procs = [processes(cmd, cwd=ROOT, stdout=fh, stderr=fh, env=repo_env())]
 
-        wait_for(address, "the listener's address to be printed", procs, timeout=90)
-        wait_for(lambda: len(read_metrics(tmp_path / "run")) >= 3, "3 rounds", procs)
-        fams = scrape(address())
-        assert value(fams, "swarm_node_round") >= 3 and 0.0 <= value(fams, "swarm_node_reward_mean") <= 1.0
-        assert "swarm_node_messages_accepted" not in fams and "swarm_node_peers_connected" not in fams
-        state = json.loads(get(f"http://{address()}/api/state")[1])
-        assert "peer_id" not in state and len(state["curves"]["reward"]) >= 3
-    finally:
-        stop(procs)
+    def address() -> str | None:
+        found = re.search(r"live page on http://(127\.0\.0\.1:\d+)/", log.read_text())
+        return found and found.group(1)
+
+    wait_until(address, "the listener's address to be printed", procs=procs, timeout=90, step=0.25)
+    wait_until(lambda: len(read_metrics(tmp_path / "run")) >= 3, "3 rounds", procs=procs, timeout=120, step=0.25)
+    fams = scrape(address())
+    assert value(fams, "swarm_node_round") >= 3 and 0.0 <= value(fams, "swarm_node_reward_mean") <= 1.0
+    assert "swarm_node_messages_accepted" not in fams and "swarm_node_peers_connected" not in fams
+    state = json.loads(get(f"http://{address()}/api/state")[1])
+    assert "peer_id" not in state and len(state["curves"]["reward"]) >= 3

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from node.config.schema import ConfigError, load_config
-from protocol import NodeIdentity, P2pdOptions
+from protocol import P2pdOptions
 from protocol.transports.p2pd import P2pdTransport
 from protocol.transports.p2pd.bounds import ConnectionBounds
 from protocol.transports.p2pd.daemon import DaemonProcess, DaemonStartError, daemon_binary
@@ -44,8 +44,8 @@ def test_unbounded_looks_for_everyone_and_trims_nobody():
     assert bounds.victims(peers, set(), now=1e6) == [] and bounds.daemon_flags() == []
 
 
-def test_the_daemon_gets_its_connection_manager_only_when_bounded():
-    seed, pid = NodeIdentity.generate().private_seed(), "x"
+def test_the_daemon_gets_its_connection_manager_only_when_bounded(identity):
+    seed, pid = identity().private_seed(), "x"
     bounded = DaemonProcess(seed, listen=[], expected_peer_id=pid, conn_bounds=ConnectionBounds(8, 16, 20.0))
     unbounded = DaemonProcess(seed, listen=[], expected_peer_id=pid, conn_bounds=ConnectionBounds(8, 0, 20.0))
     try:
@@ -75,7 +75,7 @@ def _connections(transports: list[P2pdTransport]) -> list[int]:
 
 
 @pytest.mark.slow
-def test_fourteen_daemons_that_know_only_the_first_stay_bounded_and_deliver_to_all():
+def test_fourteen_daemons_that_know_only_the_first_stay_bounded_and_deliver_to_all(identity):
     try:
         daemon_binary()
     except DaemonStartError as missing:  # pragma: no cover - setup.sh installs hivemind
@@ -84,11 +84,11 @@ def test_fourteen_daemons_that_know_only_the_first_stay_bounded_and_deliver_to_a
     options = dict(topics=[TOPIC], conn_low=low, conn_high=high, conn_grace_s=1.0, discovery_interval_s=0.5)
     nodes: list[P2pdTransport] = []
     try:
-        nodes.append(P2pdTransport(NodeIdentity.generate().private_seed(), P2pdOptions(**options)))
+        nodes.append(P2pdTransport(identity().private_seed(), P2pdOptions(**options)))
         nodes[0].start()
         first = nodes[0].listen_addrs()
         for _ in range(n - 1):  # each joiner is told about the first node only
-            nodes.append(P2pdTransport(NodeIdentity.generate().private_seed(), P2pdOptions(bootstrap=first, **options)))
+            nodes.append(P2pdTransport(identity().private_seed(), P2pdOptions(bootstrap=first, **options)))
             nodes[-1].start()
         peak = max(_connections(nodes))
 

@@ -7,9 +7,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+
+from waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = ["policy.parent_death", "protocol.parent_death"]
@@ -85,10 +86,7 @@ def test_the_child_gets_its_signal_when_the_parent_is_killed(module):
         assert alive(child_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while alive(child_pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not alive(child_pid)
+        wait_until(lambda: not alive(child_pid), "the child to die with its parent", 10, step=0.02)
     finally:
         if parent.poll() is None:
             parent.kill()

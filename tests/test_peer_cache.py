@@ -11,7 +11,6 @@ from protocol.transports.p2pd.addrs import peer_id_bytes
 from protocol.transports.p2pd.control import ControlError
 from protocol.transports.p2pd.discovery import Dialer
 from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits, address_group
-from protocol import NodeIdentity
 
 from fake_clock import FakeClock
 
@@ -153,10 +152,10 @@ class FakeControl:
             raise ControlError("dial failed: connection refused")
 
 
-def test_the_dialer_dials_in_rank_order_and_gives_up_on_dead_cached_peers(tmp_path, monkeypatch):
+def test_the_dialer_dials_in_rank_order_and_gives_up_on_dead_cached_peers(tmp_path, monkeypatch, identity):
     import protocol.transports.p2pd.discovery as discovery
 
-    ids = [NodeIdentity.generate().peer_id() for _ in range(6)]
+    ids = [identity().peer_id() for _ in range(6)]
     honest, dead, bootstrap, own = ids[0], ids[1:4], ids[4], ids[5]
     cache, clock = make(tmp_path, max_dial_failures=3)
     cache.remember({pid: [addr(i)] for i, pid in enumerate(dead)})
@@ -294,10 +293,10 @@ def test_peers_useful_in_more_rounds_rank_first_and_files_without_marks_still_lo
         == {"used": 1, "never": 0}
 
 
-def test_the_dialer_redials_a_kept_peer_whatever_the_budget(tmp_path):
+def test_the_dialer_redials_a_kept_peer_whatever_the_budget(tmp_path, identity):
     """A node at `conn_low` or more dials nobody (dial budget 0), so a kept peer (its groups used)
     whose connection dropped under a flood was not redialed until the flood ended."""
-    ids = [NodeIdentity.generate().peer_id() for _ in range(3)]
+    ids = [identity().peer_id() for _ in range(3)]
     honest, other, own = ids
     cache, _ = make(tmp_path)
     cache.remember({honest: [addr(1)], other: [addr(2)]})

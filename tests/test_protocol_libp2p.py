@@ -26,26 +26,14 @@ from protocol.transports.libp2p import (  # noqa: E402
     TransportStartError,
     peer_id_from_seed,
 )
+from waiting import wait_until  # noqa: E402
 
 TOPIC = "swarm/test/rollouts"
 
 
-def _wait(pred: Callable[[], object], timeout: float, what: str, step: float = 0.01) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what}")
-
-
 def _collect(t: Libp2pTransport, topic: str, n: int, timeout: float) -> list:
     got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        got.extend(t.drain(topic))
-        if len(got) < n:
-            time.sleep(0.005)
+    wait_until(lambda: got.extend(t.drain(topic)) or len(got) >= n, f"{n} messages on {topic}", timeout, step=0.005)
     return got
 
 
@@ -75,8 +63,8 @@ def make() -> Iterator[Callable[..., Libp2pTransport]]:
 
 
 def _connected(a: Libp2pTransport, b: Libp2pTransport, timeout: float = 5.0) -> None:
-    _wait(lambda: b.peer_id in a.peers() and a.peer_id in b.peers(), timeout,
-          f"{a.peer_id[-6:]} <-> {b.peer_id[-6:]} connected")
+    wait_until(lambda: b.peer_id in a.peers() and a.peer_id in b.peers(),
+               f"{a.peer_id[-6:]} <-> {b.peer_id[-6:]} connected", timeout, step=0.01)
 
 
 def test_peer_id_is_the_signer_identity(make) -> None:
@@ -121,7 +109,7 @@ def test_two_hosts_connect_and_deliver(make) -> None:
     assert b.drain("some/other/topic") == []
     assert a.stats()["published"] == 1 and b.stats()["received"] == 1
     # the swarm reports the connection a moment before host.connect() returns to B's dial loop
-    _wait(lambda: b.stats()["connects"] == 1, 2.0, "B's dial loop to record the connect")
+    wait_until(lambda: b.stats()["connects"] == 1, "B's dial loop to record the connect", 2.0, step=0.01)
     assert b.stats()["dial_failures"] == 0
 
 
@@ -134,8 +122,8 @@ def test_mesh_peers_and_connection_muxers_are_read_only_views(make) -> None:
     assert idle.mesh_peers(TOPIC) == [] and idle.connection_muxers() == {}
     b = make(bootstrap=a.listen_addrs())
     _connected(a, b)
-    _wait(lambda: a.mesh_peers(TOPIC) == [b.peer_id] and b.mesh_peers(TOPIC) == [a.peer_id], 10.0,
-          "A and B in each other's mesh")
+    wait_until(lambda: a.mesh_peers(TOPIC) == [b.peer_id] and b.mesh_peers(TOPIC) == [a.peer_id],
+               "A and B in each other's mesh", 10.0, step=0.01)
     assert a.mesh_peers("some/other/topic") == []
     muxers = a.connection_muxers()
     assert sum(muxers.values()) >= 1 and all("yamux" in m or "mplex" in m for m in muxers), muxers
@@ -198,7 +186,7 @@ def test_bootstrap_down_at_start_then_up_then_drop_and_back(make) -> None:
     assert time.monotonic() - t0 < 5.0  # start() does not wait for peers
     assert b.peers() == []
     b.publish(TOPIC, b"into the void")  # no peer: goes nowhere, must not fail
-    _wait(lambda: b.stats()["reconnects"] >= 3, 10.0, "repeated reconnect attempts")
+    wait_until(lambda: b.stats()["reconnects"] >= 3, "repeated reconnect attempts", 10.0, step=0.01)
     assert b.stats()["dial_failures"] >= 3
 
     a = make(seed_a, listen=[f"/ip4/127.0.0.1/tcp/{port}"])
@@ -206,16 +194,16 @@ def test_bootstrap_down_at_start_then_up_then_drop_and_back(make) -> None:
     _connected(a, b, timeout=8.0)
     b.publish(TOPIC, b"hello A")
     got: set[bytes] = set()
-    _wait(lambda: got.update(m.data for m in a.drain(TOPIC)) or b"hello A" in got, 5.0, "hello A")
+    wait_until(lambda: got.update(m.data for m in a.drain(TOPIC)) or b"hello A" in got, "hello A", 5.0, step=0.01)
     # py-libp2p replays its recent-message cache (a few heartbeats) to a newly joined peer, so
     # the message published while nobody was there may arrive too
     assert got <= {b"hello A", b"into the void"}
 
     # the bootstrap peer goes away and comes back on the same address: B re-dials it
     a.close()
-    _wait(lambda: a.peer_id not in b.peers(), 5.0, "B notices A is gone")
+    wait_until(lambda: a.peer_id not in b.peers(), "B notices A is gone", 5.0, step=0.01)
     failures = b.stats()["dial_failures"]
-    _wait(lambda: b.stats()["dial_failures"] > failures, 5.0, "B retrying")
+    wait_until(lambda: b.stats()["dial_failures"] > failures, "B retrying", 5.0, step=0.01)
     a2 = make(seed_a, listen=[f"/ip4/127.0.0.1/tcp/{port}"])
     _connected(a2, b, timeout=8.0)
     a2.publish(TOPIC, b"back again")
@@ -288,7 +276,7 @@ def test_subscribe_after_start_and_inbox_drops_oldest(make) -> None:
 
     for i in range(20):
         a.publish(TOPIC, b"m%d" % i)
-    _wait(lambda: b.stats()["received"] >= 21, 5.0, "20 more messages at B")
+    wait_until(lambda: b.stats()["received"] >= 21, "20 more messages at B", 5.0, step=0.01)
     assert len(b.drain(TOPIC)) == 5  # bounded inbox: the 15 oldest were evicted and counted
     assert b.stats()["dropped_inbound_full"] == 15
     assert b.drain(TOPIC, max_items=3) == []
@@ -307,7 +295,7 @@ def test_garbage_from_a_peer_does_not_kill_the_node(make) -> None:
         await stream.write(b"\x05\xff\xff\xff\xff\xff")  # length 5, then not a protobuf
 
     trio.from_thread.run(send_garbage, trio_token=evil._trio.trio_token)
-    _wait(lambda: a.stats()["bad_streams"] >= 1, 5.0, "A rejecting the garbage stream")
+    wait_until(lambda: a.stats()["bad_streams"] >= 1, "A rejecting the garbage stream", 5.0, step=0.01)
     assert a.running
     good = make(bootstrap=a.listen_addrs())
     _connected(a, good)

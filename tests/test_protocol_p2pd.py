@@ -155,12 +155,12 @@ def test_a_stuck_daemon_is_replaced(swarm):
             os.kill(stuck_pid, signal.SIGKILL)
 
 
-def test_a_failed_start_says_why_quickly():
+def test_a_failed_start_says_why_quickly(identity):
     with socket.socket() as taken:  # a port somebody else already listens on
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        transport = P2pdTransport(NodeIdentity.generate().private_seed(),
+        transport = P2pdTransport(identity().private_seed(),
                                   P2pdOptions(listen=[f"/ip4/127.0.0.1/tcp/{port}"], start_timeout_s=10.0))
         started = time.monotonic()
         with pytest.raises(DaemonStartError) as failure:
@@ -171,9 +171,9 @@ def test_a_failed_start_says_why_quickly():
     assert transport.stats()["daemon_state"] == 3  # closed, nothing left running
 
 
-def test_bad_bootstrap_addresses_are_named():
+def test_bad_bootstrap_addresses_are_named(identity):
     with pytest.raises(ValueError, match="/ip4/127.0.0.1/tcp/1"):
-        P2pdTransport(NodeIdentity.generate().private_seed(), P2pdOptions(bootstrap=["/ip4/127.0.0.1/tcp/1"]))
+        P2pdTransport(identity().private_seed(), P2pdOptions(bootstrap=["/ip4/127.0.0.1/tcp/1"]))
 
 
 def test_options_are_checked_and_frozen_when_built():

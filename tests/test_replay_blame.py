@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 
-from node.config.schema import load_config
 from node.train.loop import Node
 from node.service.join import memory_bus_node
 from protocol import Ingress, Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name
+
+from tiny_node import tiny_cfg
 
 SWARM = "replay"
 TOPICS = [topic_name(SWARM, k) for k in ("rollouts", "hints", "hint-requests")]
@@ -28,15 +29,15 @@ class ShiftedClock:
 
 
 def tiny_node(tmp_path, name: str, bus: MemoryBus, identity: NodeIdentity, *extra: str) -> Node:
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra])
+    cfg = tiny_cfg(f"swarm.name={SWARM}", *extra)
     node = memory_bus_node(cfg, tmp_path / name, bus, identity.peer_id(), identity)
     return node
 
 
-def test_replaying_an_honest_peers_messages_later_never_bans_it(tmp_path):
+def test_replaying_an_honest_peers_messages_later_never_bans_it(tmp_path, identity):
     clock = ShiftedClock()  # the world's time, shiftable: arrival times and the receiver's checks
     bus = MemoryBus(clock=clock)
-    honest_key, receiver_key = NodeIdentity.generate(), NodeIdentity.generate()
+    honest_key, receiver_key = identity(), identity()
     receiver = tiny_node(tmp_path, "receiver", bus, receiver_key)
     honest = tiny_node(tmp_path, "honest", bus, honest_key, "run.seed=1", "tasks.seed=1")
     receiver.exchange.ingress = Ingress(Limits(), clock=clock)

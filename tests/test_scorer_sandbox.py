@@ -10,14 +10,14 @@ import pytest
 
 import node.scoring.verifiers
 from node.scoring.answer_filter import bomb_reason
-from node.config.schema import load_config
 from node.scoring.sandbox import ScorerSandbox
 from node.service.join import memory_bus_node
 from node.tasks import make_source
 from node.scoring.verifiers import Verifier
-from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
+from protocol import MemoryBus, MemoryTransport, topic_name
 from protocol.testing import seal_message
 from test_exchange import honest_group
+from waiting import wait_until
 
 DEADLINE_S = 1.0
 SLACK_S = 0.5  # kill + reap + respawn start, on a loaded 2-core machine
@@ -106,24 +106,23 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("prefilter", [True, False], ids=["prefilter", "sandbox_only"])
-def test_node_rejects_math_bombs_keeps_training_and_answers_status(tmp_path, monkeypatch, prefilter):
+def test_node_rejects_math_bombs_keeps_training_and_answers_status(tmp_path, monkeypatch, prefilter, tiny_config,
+                                                                   identity):
     if not prefilter:  # the last defence on its own: every bomb reaches a worker and is killed
         monkeypatch.setattr(node.scoring.verifiers, "bomb_reason", lambda answer: None)
         monkeypatch.setattr(node.scoring.verifiers, "plain_number_answer_ok", lambda answer, gold: True)
     swarm = "bomb"
-    cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={swarm}", "verifier.scorer=math",
-                                     f"verifier.timeout_s={DEADLINE_S}"])
+    cfg = tiny_config(f"swarm.name={swarm}", "verifier.scorer=math", f"verifier.timeout_s={DEADLINE_S}")
     receiver = memory_bus_node(cfg, tmp_path, MemoryBus(), "receiver", ingest="background")
     exchange = receiver.exchange
     bus = exchange.transport.bus
     peer = MemoryTransport(bus, "attacker")
     peer.start()
-    key, now_ms = NodeIdentity.generate(), int(time.time() * 1000)
+    key, now_ms = identity(), int(time.time() * 1000)
     topic = topic_name(swarm, "rollouts")
     peer.publish(topic, seal_message(key, honest_group(receiver, 0), 1, now_ms))
-    deadline = time.monotonic() + 90  # importing math-verify on a loaded machine
-    while len(exchange.pool) == 0 and time.monotonic() < deadline:  # the first math score starts the workers
-        time.sleep(0.05)
+    # the first math score starts the workers: importing math-verify on a loaded machine
+    wait_until(lambda: len(exchange.pool), "the first group scored", 90)
     assert len(exchange.pool) == 1, exchange.status()
     bombs = 3
     reason = "score_refused" if prefilter else "score_timeout"

@@ -18,7 +18,8 @@ import pytest
 
 from node.observe.control import control_address, fetch_status
 from node.observe.metrics import read_metrics
-from processes import repo_env, stop, wait_for
+from processes import repo_env, stop
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -51,11 +52,8 @@ def start_attacker(tmp_path: Path, kind: str, peers: list[str], swarm: str, seco
 
 def run_for(seconds: float, procs) -> None:
     """Lets them run `seconds`, failing at once if one exits."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for p in procs:
-            assert p.poll() is None, f"a process exited early ({p.returncode})"
-        time.sleep(0.5)
+    end = time.monotonic() + seconds
+    wait_until(lambda: time.monotonic() >= end, f"{seconds:g} s of running", seconds + 30, procs=procs, step=0.5)
 
 
 
@@ -90,12 +88,12 @@ def test_two_nodes_with_the_readme_defaults_never_ban_each_other(tmp_path):
     swarm = ["--swarm", "defaults"]
     procs = [start(a, *swarm)]
     try:
-        wait_for(listening(a), "A to listen", procs, timeout=180)
+        wait_until(listening(a), "A to listen", procs=procs, timeout=180, step=0.25)
         procs.append(start(b, *swarm, "--peers", *info(a)["listen_addrs"], "--mix", "4/4"))
-        wait_for(listening(b), "B to listen", procs, timeout=180)
+        wait_until(listening(b), "B to listen", procs=procs, timeout=180, step=0.25)
         ids = {a: info(a)["peer_id"], b: info(b)["peer_id"]}
-        wait_for(lambda: all(accepted_from(status(d), ids[o]) > 0 for d, o in ((a, b), (b, a))),
-                 "both to hear from each other", procs, timeout=180)
+        wait_until(lambda: all(accepted_from(status(d), ids[o]) > 0 for d, o in ((a, b), (b, a))),
+                   "both to hear from each other", procs=procs, timeout=180, step=0.25)
         before = {d: (status(d), len(read_metrics(d))) for d in (a, b)}  # the 60 s window starts here
         run_for(60, procs)
         after = {d: status(d) for d in (a, b)}
@@ -140,12 +138,13 @@ def test_a_flood_through_an_honest_relay_does_not_get_the_relay_banned(tmp_path)
     swarm = "relayed"
     procs = [start(relay, "--swarm", swarm)]
     try:
-        wait_for(listening(relay), "the relay to listen", procs, timeout=180)
+        wait_until(listening(relay), "the relay to listen", procs=procs, timeout=180, step=0.25)
         relay_addrs = info(relay)["listen_addrs"]
         procs.append(start(victim, "--swarm", swarm, "--peers", *relay_addrs, "--mix", "4/4"))
-        wait_for(listening(victim), "the victim to listen", procs, timeout=180)
+        wait_until(listening(victim), "the victim to listen", procs=procs, timeout=180, step=0.25)
         relay_id = info(relay)["peer_id"]
-        wait_for(lambda: used_from(victim, relay_id) > 0, "the victim to use the relay's groups", procs, timeout=180)
+        wait_until(lambda: used_from(victim, relay_id) > 0, "the victim to use the relay's groups",
+                   procs=procs, timeout=180, step=0.25)
 
         quiet_from = len(read_metrics(victim))
         run_for(15, procs)
@@ -153,8 +152,8 @@ def test_a_flood_through_an_honest_relay_does_not_get_the_relay_banned(tmp_path)
         # 160 valid groups every 0.5 s from one key, as fast as its libp2p host sends them
         procs.append(start_attacker(tmp_path, "flood", relay_addrs, swarm, seconds=300, period_s=0.5, per_step=8))
         victim_id = info(victim)["peer_id"]
-        wait_for(lambda: any(p.peer_id not in (victim_id, relay_id) for p in status(relay).peers),
-                 "the flood to reach the relay", procs, timeout=240)
+        wait_until(lambda: any(p.peer_id not in (victim_id, relay_id) for p in status(relay).peers),
+                   "the flood to reach the relay", procs=procs, timeout=240, step=0.25)
         attack_from = len(read_metrics(victim))
         relay_accepted_before = peer_info(status(victim), relay_id).accepted
         run_for(15, procs)

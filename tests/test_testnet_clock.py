@@ -48,7 +48,7 @@ def test_round_cost_charges_every_part_of_the_exchange():
     assert charged_over_wall([]) is None
 
 
-def test_a_swarm_round_counts_its_exchange_work_and_the_evaluation_is_free(tmp_path):
+def test_a_swarm_round_counts_its_exchange_work_and_the_evaluation_is_free(tmp_path, tiny_config):
     """Real nodes on the memory bus: every count the clock charges is in the row, and a held-out
     evaluation (the instrument) adds no generate call to the next round."""
     plan = Plan(nodes=3, rounds=3, transport="memory", heterogeneous=False, out=tmp_path)
@@ -62,9 +62,8 @@ def test_a_swarm_round_counts_its_exchange_work_and_the_evaluation_is_free(tmp_p
     silo_row = read_metrics(Path(silo["nodes"][0]["run_dir"]))[-1]
     assert "messages_checked" not in silo_row and silo_row["generate_calls"] == 1.0  # one batched call
     from node.train.loop import Node
-    from node.config.schema import load_config
 
-    node = Node(load_config("tiny", None, ["eval.every=1", "eval.tasks_per_family=2"]), tmp_path / "alone")
+    node = Node(tiny_config("eval.every=1", "eval.tasks_per_family=2", threads=None), tmp_path / "alone")
     node.run_round(0)  # evaluates after its update
     assert node.parts.sampling.take_work()["generate_calls"] == 0.0
     assert node.run_round(1)["generate_calls"] == 1.0

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from node.config.schema import load_config
 from node.train.loop import Node
 from node.observe.metrics import read_metrics
 from node.testnet.grid import GridEvaluator, WeightCopy, grid_instants, grid_spacing
@@ -32,8 +31,8 @@ def test_grid_instants_and_spacing():
     assert grid_spacing(Plan(preset="tiny-warm", overrides=["eval.every=0"])) is None
 
 
-def test_the_weight_copy_is_exact_and_swaps_back(tmp_path):
-    node = Node(load_config("tiny", None, ["eval.tasks_per_family=2", "eval.k=2"]), tmp_path / "node")
+def test_the_weight_copy_is_exact_and_swaps_back(tmp_path, tiny_config):
+    node = Node(tiny_config("eval.tasks_per_family=2", "eval.k=2", threads=None), tmp_path / "node")
     before = node.evaluate()
     copy = WeightCopy(node)
     params = [p.detach().clone() for p in copy.params]
@@ -50,10 +49,10 @@ def test_the_weight_copy_is_exact_and_swaps_back(tmp_path):
     assert all(torch.equal(s, a) for s, a in zip(copy.saved, after))
 
 
-def test_each_instant_gets_the_weights_of_the_last_round_ended_by_then(tmp_path):
+def test_each_instant_gets_the_weights_of_the_last_round_ended_by_then(tmp_path, tiny_config):
     """One real node driven through three rounds of made-up virtual spans, spacing 1: [0, 1.5),
     [1.5, 3.1), [3.15, 3.3), budget 3.2 (the third round straddles it)."""
-    node = Node(load_config("tiny", None, ["eval.tasks_per_family=2", "eval.k=2"]), tmp_path / "node")
+    node = Node(tiny_config("eval.tasks_per_family=2", "eval.k=2", threads=None), tmp_path / "node")
     grid, measured = GridEvaluator(1.0, 1), []
     for start, end in ((0.0, 1.5), (1.5, 3.1), (3.15, 3.3)):
         measured.append(node.evaluate())  # the weights before this round (evaluating changes nothing)

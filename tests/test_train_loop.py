@@ -2,7 +2,6 @@
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from policy.generation import StaleWeightsError
 
 from tiny_node import run_node, tiny_cfg
 from processes import repo_env
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "node.cli"]
@@ -96,14 +96,11 @@ def test_dars_gives_low_accuracy_prompts_more_rollouts(tmp_path):
 
 
 def _wait_for_round(run_dir: Path, round_index: int, proc, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def reached() -> bool:
         rows = read_metrics(run_dir)
-        if rows and rows[-1]["round"] >= round_index:
-            return
-        assert proc.poll() is None, f"trainer exited early with {proc.returncode}"
-        time.sleep(0.05)
-    raise TimeoutError(f"round {round_index} not reached in {timeout}s")
+        return bool(rows) and rows[-1]["round"] >= round_index
+
+    wait_until(reached, f"the trainer to reach round {round_index}", timeout, procs=[proc])
 
 
 @pytest.mark.slow
@@ -153,7 +150,7 @@ def test_a_node_killed_before_its_first_checkpoint_starts_its_metrics_over(tmp_p
     assert [r["round"] for r in rows] == [0, 1, 2, 3, 4]  # no round logged twice
 
 
-def test_both_exchanges_implement_the_loops_exchange_protocol():
+def test_both_exchanges_implement_the_loops_exchange_protocol(identity):
     """node/train/loop.py Exchange declares everything the loop calls, optional capabilities
     included (state_dict, last_round): the swarm's exchange and the self-replay silo both implement
     all of it, with the protocol's parameter names, and the loop asks neither what it can do."""
@@ -167,12 +164,12 @@ def test_both_exchanges_implement_the_loops_exchange_protocol():
     from node.scoring.verifiers import Verifier
     from node.tasks import make_source
     from node.train.loop import Exchange
-    from protocol import MemoryBus, MemoryTransport, NodeIdentity
+    from protocol import MemoryBus, MemoryTransport
 
     cfg = load_config("tiny")
     source = make_source("synthetic", {"copy": 1.0}, 0)
     context = VerifyContext(source, Verifier(), retokenizer=None, max_completion_tokens=4, max_group_tokens=64)
-    swarm = SwarmExchange(MemoryTransport(MemoryBus(), "a"), NodeIdentity.generate(), context, ExchangeOptions())
+    swarm = SwarmExchange(MemoryTransport(MemoryBus(), "a"), identity(), context, ExchangeOptions())
     silo = SelfReplay(cfg.swarm)
     methods = [name for name, member in vars(Exchange).items() if callable(member) and not name.startswith("_")]
     assert {"share", "collect", "state_dict", "status", "close", "take_hint_requests"} <= set(methods)

@@ -4,7 +4,6 @@ A real tiny node supplies the task source, verifier and tokenizer; no exchange, 
 Ingress is involved: verify is a function of the message and its context."""
 import pytest
 
-from node.config.schema import load_config
 from node.train.groups import ScoredGroup
 from node.train.loop import Node
 from node.peers.reasons import BLAMED
@@ -18,8 +17,8 @@ SENDER = "peer-a"
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    cfg = load_config("tiny", None, ["run.threads=1"])
+def node(tmp_path_factory, tiny_config):
+    cfg = tiny_config()
     return Node(cfg, tmp_path_factory.mktemp("verify"))
 
 

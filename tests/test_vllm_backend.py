@@ -20,8 +20,9 @@ from policy.generation import StaleWeightsError
 from policy.models import ModelConfig, load_policy
 from policy.types import SamplingParams
 from policy.vllm_backend import VLLM_VENV, VLLMGenerator
-from processes import repo_env, wait_for
+from processes import repo_env
 from test_generation import SMOLLM2_QUESTIONS, chat_prompts, recompute, smollm2_cache
+from waiting import wait_until
 
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,7 +201,7 @@ def test_a_killed_node_takes_its_vllm_processes_with_it(tmp_path_factory):
     finally:
         node.kill()
         node.wait(timeout=30)
-    wait_for(lambda: not process_group(server_pid), "the vLLM process group to end", [], timeout=60)
+    wait_until(lambda: not process_group(server_pid), "the vLLM process group to end", timeout=60, step=0.25)
     assert not os.path.exists(weights_folder) and not list(Path(folder).glob("*.safetensors"))
     shutil.rmtree(folder, ignore_errors=True)  # the log is kept for the user to read
 

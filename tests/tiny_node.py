@@ -4,8 +4,10 @@ from node.train.loop import Node
 from node.observe.metrics import RoundTable, read_metrics
 
 
-def tiny_cfg(*overrides):
-    return load_config("tiny", None, ["run.threads=1", *overrides])
+def tiny_cfg(*overrides, threads: int | None = 1):
+    """The tiny preset with `overrides`, after "run.threads=1" unless `threads` is None (the tests'
+    `tiny_config` fixture is this function)."""
+    return load_config("tiny", None, [*([] if threads is None else [f"run.threads={threads}"]), *overrides])
 
 
 def run_node(cfg, run_dir, rounds, resume=False):
