@@ -43,3 +43,31 @@ def processes():
 
     yield popen
     stop(started)
+
+
+def pytest_collection_modifyitems(config, items):
+    """On xdist workers (scripts/test.sh runs the suite on several, `--dist loadgroup
+    --no-loadscope-reorder`): a test that uses a module-scoped fixture runs on the worker of its
+    module's other such tests, so the fixture is built once as in a serial run; and the slow work goes
+    first (the modules with the most slow tests, then single slow tests), so the longest runs do not
+    start last and leave one worker alone at the end. A serial run keeps the files' order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    grouped: dict[str, list] = {}
+    for item in items:
+        fixturedefs = getattr(item, "_fixtureinfo", None)
+        scopes = {defs[-1].scope for defs in (fixturedefs.name2fixturedefs.values() if fixturedefs else ())}
+        if scopes & {"module", "package", "class"}:
+            group = item.module.__name__
+            item.add_marker(pytest.mark.xdist_group(group))
+            grouped.setdefault(group, []).append(item)
+    slow_in_group = {g: sum(i.get_closest_marker("slow") is not None for i in members)
+                     for g, members in grouped.items()}
+
+    def weight(item) -> int:
+        group = item.get_closest_marker("xdist_group")
+        if group is not None:
+            return slow_in_group[group.args[0]]
+        return int(item.get_closest_marker("slow") is not None)
+
+    items.sort(key=lambda item: -weight(item))  # stable: a group's tests stay together, in file order
