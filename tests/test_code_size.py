@@ -34,11 +34,14 @@ def long_functions(path: Path, limit: int, root: Path = ROOT) -> list[str]:
             and node.end_lineno - node.lineno + 1 > limit]
 
 
+def long_modules(modules: list[Path], limit: int) -> list[str]:
+    return [f"{p.relative_to(ROOT)} ({n} lines)" for p in modules if (n := len(p.read_text().splitlines())) > limit]
+
+
 def test_no_package_module_is_over_500_lines():
     modules = package_modules()
     assert len(modules) > 50  # the walk found the packages
-    too_long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in modules
-                if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    too_long = long_modules(modules, MAX_MODULE_LINES)
     assert not too_long, f"split these modules (at most {MAX_MODULE_LINES} lines): {too_long}"
 
 
@@ -50,8 +53,7 @@ def test_no_package_function_is_over_60_lines():
 def test_no_script_module_is_over_500_lines():
     modules = script_modules()
     assert len(modules) > 25  # the walk found the scripts
-    too_long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in modules
-                if (n := len(p.read_text().splitlines())) > SCRIPT_MAX_MODULE_LINES]
+    too_long = long_modules(modules, SCRIPT_MAX_MODULE_LINES)
     assert not too_long, f"split these scripts (at most {SCRIPT_MAX_MODULE_LINES} lines): {too_long}"
 
 
