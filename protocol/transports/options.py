@@ -27,6 +27,45 @@ def _freeze_addresses(options: Libp2pOptions | P2pdOptions) -> None:
         object.__setattr__(options, "listen", (LOOPBACK_ANY_PORT,))
 
 
+REACHABILITY_MODES = ("auto", "public", "private")
+REACHABILITY_NAMES = {0: "unknown", 1: "public", 2: "private"}  # go-libp2p network.Reachability codes
+
+
+@dataclass(frozen=True)
+class NatOptions:
+    """Being reachable from outside on the p2pd transport (protocol/transports/p2pd/nat.py).
+
+    reachability: "auto": AutoNAT (peers that serve it dial us back) decides whether we are public
+        or private; "public" / "private": skip the test (a rented box with a public address, a
+        node that knows it sits behind NAT).
+    autonat_service: dial peers back when they ask whether they are reachable, and upgrade relayed
+        connections to direct ones by hole punching (DCUtR); the daemon couples the two (-autonat).
+    relay_client: once private, reserve a slot on relays, advertise the relayed addresses (so peers
+        can dial us through them), and dial peers' relayed addresses.
+    relays: relay multiaddrs ending in /p2p/<peer-id>; empty = the bootstrap peers.
+    relay_service: once public, serve relay slots to private peers (with go-libp2p's default
+        limits whatever else is set: 128 KiB each way and 2 minutes per relayed connection; see
+        protocol/transports/p2pd/nat.py).
+    announce: addresses announced instead of the listen ones (a public address the host does not
+        see, e.g. a rented box's behind a provider's 1:1 NAT).
+    port_map: ask the home router for a port mapping (UPnP / NAT-PMP).
+    """
+
+    reachability: str = "auto"
+    autonat_service: bool = True
+    relay_client: bool = True
+    relays: tuple[str, ...] = ()
+    relay_service: bool = True
+    announce: tuple[str, ...] = ()
+    port_map: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("relays", "announce"):
+            object.__setattr__(self, name, tuple(getattr(self, name) or ()))
+        if self.reachability not in REACHABILITY_MODES:
+            raise ValueError(f"reachability={self.reachability!r}: use one of {', '.join(REACHABILITY_MODES)}")
+
+
 @dataclass(frozen=True)
 class Libp2pOptions:
     """py-libp2p GossipSub (protocol/transports/libp2p/).
@@ -107,6 +146,7 @@ class P2pdOptions:
     flood_cut_rate, flood_cut_burst, flood_cut_s: an origin sending more than ``flood_cut_rate``
         messages/s beyond a burst of ``flood_cut_burst`` is cut (dropped and disconnected) for
         ``flood_cut_s`` seconds; ``flood_cut_rate=0`` turns that off.
+    nat: reachability from outside: AutoNAT, relays, announced and mapped addresses (NatOptions).
     conn_low, conn_high, conn_grace_s: bounded connections (protocol/transports/p2pd/bounds.py).
         Below ``conn_low`` connections the node looks for more (dials bootstrap and cached peers,
         asks the DHT); from ``conn_low`` on it does neither. Above ``conn_high`` connections are
@@ -139,6 +179,7 @@ class P2pdOptions:
     conn_low: int = 6
     conn_high: int = 12
     conn_grace_s: float = 20.0
+    nat: NatOptions = NatOptions()
 
     def __post_init__(self) -> None:
         _freeze_addresses(self)

@@ -23,10 +23,10 @@ class ControlError(OSError):
 
 def encode_frame(message) -> bytes:
     body = message.SerializeToString()
-    return _varint(len(body)) + body
+    return varint(len(body)) + body
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -48,6 +48,14 @@ class ControlConnection:
         except OSError as err:
             self.sock.close()
             raise ControlError(f"cannot connect to the daemon's control socket {socket_path}: {err}") from err
+
+    @classmethod
+    def on_socket(cls, sock: socket.socket, timeout_s: float) -> ControlConnection:
+        """A connection over a socket the daemon opened to us (an inbound stream's)."""
+        conn = cls.__new__(cls)
+        conn.sock, conn._buffer = sock, bytearray()
+        sock.settimeout(timeout_s)
+        return conn
 
     def close(self) -> None:
         try:
@@ -79,6 +87,27 @@ class ControlConnection:
         except Exception as err:  # noqa: BLE001 - protobuf's DecodeError and friends
             raise ControlError(f"undecodable {message_type.__name__} from the daemon: {err}") from err
         return message
+
+    def read_bytes(self, limit: int) -> bytes:
+        """The next varint-length-prefixed byte string of a stream (ControlError above `limit`)."""
+        size = self._read_varint()
+        if size > limit:
+            raise ControlError(f"a {size}-byte frame exceeds the limit of {limit} bytes")
+        return self._read_exactly(size)
+
+    def next_bytes(self, limit: int) -> bytes | None:
+        """As read_bytes, or None where the stream ended cleanly before a new frame."""
+        if not self._buffer:
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout as err:
+                raise ControlError("the stream sent nothing in time") from err
+            except OSError as err:
+                raise ControlError(f"reading the stream failed: {err}") from err
+            if not chunk:
+                return None
+            self._buffer += chunk
+        return self.read_bytes(limit)
 
     def request(self, request: pb.Request) -> pb.Response:
         """Send one request and return its OK response (ERROR raises ControlError with the daemon's text)."""

@@ -8,7 +8,8 @@
   transport dials bootstrap and cached peers itself (CONNECT) and re-dials them with backoff
   while it has fewer connections than it wants (bounds.py, which also sets the daemon's
   connection manager).
-  Relay, NAT port mapping and AutoNAT stay off.
+  AutoNAT, relays, announced and mapped addresses follow NatOptions (nat.py: its flags, and the
+  loopback-only metrics listener through which we read what AutoNAT concluded).
 * It dies with us: Linux PR_SET_PDEATHSIG(SIGKILL) kills it if the thread that started it goes
   away (so a long-lived thread must start it), and `stop` / atexit kill it on a normal exit.
 """
@@ -34,6 +35,7 @@ from .control import ControlConnection, ControlError, identify_request
 log = logging.getLogger(__name__)
 
 HIVEMIND_PIN = "hivemind==1.1.12"
+NAT_OFF = ["-relay=false", "-relayService=false", "-autonat=false", "-natPortMap=false"]  # a daemon on its own
 _ED25519_PRIVATE_KEY_HEADER = bytes([0x08, 0x01, 0x12, 0x40])  # PrivateKey{Type: Ed25519, Data: 64 bytes}
 _LIVE: "weakref.WeakSet[DaemonProcess]" = weakref.WeakSet()
 
@@ -68,8 +70,10 @@ class DaemonProcess:
     """One run of p2pd. `start` returns (peer id, listen multiaddrs) or raises DaemonStartError."""
 
     def __init__(self, seed: bytes, *, listen: list[str], expected_peer_id: str,
-                 control_timeout_s: float = 5.0, conn_bounds: ConnectionBounds | None = None) -> None:
+                 control_timeout_s: float = 5.0, conn_bounds: ConnectionBounds | None = None,
+                 nat_flags: list[str] | None = None) -> None:
         self.seed = bytes(seed)
+        self.nat_flags = list(nat_flags) if nat_flags is not None else NAT_OFF
         self.conn_bounds = conn_bounds  # its connection manager's flags (bounds.py); None or unbounded = off
         self.listen = list(listen)
         self.expected_peer_id = expected_peer_id
@@ -84,7 +88,7 @@ class DaemonProcess:
                f"-hostAddrs={','.join(self.listen)}", "-pubsub", "-pubsubRouter=gossipsub",
                # server mode: in auto mode a node without a public address stays a DHT client and
                # peers on loopback or a LAN never enter each other's routing tables
-               "-dhtServer", "-relay=false", "-relayService=false", "-autonat=false", "-natPortMap=false"]
+               "-dhtServer", *self.nat_flags]
         if self.conn_bounds is not None:
             cmd += self.conn_bounds.daemon_flags()
         return cmd  # never -b (see the module docstring)

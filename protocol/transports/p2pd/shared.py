@@ -22,6 +22,7 @@ from ...inbox import FairBuffer
 from .control import ControlConnection
 from .daemon import DaemonProcess
 from .flood_guard import FloodGuard
+from .nat import Reach
 
 STATE_STARTING, STATE_RUNNING, STATE_RESTARTING, STATE_CLOSED = "starting", "running", "restarting", "closed"
 STATE_CODES = {STATE_STARTING: 0, STATE_RUNNING: 1, STATE_RESTARTING: 2, STATE_CLOSED: 3}
@@ -41,6 +42,12 @@ STAT_KEYS = (
     "flooders_cut",              # origins cut for flooding (flood_guard.py)
     "dropped_flooding_origin",   # messages dropped because their origin was cut
     "flood_disconnects",         # DISCONNECTs the daemon carried out for cut origins
+    "relayed_sent", "relayed_send_failures",  # our messages on streams to relayed-only peers (relayed.py)
+    "relayed_received",          # messages such peers brought on streams (delivered like gossip)
+    "relayed_refused",           # inbound relayed streams that broke the framing or limits
+    "relayed_dropped_outbound", "relayed_dropped_busy",  # queue full; every inbound worker busy
+    "relayed_given_up",          # our messages a relayed peer never acknowledged after SEND_TRIES tries
+    "relayed_too_big",           # our messages over MAX_RELAYED_BYTES: no relay carries them
 )
 
 
@@ -64,8 +71,11 @@ class Shared:
         self.state = STATE_STARTING
         self.daemon: DaemonProcess | None = None
         self.generation = 0  # +1 per daemon run; readers and the writer follow it
-        self.listen_addrs: list[str] = []
+        self.listen_addrs: list[str] = []  # ours as the daemon announces them (relayed ones once it has a relay)
+        self.reach = Reach()  # what AutoNAT and the relays made of us (nat.py), refreshed by upkeep.py
+        self.metrics_port: int | None = None  # the daemon's loopback metrics port, once found
         self.connected: list[str] = []
+        self.relayed_peers: set[str] = set()  # connected through a relay only: no gossip with them (relayed.py)
         self.topic_peers: dict[str, int] = {}
         self.dht_peers = 0
         self.subscriptions: dict[str, ControlConnection] = {}

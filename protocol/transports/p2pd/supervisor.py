@@ -10,7 +10,9 @@ from typing import Callable
 from .bounds import ConnectionBounds
 from .control import ControlConnection, ControlError, identify_request
 from .daemon import DaemonProcess, DaemonStartError
+from .nat import Reach, nat_flags
 from .reader import TopicReaders
+from .relayed import RelayedGossip
 from .shared import STATE_CLOSED, STATE_RESTARTING, STATE_RUNNING, Shared
 
 log = logging.getLogger(__name__)
@@ -21,8 +23,9 @@ class Supervisor:
     to, then `start_error` says why). `loops` (target, thread name) start after that first run."""
 
     def __init__(self, shared: Shared, seed: bytes, readers: TopicReaders,
-                 loops: list[tuple[Callable[[], None], str]]) -> None:
+                 loops: list[tuple[Callable[[], None], str]], relayed: RelayedGossip) -> None:
         self.shared, self._seed, self.readers, self._loops = shared, bytes(seed), readers, loops
+        self.relayed = relayed
         self.ready = threading.Event()
         self.start_error: BaseException | None = None
 
@@ -39,7 +42,9 @@ class Supervisor:
         for target, name in self._loops:
             s.spawn(target, name)
         # After the first run, restarts reuse its real ports, so peers that know us can redial.
-        reuse = [a.split("/p2p/")[0] for a in s.listen_addrs] or listen
+        announced = set(s.options.nat.announce)  # announced and relayed addresses are not ours to listen on
+        reuse = [a for a in (a.split("/p2p/")[0] for a in s.listen_addrs if "/p2p-circuit" not in a)
+                 if a not in announced] or listen
         while not s.stop.wait(s.options.health_interval_s):
             try:
                 problem = self._health_problem()
@@ -53,7 +58,8 @@ class Supervisor:
         s, options = self.shared, self.shared.options
         daemon = DaemonProcess(self._seed, listen=listen, expected_peer_id=s.peer_id,
                                control_timeout_s=options.control_timeout_s,
-                               conn_bounds=ConnectionBounds.from_options(options))
+                               conn_bounds=ConnectionBounds.from_options(options),
+                               nat_flags=nat_flags(options.nat, [a for a in options.bootstrap if s.peer_id not in a]))
         _, addrs = daemon.start(options.start_timeout_s)
         with s.lock:
             if s.state == STATE_CLOSED:
@@ -63,6 +69,7 @@ class Supervisor:
             s.generation += 1
             generation = s.generation
             s.listen_addrs = [f"{a}/p2p/{s.peer_id}" for a in addrs]
+            s.reach, s.metrics_port = Reach(), None  # a new daemon learns its reachability anew
             s.state = STATE_RUNNING
             topics = list(s.inbox)
         subscribed = [threading.Event() for _ in topics]
@@ -70,6 +77,10 @@ class Supervisor:
             self.readers.spawn(topic, generation, event)
         for event in subscribed:  # so that start() returns with every topic collecting
             event.wait(options.control_timeout_s)
+        try:
+            self.relayed.serve(generation)
+        except (ControlError, OSError) as err:  # gossip still works; relayed-only peers will not reach us
+            log.warning("no stream handler for relayed peers: %s", err)
         log.info("p2pd (pid %s) runs as %s on %s", daemon.pid, s.peer_id, ", ".join(s.listen_addrs),
                  extra={"event": "daemon_started", "pid": daemon.pid, "generation": generation,
                         "restarts": s.stats["daemon_restarts"], "listen_addrs": list(s.listen_addrs)})

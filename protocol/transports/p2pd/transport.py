@@ -7,8 +7,9 @@ the heaviest sender loses its oldest, protocol/inbox.py; reader.py); one writer 
 paced (writer.py); a discovery thread keeps the connections between `conn_low` and `conn_high`
 (bounds.py, trimmer.py: below, it dials bootstrap and cached peers and asks the DHT for more;
 above, it closes some), refreshes the peer/topic counts that `peers()` and `stats()` return and
-writes the peer cache, and a guard thread disconnects origins cut for flooding (upkeep.py). This module is the
-public face: P2pdTransport puts them together.
+writes the peer cache, and a guard thread disconnects origins cut for flooding (upkeep.py); every few
+seconds discovery also reads our current addresses and the daemon's AutoNAT verdict (nat.py). This
+module is the public face: P2pdTransport puts them together.
 
 Semantics worth knowing:
 * `Received.from_peer` is the GossipSub origin (the message's signed `from`), not the neighbour
@@ -39,6 +40,7 @@ from .daemon import DaemonStartError
 from .discovery import Dialer
 from .peer_cache import PeerCache, PeerCacheLimits
 from .reader import TopicReaders
+from .relayed import RelayedGossip
 from .shared import STATE_CLOSED, STATE_CODES, STATE_RUNNING, Shared
 from .supervisor import Supervisor
 from .upkeep import PeerUpkeep
@@ -61,6 +63,8 @@ class P2pdTransport:
             peer, _ = split_peer_addr(addr)  # ValueError naming the bad address
             if peer != self.peer_id:
                 bootstrap_by_peer.setdefault(peer, []).append(addr)
+        for addr in o.nat.relays:  # the daemon panics on a relay address it cannot parse
+            split_peer_addr(addr)
         self.max_msg_bytes = o.max_msg_bytes
         self.start_timeout_s = o.start_timeout_s
         limits = o.peer_cache_limits or PeerCacheLimits()
@@ -69,10 +73,11 @@ class P2pdTransport:
                         o.backoff_initial_s, o.backoff_max_s, limits.max_dial_failures)
         self._shared = Shared(self.peer_id, o)
         self._readers = TopicReaders(self._shared)
+        self._relayed = RelayedGossip(self._shared)
         upkeep = PeerUpkeep(self._shared, dialer, self.peer_cache)
         loops = [(Writer(self._shared).run, "p2pd-writer"), (upkeep.discovery_loop, "p2pd-discovery"),
-                 (upkeep.guard_loop, "p2pd-guard")]
-        self._supervisor = Supervisor(self._shared, identity_seed, self._readers, loops)
+                 (upkeep.guard_loop, "p2pd-guard"), (self._relayed.run_sender, "p2pd-relayed-out")]
+        self._supervisor = Supervisor(self._shared, identity_seed, self._readers, loops, self._relayed)
         self._started = False
 
     # ------------------------------------------------------------------ Transport API (any thread)
@@ -122,6 +127,7 @@ class P2pdTransport:
                 return
             s.outbound.append((topic, bytes(data), time.monotonic()))
             s.wake_writer.notify()
+        self._relayed.offer(topic, bytes(data))  # peers we reach through a relay only get no gossip (relayed.py)
 
     def drain(self, topic: str, max_items: int | None = None) -> list[Received]:
         with self._shared.lock:
@@ -146,6 +152,11 @@ class P2pdTransport:
         with self._shared.lock:
             return list(self._shared.listen_addrs)
 
+    def reachability(self) -> str:
+        """unknown / public / private: what AutoNAT concluded (or swarm.nat.reachability forced)."""
+        with self._shared.lock:
+            return self._shared.reach.reachability
+
     def stats(self) -> dict[str, int]:
         s = self._shared
         with s.lock:
@@ -155,6 +166,9 @@ class P2pdTransport:
             out["connected_peers"] = len(s.connected)
             out["dht_peers"] = s.dht_peers  # peers our last DHT lookup of our own id named
             out["outbound_queued"] = len(s.outbound)
+            out.update(s.reach.counters())  # reachability 0 unknown, 1 public, 2 private; relay slots (nat.py)
+            out["relayed_addrs"] = sum("/p2p-circuit" in a for a in s.listen_addrs)
+            out["relayed_peers"] = len(s.relayed_peers)
             out["flooders_cut"] = s.flood_guard.cuts
             out["dropped_flooding_origin"] = s.flood_guard.dropped
             for topic, n in s.topic_peers.items():
@@ -185,6 +199,7 @@ class P2pdTransport:
         s.wake_guard.set()
         for conn in subscriptions:
             conn.close()  # unblocks the readers
+        self._relayed.close()
         if s.daemon is not None:
             s.daemon.stop()  # first: control calls in flight (a DHT lookup) fail at once
         for thread in s.threads:

@@ -7,19 +7,24 @@ once when they drop, whatever the bounds), refreshes the peer/topic counts that 
 (flood_guard.py)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 import time
 
-from .addrs import peer_id_text
+from .addrs import addr_text, peer_id_text
 from .bounds import ConnectionBounds
-from .control import ControlConnection, ControlError, list_peers_request, topic_peers_request
+from .control import ControlConnection, ControlError, identify_request, list_peers_request, topic_peers_request
 from .discovery import Dialer, ask_dht, peer_addrs
 from .flood_guard import disconnect_origins
+from .nat import metrics_port, read_reach
+from .relayed import relayed_only_peers
 from .peer_cache import PeerCache
 from .shared import Shared
 from .trimmer import Trimmer, connected_peers
 
 log = logging.getLogger(__name__)
+REACH_INTERVAL_S = 5.0  # how often our addresses and the daemon's AutoNAT verdict are read (nat.py)
 
 
 class PeerUpkeep:
@@ -36,6 +41,7 @@ class PeerUpkeep:
         cache_written = 0.0
         remembered: set[str] = set()
         dialed_generation = -1
+        reach_read = 0.0
         while True:
             with s.lock:
                 generation = s.generation
@@ -44,6 +50,9 @@ class PeerUpkeep:
                 self.bounds.reset()
                 dialed_generation = generation
             try:
+                if time.monotonic() - reach_read >= REACH_INTERVAL_S:
+                    self._refresh_reach(generation)
+                    reach_read = time.monotonic()
                 self._discovery_round(generation)
                 with s.lock:
                     connected = set(s.connected)
@@ -67,10 +76,12 @@ class PeerUpkeep:
         try:
             with ControlConnection(socket_path, timeout) as conn:
                 connected, members = self._census(conn)
+                relayed = relayed_only_peers(conn)
                 keep = frozenset(s.valued_peers(time.monotonic()))
                 connected -= self.trimmer.trim(conn, connected, members, keep)
                 with s.lock:
                     s.connected = sorted(connected)
+                    s.relayed_peers = relayed & connected
                     s.topic_peers.update({topic: len(peers) for topic, peers in members.items()})
                     now = time.monotonic()
                     s.flood_guard.seen_connected(sorted(connected), now)
@@ -89,6 +100,45 @@ class PeerUpkeep:
                 self.trimmer.after_lookup(conn, before)
         except ControlError as err:
             log.debug("discovery round failed: %s", err)
+
+    def _refresh_reach(self, generation: int) -> None:
+        """Our addresses as the daemon now announces them (relayed ones appear once a relay holds a
+        slot for us) and what AutoNAT concluded (nat.py), both kept for listen_addrs() and stats()."""
+        s = self.shared
+        socket_path = s.socket_for(generation)
+        with s.lock:
+            daemon, port, before = s.daemon, s.metrics_port, s.reach
+        if socket_path is None or daemon is None or daemon.pid is None:
+            return
+        timeout = s.options.control_timeout_s
+        try:
+            with ControlConnection(socket_path, timeout) as conn:
+                raw = conn.request(identify_request()).identify.addrs
+        except ControlError as err:
+            log.debug("identify failed: %s", err)
+            return
+        addrs = [f"{a}/p2p/{s.peer_id}" for a in (addr_text(r) for r in raw) if a]
+        if port is None:
+            port = metrics_port(daemon.pid, {int(p) for p in re.findall(r"/tcp/(\d+)", " ".join(addrs))})
+        reach = None
+        if port is not None:
+            try:
+                reach = read_reach(port, timeout)
+            except (OSError, ValueError) as err:
+                log.debug("daemon metrics unreadable on port %s: %s", port, err)
+                port = None  # found again next time
+        with s.lock:
+            if s.generation != generation:
+                return
+            s.listen_addrs = addrs or s.listen_addrs
+            s.metrics_port = port
+            if reach is not None and s.options.nat.reachability != "auto":  # forced: AutoNAT does not run
+                reach = dataclasses.replace(reach, reachability=s.options.nat.reachability)
+            s.reach = reach or s.reach
+        if reach is not None and reach.reachability != before.reachability:
+            log.info("reachability: %s (relay slots held: %d; relay service: %s); addresses: %s", reach.reachability,
+                     reach.relay_reservations, "on" if reach.relay_serving else "off", ", ".join(addrs),
+                     extra={"event": "reachability", "reachability": reach.reachability, "listen_addrs": addrs})
 
     def _census(self, conn: ControlConnection) -> tuple[set[str], dict[str, set[str]]]:
         """The connected peers, and the peers subscribed to each of our topics."""

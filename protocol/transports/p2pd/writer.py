@@ -109,7 +109,9 @@ class Writer:
         node still publishes)."""
         options, now = self.shared.options, time.monotonic()
         settled = n_peers > 0 and now - self._peers_since.get(topic, now) >= options.settle_s
-        return settled or now - queued_at >= options.publish_wait_s
+        with self.shared.lock:  # peers behind a relay got it already (relayed.py): holding it would only
+            relayed = bool(self.shared.relayed_peers)  # delay the messages queued behind it
+        return settled or (relayed and n_peers == 0) or now - queued_at >= options.publish_wait_s
 
     def _sent(self, queued_at: float, n_peers: int) -> None:
         s = self.shared
