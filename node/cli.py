@@ -2,6 +2,7 @@
 
     swarm-node train  [--preset tiny|smollm2] [--config FILE] [--set key=value ...] [--resume]
     swarm-node join   [--peers MULTIADDR ...] [--listen MULTIADDR] [--swarm NAME] [--mix I/J] [...]
+    swarm-node relay  [--peers MULTIADDR ...] [--listen MULTIADDR]   (bootstrap + relay, no model)
     swarm-node keygen [--out FILE]      (default ~/.config/swarm-node/identity.key)
     swarm-node status [--run-dir DIR | --control HOST:PORT]
     swarm-node report RUN_DIR
@@ -121,6 +122,18 @@ def cmd_join(args: argparse.Namespace) -> int:
     return join(cfg, Path(args.run_dir), console, quiet=args.quiet)
 
 
+def cmd_relay(args: argparse.Namespace) -> int:
+    extra = [f"swarm.peers={_toml_list(args.peers)}"] if args.peers else []
+    if args.listen:
+        extra.append(f"swarm.listen={_toml_list(args.listen)}")
+    if args.identity:
+        extra.append(f"swarm.identity={args.identity}")
+    cfg = _config(args, extra)
+    from node.service.relay import relay
+
+    return relay(cfg, Path(args.run_dir), console, quiet=args.quiet)
+
+
 def default_key_path() -> Path:
     """Under the user's config dir, never the working directory (one `git add -A` from published)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
@@ -162,15 +175,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from node.observe.control import control_address, fetch_status
+    from node.service.reach import reach_summary
 
     address = args.control or control_address(Path(args.run_dir))
     s = fetch_status(address, timeout_s=args.timeout)
+    if args.json:  # for scripts: every field, protobuf's JSON mapping (64-bit counters as strings)
+        from google.protobuf.json_format import MessageToJson
+
+        print(MessageToJson(s, preserving_proto_field_name=True))
+        return 0
     out = Console() if sys.stdout.isatty() else Console(width=200)  # full peer ids when piped
     out.print(f"peer {s.peer_id}  swarm {s.swarm!r}  round {s.round}  policy v{s.policy_version}  "
               f"up {s.uptime_s} s  peers connected {len(s.connected_peers)}", highlight=False)
     for addr in s.listen_addrs:
         out.print(f"  listening on {addr}", highlight=False)
     out.print(transport_summary(s.transport, dict(s.transport_counters)), highlight=False)
+    if (reach := reach_summary(dict(s.transport_counters))) is not None:
+        out.print(reach, highlight=False)
     out.print("transport: " + ", ".join(f"{k}={v}" for k, v in sorted(s.transport_counters.items())), highlight=False)
     out.print(f"messages accepted {s.accepted}; rejected: "
               + (", ".join(f"{k}={v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"), highlight=False)
@@ -323,6 +344,26 @@ def add_config_options(p: argparse.ArgumentParser, run_dir: str, presets: list[s
     p.add_argument("--quiet", action="store_true", help="no per-round output")
 
 
+def add_network_parsers(sub, presets: list[str]) -> None:
+    """`join` (train and share) and `relay` (bootstrap peer and circuit relay, no model)."""
+    join = sub.add_parser("join", help="join a swarm: train and share verified rollouts over libp2p")
+    add_config_options(join, "runs/node", presets)
+    join.add_argument("--peers", nargs="*", metavar="MULTIADDR", help="bootstrap peers (/ip4/.../tcp/.../p2p/<id>)")
+    join.add_argument("--listen", action="append", metavar="MULTIADDR", help="listen address (default /ip4/0.0.0.0/tcp/0: a free port, printed at start)")
+    join.add_argument("--swarm", help="swarm name (gossip topic namespace)")
+    join.add_argument("--identity", help="node key file (default <run-dir>/identity.key, created if missing)")
+    join.add_argument("--mix", metavar="I/J", help="SAPO mix: I local + J external groups per update, e.g. 4/4")
+    join.set_defaults(func=cmd_join)
+
+    relay = sub.add_parser("relay", help="run a bootstrap peer and circuit relay for nodes behind NAT (no model)")
+    add_config_options(relay, "runs/relay", presets)
+    relay.add_argument("--peers", nargs="*", metavar="MULTIADDR", help="other bootstrap peers or relays to dial")
+    relay.add_argument("--listen", action="append", metavar="MULTIADDR",
+                       help="listen address; pin a port others can reach, e.g. /ip4/0.0.0.0/tcp/4001")
+    relay.add_argument("--identity", help="node key file (default <run-dir>/identity.key, created if missing)")
+    relay.set_defaults(func=cmd_relay)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from node.config.presets import PRESETS  # names only: the config's schema loads after parsing
 
@@ -335,14 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
     train.set_defaults(func=cmd_train)
 
-    join = sub.add_parser("join", help="join a swarm: train and share verified rollouts over libp2p")
-    add_config_options(join, "runs/node", presets)
-    join.add_argument("--peers", nargs="*", metavar="MULTIADDR", help="bootstrap peers (/ip4/.../tcp/.../p2p/<id>)")
-    join.add_argument("--listen", action="append", metavar="MULTIADDR", help="listen address (default /ip4/0.0.0.0/tcp/0: a free port, printed at start)")
-    join.add_argument("--swarm", help="swarm name (gossip topic namespace)")
-    join.add_argument("--identity", help="node key file (default <run-dir>/identity.key, created if missing)")
-    join.add_argument("--mix", metavar="I/J", help="SAPO mix: I local + J external groups per update, e.g. 4/4")
-    join.set_defaults(func=cmd_join)
+    add_network_parsers(sub, presets)
 
     keygen = sub.add_parser("keygen", help="write a node identity (Ed25519, mode 0600) and print its peer id")
     keygen.add_argument("--out", help="key file (default $XDG_CONFIG_HOME/swarm-node/identity.key, "
@@ -354,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--run-dir", default="runs/node", help="the node's run dir (reads node.json)")
     status.add_argument("--control", metavar="HOST:PORT", help="control service address instead of --run-dir")
     status.add_argument("--timeout", type=float, default=5.0)
+    status.add_argument("--json", action="store_true", help="print the whole status as JSON (for scripts)")
     status.set_defaults(func=cmd_status)
 
     config = sub.add_parser("config", help="print the resolved configuration (--explain: what each knob does)")

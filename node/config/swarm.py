@@ -7,6 +7,8 @@
     swarm.ingest.*      background ingest's budget   -> IngestBudget (to_options; `mode`: where ingest runs)
     swarm.pool.*        the pool of peers' groups    -> GroupPool's keyword parameters (GroupPool.from_config)
     swarm.admission.*   young keys and content dedup -> Admission's keyword parameters (Admission.from_config)
+    swarm.nat.*         AutoNAT, relays, port mapping -> NatOptions (to_options, with swarm.relays and
+                        swarm.announce: addresses, like listen and peers, stay at the top)
 
 Each nested section's keys are the field names of what it maps onto, one to one (tests/test_config.py
 checks it), so no caller copies fields one by one. The option types are imported inside `to_options`
@@ -27,7 +29,7 @@ from node.observe.address import parse_listen
 
 if TYPE_CHECKING:
     from node.peers.ingest import IngestBudget
-    from protocol.transports.options import P2pdOptions
+    from protocol.transports.options import NatOptions, P2pdOptions
     from protocol.transports.p2pd.peer_cache import PeerCacheLimits
 
 
@@ -94,7 +96,7 @@ class P2pdConfig(_Section):
 
     def to_options(self, **transport: Any) -> P2pdOptions:
         """P2pdOptions with these fields and the transport's own (listen, bootstrap, topics, peer_cache...)."""
-        from protocol.transports.options import P2pdOptions
+        from protocol.transports.options import NatOptions, P2pdOptions
 
         return P2pdOptions(**transport, **self.model_dump())
 
@@ -165,6 +167,31 @@ class AdmissionConfig(_Section):
                                  "200,000 digests at most")
 
 
+class NatConfig(_Section):
+    """swarm.nat: being reachable from outside on p2pd (NatOptions; docs/joining-a-swarm.md "Joining
+    from behind NAT")."""
+
+    reachability: Literal["auto", "public", "private"] = Field(
+        "auto", description="auto: AutoNAT (peers dial us back) tells whether others can reach us (public) or not "
+                            "(private: behind NAT or a firewall); public / private: skip the test (a rented box "
+                            "with a public address; a node known to sit behind NAT)")
+    autonat_service: bool = Field(True, description="dial peers back when they ask whether they are reachable, and "
+                                  "turn relayed connections into direct ones by hole punching where both NATs allow "
+                                  "(the daemon ties the two together)")
+    relay_client: bool = Field(True, description="once private: hold a slot on the relays (swarm.relays, else the "
+                               "--peers) and announce the relayed addresses, so peers reach us through them")
+    relay_service: bool = Field(True, description="once public: serve relay slots to private peers (fixed limits: "
+                                "128 KiB each way and 2 minutes per relayed connection, 16 per peer, 128 slots); "
+                                "relayed messages pass the same flood cut and checks as gossip. With relay_client "
+                                "on, the bundled daemon answers relay requests anyway; both off: no relaying at all")
+    port_map: bool = Field(False, description="ask the home router to forward a port (UPnP / NAT-PMP)")
+
+    def to_options(self, *, relays: list[str], announce: list[str]) -> NatOptions:
+        from protocol.transports.options import NatOptions
+
+        return NatOptions(**self.model_dump(), relays=tuple(relays), announce=tuple(announce))
+
+
 # old flat key -> the key that replaced it (a nested section's)
 RENAMED_KEYS: dict[str, str] = {
     **{f"swarm.peer_cache_{k}": f"swarm.peer_cache.{k}" for k in PeerCacheConfig.model_fields if k != "enabled"},
@@ -217,6 +244,11 @@ class SwarmConfig(_Section):
                               description="listen multiaddrs; tcp/0 = a free port (printed at start and in "
                                           "node.json), so several nodes share a host without conflicts")
     peers: list[str] = Field(default_factory=list, description="bootstrap multiaddrs ending in /p2p/<peer-id>")
+    relays: list[str] = Field(default_factory=list, description="p2pd: relay multiaddrs ending in /p2p/<peer-id> "
+                              "that a private node holds a slot on (empty: the --peers)")
+    announce: list[str] = Field(default_factory=list, description="p2pd: the addresses announced to peers instead of "
+                                "the listen ones, e.g. /ip4/<public ip>/tcp/4001 on a box behind its provider's NAT")
+    nat: NatConfig = Field(default_factory=NatConfig)
     peer_cache: PeerCacheConfig = Field(default_factory=PeerCacheConfig)
     p2pd: P2pdConfig = Field(default_factory=P2pdConfig)
     identity: str | None = Field(None, description="key file; default <run_dir>/identity.key")
@@ -265,6 +297,16 @@ class SwarmConfig(_Section):
                 if old_scalar(f"swarm.{name}", value):
                     raise ValueError(renamed_message(f"swarm.{name}"))
         return data
+
+    @field_validator("relays", "announce")
+    @classmethod
+    def _multiaddrs(cls, value: list[str], info) -> list[str]:
+        for addr in value:
+            if not addr.startswith("/") or (info.field_name == "relays" and "/p2p/" not in addr):
+                ending = " ending in /p2p/<peer-id>" if info.field_name == "relays" else ""
+                raise ValueError(f"{addr!r} is not a multiaddr{ending} (e.g. /ip4/203.0.113.7/tcp/4001"
+                                 f"{'/p2p/12D3KooW...' if ending else ''})")
+        return value
 
     @field_validator("metrics_listen", mode="before")
     @classmethod

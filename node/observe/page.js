@@ -132,7 +132,9 @@ function renderNode(s) {
     s.peer_id ? `peer id ${s.peer_id}` : "training alone (no swarm)",
     s.swarm && `swarm ${s.swarm}`, s.transport && `transport ${s.transport}`, `round ${s.round}`,
     `policy v${s.policy_version}`, `up ${duration(s.uptime_s)}`,
-    s.peer_id && `peers connected ${s.connected}`, s.peer_id && `accepted ${s.accepted}`,
+    s.peer_id && `peers connected ${s.connected}`,
+    s.reachability && `reachability ${s.reachability}` + (s.relayed_peers ? ` (${s.relayed_peers} through a relay)` : ""),
+    s.peer_id && `accepted ${s.accepted}`,
     s.peer_id && `rejected ${rejected}`].filter(Boolean).join(" · ");
   document.getElementById("addrs").textContent = (s.listen_addrs || []).map(a => `listening on ${a}`).join("  ");
   drawChart(document.getElementById("chart-reward"), [{ name: "reward", points: s.curves.reward }]);

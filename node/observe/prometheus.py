@@ -44,7 +44,13 @@ GROUP_TOTALS = {"external_received": "received", "groups_verified": "verified", 
 # transport counters that are levels, not counts (protocol/transports/p2pd/transport.py stats())
 TRANSPORT_GAUGES = {"daemon_state": "p2pd daemon: 0 starting, 1 running, 2 restarting, 3 closed",
                     "dht_peers": "peers the last DHT lookup of our own id named",
-                    "outbound_queued": "messages waiting to be published"}
+                    "outbound_queued": "messages waiting to be published",
+                    "reachability": "AutoNAT's verdict on this node: 0 unknown, 1 public (peers can dial it), "
+                                    "2 private (behind NAT: peers reach it through relays)",
+                    "relay_reservations": "relay slots this node holds now (a private node's relayed addresses)",
+                    "relay_serving": "1 while this node serves as a circuit relay",
+                    "relayed_addrs": "relayed (/p2p-circuit) addresses this node announces",
+                    "relayed_peers": "peers connected through a relay only (they get our messages on streams)"}
 TRANSPORT_SKIPPED = {"daemon_pid", "connected_peers"}  # an id; the same as swarm_node_peers_connected
 
 

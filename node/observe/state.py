@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from node.observe.history import RoundHistory
+from protocol.transports.options import REACHABILITY_NAMES as REACH_NAMES
 
 MAX_PEERS_SHOWN = 200  # the page lists the lowest-scored peers first; a crowd of keys cannot grow the reply
 
@@ -45,7 +46,10 @@ def swarm_summary(status: dict) -> dict:
     """The JSON-able part of SwarmExchange.status() the page shows."""
     connected = set(status["connected"])
     peers = [{**dataclasses.asdict(p), "connected": p.peer_id in connected} for p in status["peers"]]
+    counters = status.get("transport", {})
+    reach = REACH_NAMES.get(counters["reachability"], "unknown") if "reachability" in counters else None
     return {"listen_addrs": status["listen_addrs"], "connected": len(connected), "accepted": status["accepted"],
+            "reachability": reach, "relayed_peers": counters.get("relayed_peers", 0),
             "rejected_by_reason": dict(status["rejected_by_reason"]), "tiers_used": dict(status.get("tiers_used", {})),
             "peers_tracked": len(peers), "peers_banned": sum(p["banned"] for p in peers),
             "peers": peers[:MAX_PEERS_SHOWN]}

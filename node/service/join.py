@@ -12,7 +12,7 @@ from rich.console import Console
 
 from node.train.assembly import NodeParts, build_parts, saved_exchange_state
 from node.config.schema import MAX_START_WAIT_S, ConfigError, NodeConfig
-from node.observe.control import start_control_server, write_node_file
+from node.observe.control import start_control_server
 from node.peers.exchange import SwarmExchange
 from node.peers.exchange_options import ExchangeOptions
 from node.peers.verify import VerifyContext
@@ -23,15 +23,10 @@ from node.observe.state import NodeObserver, loop_progress
 from node.observe.web import announce, serve_node
 from node.train.prompts import Retokenizer
 from node.scoring.sandbox import ScorerSandbox
+from node.service.reach import ReachWatch
 from node.service.shutdown import StopOnSignals
-from protocol import Libp2pOptions, NodeIdentity, make_transport, topic_name
-
-IDENTITY_FILE = "identity.key"
-
-
-def identity_path(cfg: NodeConfig, run_dir: Path) -> Path:
-    return Path(cfg.swarm.identity) if cfg.swarm.identity else Path(run_dir) / IDENTITY_FILE
-
+from node.service.network import build_transport, identity_path
+from protocol import NodeIdentity, topic_name
 
 def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: dict | None = None,
                    ingest: str | None = None, swarm_clock: Callable[[], float] | None = None,
@@ -92,23 +87,6 @@ def snapshot(node: Node, exchange: SwarmExchange, started: float) -> dict:
             "hints": {**node.hints.counters, **node.hint_writer.counters}}
 
 
-PEER_CACHE_FILE = "peers.json"
-
-
-def build_transport(cfg: NodeConfig, identity: NodeIdentity, run_dir: Path, topics: list[str]):
-    """The networked transport that swarm.transport names (imported lazily: each pulls its own stack)."""
-    kind, s = cfg.swarm.transport, cfg.swarm
-    if kind == "p2pd":
-        return make_transport(identity.private_seed(), s.p2pd.to_options(
-            listen=s.listen, bootstrap=s.peers, topics=topics,
-            peer_cache=run_dir / PEER_CACHE_FILE if s.peer_cache.enabled else None,
-            peer_cache_limits=s.peer_cache.to_options()))
-    if kind == "libp2p":
-        return make_transport(identity.private_seed(), Libp2pOptions(listen=s.listen, bootstrap=s.peers, topics=topics))
-    raise ValueError(f"swarm.transport={kind!r} cannot join a network (the memory transport is for tests and "
-                     "in-process simulations): set swarm.transport=p2pd or libp2p")
-
-
 def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) -> int:
     if cfg.swarm.self_replay:
         raise ConfigError("swarm.self_replay is a silo control that joins no network: run it with "
@@ -141,14 +119,11 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     observe = serve_node(cfg.swarm.metrics_listen, NodeObserver(
         run_dir, title, {"peer_id": identity.peer_id(), "swarm": cfg.swarm.name, "transport": cfg.swarm.transport},
         loop_progress(node), exchange.status, started))
-    addrs = transport.listen_addrs()
-    write_node_file(run_dir, {"peer_id": identity.peer_id(), "listen_addrs": addrs, "control": control,
-                              "metrics": observe.address if observe else None, "pid": os.getpid(),
-                              "swarm": cfg.swarm.name})
-    say(console, f"peer id {identity.peer_id()} in swarm {cfg.swarm.name!r}; others can join with:\n"
-                 + "\n".join(f"  swarm-node join --peers {addr}" for addr in addrs), "joined",
-        peer_id=identity.peer_id(), swarm=cfg.swarm.name, listen_addrs=addrs, transport=cfg.swarm.transport,
-        next_round=node.next_round)
+    watch = ReachWatch(transport, console, run_dir, {
+        "peer_id": identity.peer_id(), "control": control, "metrics": observe.address if observe else None,
+        "pid": os.getpid(), "swarm": cfg.swarm.name})
+    watch.announce(swarm=cfg.swarm.name, transport=cfg.swarm.transport, next_round=node.next_round)
+    watch.start()
     say(console, f"control service on {control} (swarm-node status --run-dir {run_dir})", "control", control=control)
     announce(observe, console, "metrics (/metrics) and live page")
     try:
@@ -160,6 +135,7 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
             say(console, f"stopped by signal after round {node.next_round - 1}; checkpoint of that round in "
                          f"{run_dir / 'checkpoints'}", "stopped", round=node.next_round - 1)
     finally:
+        watch.stop()
         if observe is not None:
             observe.stop()
         server.stop(grace=1.0)
