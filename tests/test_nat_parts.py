@@ -253,3 +253,18 @@ def test_the_daemon_listens_on_no_new_non_loopback_address(identity):
         assert t._shared.metrics_port in loopback_listen_ports(pid)
     finally:
         t.close()
+
+
+def test_announced_addresses_replace_the_listen_ones_and_the_verdict_is_still_read(identity):
+    """swarm.announce: the daemon announces only those (a rented box's public address), the join
+    addresses are them, and the metrics port is still found although no announced port is real."""
+    announced = "/ip4/11.0.0.7/tcp/4001"
+    t = P2pdTransport(identity().private_seed(), P2pdOptions(topics=[TOPIC], nat=NatOptions(announce=(announced,))))
+    t.start()
+    try:
+        wait_until(lambda: t.listen_addrs() == [f"{announced}/p2p/{t.peer_id}"], "only the announced address", 15)
+        assert join_addrs(t.listen_addrs()) == ([f"{announced}/p2p/{t.peer_id}"], True)
+        wait_until(lambda: t._shared.reach.metrics_ok, "the daemon's metrics to be read", 15)
+        assert t.reachability() == "unknown"  # nobody to ask on loopback
+    finally:
+        t.close()

@@ -27,6 +27,7 @@ like the rest of this transport) and read every few seconds (`read_reach`).
 """
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import os
 import urllib.request
@@ -103,9 +104,16 @@ def reach_from_metrics(metrics: dict[str, float]) -> Reach:
 
 
 def read_reach(port: int, timeout_s: float) -> Reach:
-    """The daemon's reachability from its metrics on 127.0.0.1:`port`; raises OSError if unreadable."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as reply:  # noqa: S310 - loopback
-        return reach_from_metrics(parse_metrics(reply.read(_METRICS_READ_LIMIT).decode("utf-8", "replace")))
+    """The daemon's reachability from its metrics on 127.0.0.1:`port`; raises OSError if unreadable
+    (also when something else answers there: a libp2p port speaks multistream, not HTTP)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as reply:  # noqa: S310
+            text = reply.read(_METRICS_READ_LIMIT).decode("utf-8", "replace")
+    except http.client.HTTPException as err:
+        raise OSError(f"127.0.0.1:{port} does not serve the daemon's metrics: {err!r}") from err
+    if "libp2p_" not in text:
+        raise OSError(f"127.0.0.1:{port}/metrics has no libp2p metrics")
+    return reach_from_metrics(parse_metrics(text))
 
 
 def loopback_listen_ports(pid: int) -> set[int]:
@@ -128,10 +136,19 @@ def loopback_listen_ports(pid: int) -> set[int]:
             if len(row) > 9 and row[3] == "0A" and row[1].startswith("0100007F:") and row[9] in inodes}
 
 
-def metrics_port(pid: int, libp2p_ports: set[int]) -> int | None:
-    """The daemon's metrics port: its one loopback listener that is not a libp2p listen port."""
-    ports = loopback_listen_ports(pid) - libp2p_ports
-    return min(ports) if len(ports) == 1 else None
+def metrics_port(pid: int, libp2p_ports: set[int], timeout_s: float = 1.0) -> int | None:
+    """The daemon's metrics port: its loopback listener that is not a libp2p listen port, or, where
+    several are (announced addresses hide the real listen ports), the one that serves /metrics."""
+    ports = sorted(loopback_listen_ports(pid) - libp2p_ports)
+    if len(ports) <= 1:
+        return ports[0] if ports else None
+    for port in ports:
+        try:
+            read_reach(port, timeout_s)
+            return port
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def addr_scope(addr: str) -> str:
