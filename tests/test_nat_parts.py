@@ -134,6 +134,17 @@ def test_status_says_what_reachability_means():
     assert "serving as a relay" in reach_summary({"reachability": 1, "relay_serving": 1})
 
 
+def test_metrics_show_reachability_as_gauges():
+    from node.observe.prometheus import _transport
+
+    families = {f.name: f for f in _transport({"reachability": 2, "relayed_peers": 1, "relay_reservations": 2,
+                                                "relayed_sent": 9})}
+    assert families["swarm_node_transport_reachability"].samples[0].value == 2
+    assert families["swarm_node_transport_relayed_peers"].samples[0].value == 1
+    events = {s.labels["event"]: s.value for s in families["swarm_node_transport_events"].samples}
+    assert events == {"relayed_sent": 9}  # counts stay counts
+
+
 # --- configuration ----------------------------------------------------------------------------------
 def test_swarm_nat_keys_map_onto_nat_options_and_addresses_are_checked():
     import dataclasses
