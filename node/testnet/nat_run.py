@@ -30,6 +30,7 @@ from pathlib import Path
 
 from node.service.child_env import child_env
 from node.service.relay import RELAY_STATUS_FILE
+from node.testnet.honest_heard import MetricsTail, read_json
 from node.testnet.netns import NatLab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,24 +48,11 @@ class NatPlan:
 
 
 def node_json(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "node.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    return read_json(run_dir / "node.json") or {}
 
 
 def metrics_rows(run_dir: Path) -> list[dict]:
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return []
-    rows = []
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a row being written
-    return rows
+    return MetricsTail(run_dir / "metrics.jsonl").read()  # complete rows only: one may be being written
 
 
 def used_from(run_dir: Path, signer: str) -> tuple[int, int | None, int]:

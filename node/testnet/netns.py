@@ -21,9 +21,10 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
+
+from node.service.child_env import stop_processes
 
 PUBLIC_PREFIX = "11.0.0"
 _COUNTER = itertools.count()
@@ -133,25 +134,13 @@ class NatLab:
         _run(*in_router, "iptables", "-A", "FORWARD", "-i", wan, "-j", "DROP")
 
     def popen(self, namespace: str, argv: list[str], **kwargs) -> subprocess.Popen:
-        """`argv` inside `namespace`; ended by `close` (or `stop`) by its handle."""
+        """`argv` inside `namespace`; ended by `close` by its handle."""
         proc = subprocess.Popen(["ip", "netns", "exec", namespace, *argv], **kwargs)
         self.procs.append(proc)
         return proc
 
-    def stop(self, proc: subprocess.Popen, timeout: float = 15.0) -> int | None:
-        """SIGTERM, then SIGKILL after `timeout`; the exit code."""
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        return proc.returncode
-
     def close(self) -> None:
-        for proc in self.procs:
-            self.stop(proc, timeout=10.0)
+        stop_processes(self.procs, timeout=10.0)
         self.procs.clear()
         for name in reversed(self.namespaces):  # veths go with their namespace
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)

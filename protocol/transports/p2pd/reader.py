@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
-from ..base import COUNTER_DROPPED_INBOUND_FULL, COUNTER_DROPPED_UNSUBSCRIBED, COUNTER_RECEIVED, Received
 from .addrs import peer_id_text
 from .control import ControlConnection, ControlError, subscribe_request
 from .shared import STATE_CLOSED, Shared
@@ -71,14 +69,4 @@ class TopicReaders:
         if len(data) > s.options.max_msg_bytes:
             s.bump("dropped_inbound_oversize")
             return
-        item = Received(from_peer=sender, data=data, received_at=time.time())
-        with s.lock:
-            if not s.flood_guard.arrival(sender, time.monotonic()):
-                s.wake_guard.set()  # the guard thread disconnects it: this reader must keep reading
-                return
-            box = s.inbox.get(topic)
-            if box is None:
-                s.stats[COUNTER_DROPPED_UNSUBSCRIBED] += 1
-                return
-            s.stats[COUNTER_DROPPED_INBOUND_FULL] += len(box.put(sender, item))  # the heaviest sender's oldest
-            s.stats[COUNTER_RECEIVED] += 1
+        s.take_in(sender, topic, data)

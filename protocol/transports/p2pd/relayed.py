@@ -1,7 +1,7 @@
 """Our messages to peers we reach only through a relay, on a stream of their own.
 
-GossipSub in the bundled daemon ignores relayed connections: the relay's limits (swarm.nat.relay_*)
-make them "transient", and go-libp2p-pubsub skips transient connections (measured here: two nodes
+GossipSub in the bundled daemon ignores relayed connections: the relay's limits (nat.py) make
+them "transient", and go-libp2p-pubsub skips transient connections (measured here: two nodes
 behind NAT, connected through a relay, had 0 topic peers in each other). Streams do run over them
 (the daemon opens them with network.WithUseTransient). So a node sends each message it publishes
 itself, once, on a stream of protocol RELAYED_PROTOCOL to every peer it is connected to through a
@@ -36,10 +36,9 @@ from pathlib import Path
 
 import multiaddr
 
-from ..base import COUNTER_DROPPED_INBOUND_FULL, COUNTER_DROPPED_UNSUBSCRIBED, COUNTER_RECEIVED, Received
 from .addrs import peer_id_bytes, peer_id_text
-from .control import ControlConnection, ControlError, list_peers_request, varint
-from .shared import Shared
+from .control import ControlConnection, ControlError, varint
+from .shared import TAKEN_CUT, TAKEN_IN, Shared
 from proto._generated import p2pd_control_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -57,11 +56,11 @@ MAX_RELAYED_BYTES = 120 * 1024  # a relay resets a connection after 128 KiB (nat
 REFUSED_RETRY_S = 60.0  # a peer that refused the protocol (an old node, a relay) is tried again after this
 
 
-def relayed_only_peers(conn: ControlConnection) -> set[str]:
-    """Peers whose every connection to us runs through a relay (LIST_PEERS names one address per
-    connection: a /p2p-circuit one is relayed)."""
+def relayed_only(peers) -> set[str]:
+    """Of a LIST_PEERS answer's PeerInfos, the peers whose every connection to us runs through a
+    relay (LIST_PEERS names one address per connection: a /p2p-circuit one is relayed)."""
     relayed, direct = set(), set()
-    for info in conn.request(list_peers_request()).peers:
+    for info in peers:
         circuit = any(_is_circuit(bytes(a)) for a in info.addrs)
         (relayed if circuit else direct).add(peer_id_text(info.id))
     return relayed - direct
@@ -168,22 +167,12 @@ class RelayedGossip:
             self._pending.release()
 
     def deliver(self, sender: str, topic: str, data: bytes) -> bool:
-        """As reader.py delivers gossip: flood guard (under the authenticated sender), topic, inbox.
-        False once the sender is cut for flooding."""
-        s = self.shared
-        item = Received(from_peer=sender, data=data, received_at=time.time())
-        with s.lock:
-            if not s.flood_guard.arrival(sender, time.monotonic()):
-                s.wake_guard.set()
-                return False
-            box = s.inbox.get(topic)
-            if box is None:
-                s.stats[COUNTER_DROPPED_UNSUBSCRIBED] += 1
-                return True
-            s.stats[COUNTER_DROPPED_INBOUND_FULL] += len(box.put(sender, item))
-            s.stats[COUNTER_RECEIVED] += 1
-            s.stats["relayed_received"] = s.stats.get("relayed_received", 0) + 1
-        return True
+        """As gossip is delivered (Shared.take_in, under the authenticated sender); False once the
+        sender is cut for flooding."""
+        taken = self.shared.take_in(sender, topic, data)
+        if taken == TAKEN_IN:
+            self.shared.bump("relayed_received")
+        return taken != TAKEN_CUT
 
     # -- outbound --------------------------------------------------------------------------------
     def offer(self, topic: str, data: bytes) -> None:
@@ -193,11 +182,11 @@ class RelayedGossip:
             if not s.relayed_peers:
                 return
             if len(data) > MAX_RELAYED_BYTES:
-                s.stats["relayed_too_big"] = s.stats.get("relayed_too_big", 0) + 1
+                s.stats["relayed_too_big"] += 1
                 return
             if len(self.outbound) >= OUTBOUND_MAX:
                 self.outbound.popleft()
-                s.stats["relayed_dropped_outbound"] = s.stats.get("relayed_dropped_outbound", 0) + 1
+                s.stats["relayed_dropped_outbound"] += 1
             self.outbound.append((topic, data))
             self.wake.notify()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +25,7 @@ from .daemon import DaemonProcess
 from .flood_guard import FloodGuard
 from .nat import Reach
 
+TAKEN_IN, TAKEN_UNSUBSCRIBED, TAKEN_CUT = "in", "unsubscribed", "cut"  # Shared.take_in's outcomes
 STATE_STARTING, STATE_RUNNING, STATE_RESTARTING, STATE_CLOSED = "starting", "running", "restarting", "closed"
 STATE_CODES = {STATE_STARTING: 0, STATE_RUNNING: 1, STATE_RESTARTING: 2, STATE_CLOSED: 3}
 
@@ -119,3 +121,20 @@ class Shared:
     def topics(self) -> list[str]:
         with self.lock:
             return list(self.inbox)
+
+    def take_in(self, sender: str, topic: str, data: bytes) -> str:
+        """A peer's message into `topic`'s inbox, as gossip (reader.py) and relayed streams
+        (relayed.py) both deliver: the flood cut under `sender` first, then the topic, then the fair
+        inbox. TAKEN_IN, TAKEN_UNSUBSCRIBED, or TAKEN_CUT (the sender is cut for flooding)."""
+        item = Received(from_peer=sender, data=data, received_at=time.time())
+        with self.lock:
+            if not self.flood_guard.arrival(sender, time.monotonic()):
+                self.wake_guard.set()  # the guard thread disconnects it: the caller must keep reading
+                return TAKEN_CUT
+            box = self.inbox.get(topic)
+            if box is None:
+                self.stats[COUNTER_DROPPED_UNSUBSCRIBED] += 1
+                return TAKEN_UNSUBSCRIBED
+            self.stats[COUNTER_DROPPED_INBOUND_FULL] += len(box.put(sender, item))  # the heaviest sender's oldest
+            self.stats[COUNTER_RECEIVED] += 1
+            return TAKEN_IN

@@ -18,7 +18,7 @@ from .control import ControlConnection, ControlError, identify_request, list_pee
 from .discovery import Dialer, ask_dht, peer_addrs
 from .flood_guard import disconnect_origins
 from .nat import metrics_port, read_reach
-from .relayed import relayed_only_peers
+from .relayed import relayed_only
 from .peer_cache import PeerCache
 from .shared import Shared
 from .trimmer import Trimmer, connected_peers
@@ -75,8 +75,7 @@ class PeerUpkeep:
         timeout = s.options.control_timeout_s
         try:
             with ControlConnection(socket_path, timeout) as conn:
-                connected, members = self._census(conn)
-                relayed = relayed_only_peers(conn)
+                connected, relayed, members = self._census(conn)
                 keep = frozenset(s.valued_peers(time.monotonic()))
                 connected -= self.trimmer.trim(conn, connected, members, keep)
                 with s.lock:
@@ -140,11 +139,13 @@ class PeerUpkeep:
                      reach.relay_reservations, "on" if reach.relay_serving else "off", ", ".join(addrs),
                      extra={"event": "reachability", "reachability": reach.reachability, "listen_addrs": addrs})
 
-    def _census(self, conn: ControlConnection) -> tuple[set[str], dict[str, set[str]]]:
-        """The connected peers, and the peers subscribed to each of our topics."""
+    def _census(self, conn: ControlConnection) -> tuple[set[str], set[str], dict[str, set[str]]]:
+        """The connected peers, those of them reached through a relay only (relayed.py), and the
+        peers subscribed to each of our topics."""
         members = {t: {peer_id_text(p) for p in conn.request(topic_peers_request(t)).pubsub.peerIDs}
                    for t in self.shared.topics()}
-        return connected_peers(conn), members
+        peers = conn.request(list_peers_request()).peers
+        return {peer_id_text(p.id) for p in peers}, relayed_only(peers), members
 
     def _remember_peers(self, generation: int) -> bool:
         """Records the connected peers' dialable addresses in the peer cache (True if any)."""
