@@ -98,18 +98,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_join(args: argparse.Namespace) -> int:
-    from node.config.schema import ConfigError
-
+def _network_overrides(args: argparse.Namespace) -> list[str]:
+    """--peers, --listen, --swarm and --identity of `join` and `relay` as config overrides."""
     extra = []
     if args.peers:
         extra.append(f"swarm.peers={_toml_list(args.peers)}")
     if args.listen:
         extra.append(f"swarm.listen={_toml_list(args.listen)}")
-    if args.swarm:
+    if getattr(args, "swarm", None):  # relay has no gossip topic, so no --swarm
         extra.append(f"swarm.name={args.swarm}")
     if args.identity:
         extra.append(f"swarm.identity={args.identity}")
+    return extra
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    from node.config.schema import ConfigError
+
+    extra = _network_overrides(args)
     if args.mix:
         local, sep, external = args.mix.partition("/")
         if not (sep and local.isdigit() and external.isdigit() and int(local) > 0):
@@ -123,12 +129,7 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
-    extra = [f"swarm.peers={_toml_list(args.peers)}"] if args.peers else []
-    if args.listen:
-        extra.append(f"swarm.listen={_toml_list(args.listen)}")
-    if args.identity:
-        extra.append(f"swarm.identity={args.identity}")
-    cfg = _config(args, extra)
+    cfg = _config(args, _network_overrides(args))
     from node.service.relay import relay
 
     return relay(cfg, Path(args.run_dir), console, quiet=args.quiet)

@@ -122,7 +122,7 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
     watch = ReachWatch(transport, console, run_dir, {
         "peer_id": identity.peer_id(), "control": control, "metrics": observe.address if observe else None,
         "pid": os.getpid(), "swarm": cfg.swarm.name})
-    watch.announce(swarm=cfg.swarm.name, transport=cfg.swarm.transport, next_round=node.next_round)
+    watch.announce("joined", swarm=cfg.swarm.name, transport=cfg.swarm.transport, next_round=node.next_round)
     watch.start()
     say(console, f"control service on {control} (swarm-node status --run-dir {run_dir})", "control", control=control)
     announce(observe, console, "metrics (/metrics) and live page")

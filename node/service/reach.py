@@ -43,14 +43,15 @@ class ReachWatch:
     def current(self) -> tuple[tuple[str, ...], str]:
         return tuple(self.transport.listen_addrs()), reachability_of(self.transport)
 
-    def announce(self, **fields) -> None:
-        """Writes node.json and says the join addresses (start, or a change)."""
+    def announce(self, event: str = "reachability", **fields) -> None:
+        """Writes node.json and says the join addresses: at start (`event` "joined", with the
+        start's `fields`), or on a change."""
         addrs, reachability = self._last = self.current()
         shown, outside = join_addrs(list(addrs))
         write_node_file(self.run_dir, {**self.info, "listen_addrs": list(addrs), "join_addrs": shown,
                                        "reachable_from_outside": outside, "reachability": reachability})
         say(self.console, join_text(self.info["peer_id"], self.info["swarm"], list(addrs), reachability),
-            "joined" if fields else "reachability", peer_id=self.info["peer_id"], listen_addrs=list(addrs),
+            event, peer_id=self.info["peer_id"], listen_addrs=list(addrs),
             join_addrs=shown, reachability=reachability, **fields)
 
     def start(self) -> ReachWatch:

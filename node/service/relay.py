@@ -1,7 +1,7 @@
 """`swarm-node relay`: a box with a public address that helps home nodes in. It is a bootstrap
 peer, a DHT server, an AutoNAT server and a circuit relay (swarm.nat), with no model and no gossip
 topic: it trains nothing and never forwards the swarm's gossip, so it costs a few MB of memory and
-whatever relayed traffic its limits (swarm.nat.relay_*) allow. Nodes behind NAT list it in
+whatever relayed traffic the relay's fixed limits allow (protocol/transports/p2pd/nat.py). Nodes behind NAT list it in
 --peers (or swarm.relays) and reach each other through it (docs/joining-a-swarm.md "Joining from
 behind NAT")."""
 from __future__ import annotations
@@ -35,7 +35,7 @@ def relay(cfg: NodeConfig, run_dir: Path, console, quiet: bool = False) -> int:
     watch = ReachWatch(transport, console, run_dir, {"peer_id": identity.peer_id(), "pid": os.getpid(),
                                                      "swarm": cfg.swarm.name, "role": "relay"})
     try:
-        watch.announce(role="relay", transport="p2pd")
+        watch.announce("joined", role="relay", transport="p2pd")
         watch.start()
         with StopOnSignals() as stop:
             said = time.monotonic()
