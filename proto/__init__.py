@@ -7,12 +7,16 @@ works even when scripts/gen_proto.sh was never run.
     from proto import swarm_pb2                 # all messages
     from proto import Envelope, RolloutGroup    # the common ones, re-exported
     from proto import swarm_pb2_grpc            # NodeControl stubs (imports grpc: loaded lazily)
+    from proto import p2pd_control_pb2          # the p2pd daemon's control messages (built on first use
+                                                # from the installed hivemind's p2pd.proto)
+
+Neither grpcio-tools nor hivemind is needed to import this package where the code is already built.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ._codegen import ensure_generated
+from ._codegen import ensure_daemon_generated, ensure_generated
 
 ensure_generated()
 
@@ -34,6 +38,7 @@ RoundUsage = swarm_pb2.RoundUsage
 __all__ = [
     "swarm_pb2",
     "swarm_pb2_grpc",
+    "p2pd_control_pb2",
     "Envelope",
     "TaskRef",
     "ModelCard",
@@ -55,4 +60,9 @@ def __getattr__(name: str) -> Any:
         from ._generated import swarm_pb2_grpc
 
         return swarm_pb2_grpc
+    if name == "p2pd_control_pb2":  # only the p2pd transport needs it; generated where hivemind is installed
+        ensure_daemon_generated()
+        from ._generated import p2pd_control_pb2
+
+        return p2pd_control_pb2
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -242,11 +242,11 @@ def test_a_node_with_no_bootstrap_joins_through_its_peer_cache_and_skips_garbage
 
 
 def test_daemon_control_code_is_generated_from_the_installed_proto_under_our_own_package():
-    from proto import _codegen
-    from proto._generated import p2pd_control_pb2
+    from proto import _codegen, p2pd_control_pb2
 
     assert p2pd_control_pb2.Request.DESCRIPTOR.full_name == "swarm_node.p2pd.Request"  # never hivemind's name
     assert _codegen.installed_daemon_proto() is not None
-    assert "p2pd.proto sha256=" in (_codegen.OUT_DIR / _codegen.STAMP_NAME).read_text()
+    assert "p2pd.proto sha256=" in (_codegen.OUT_DIR / _codegen.DAEMON_STAMP_NAME).read_text()
+    assert _codegen.daemon_is_fresh(daemon_proto=_codegen.installed_daemon_proto())
     tracked = subprocess.run(["git", "ls-files", "proto/_generated"], cwd=ROOT, capture_output=True, text=True)
     assert tracked.stdout == ""  # generated, never committed

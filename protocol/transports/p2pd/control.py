@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from proto._generated import p2pd_control_pb2 as pb
+from proto import p2pd_control_pb2 as pb
 
 MAX_FRAME_BYTES = 8 << 20  # above the daemon's own message limits: a bigger length is corruption
 

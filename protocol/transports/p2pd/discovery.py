@@ -10,7 +10,7 @@ from typing import Callable
 from .addrs import addr_text, peer_id_bytes, split_peer_addr
 from .control import ControlConnection, ControlError, connect_request
 from .peer_cache import PeerCache
-from proto._generated import p2pd_control_pb2 as pb
+from proto import p2pd_control_pb2 as pb
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import threading
 from .addrs import peer_id_text
 from .control import ControlConnection, ControlError, subscribe_request
 from .shared import STATE_CLOSED, Shared
-from proto._generated import p2pd_control_pb2 as pb
+from proto import p2pd_control_pb2 as pb
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ import multiaddr
 from .addrs import peer_id_bytes, peer_id_text
 from .control import ControlConnection, ControlError, varint
 from .shared import TAKEN_CUT, TAKEN_IN, Shared
-from proto._generated import p2pd_control_pb2 as pb
+from proto import p2pd_control_pb2 as pb
 
 log = logging.getLogger(__name__)
 

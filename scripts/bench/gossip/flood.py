@@ -100,7 +100,7 @@ class ProbeSubscription:
 
     def _read(self) -> None:
         from protocol.transports.p2pd.control import ControlError
-        from proto._generated import p2pd_control_pb2 as pb
+        from proto import p2pd_control_pb2 as pb
 
         try:
             while True:
