@@ -2,7 +2,8 @@
 
 Layout under `<run_dir>/checkpoints/`:
     round-000050/model/        save_pretrained weights (or the LoRA adapter) + tokenizer
-    round-000050/state.pt      optimizer, RNG states (torch, python, numpy), round counter, extra
+    round-000050/state.pt      optimizer, RNG states (torch CPU and every CUDA device, python, numpy),
+                               round counter, extra
     round-000050/config.json   the node config that produced it
     round-000050/<name>        any `files` the caller adds (a node: exchange.json, its admission state)
     LATEST                     name of the newest complete checkpoint
@@ -38,13 +39,24 @@ class Checkpoint:
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """Every generator a round draws from: sampling on a GPU draws from CUDA's, not the CPU's."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()  # one per visible device
+    return state
 
 
 def restore_rng(state: dict) -> None:
+    """Restores what rng_state saved. A checkpoint written on a GPU resumed on a machine without one
+    (or the reverse) restores what both have: the run goes on, but its draws differ from then on."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available():
+        devices = min(len(cuda), torch.cuda.device_count())
+        for index in range(devices):
+            torch.cuda.set_rng_state(cuda[index], index)
 
 
 def save_checkpoint(run_dir: Path, round_index: int, model, tokenizer, optimizer: torch.optim.Optimizer,
