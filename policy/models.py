@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import huggingface_hub
 import torch
@@ -91,6 +91,22 @@ def load_policy(cfg: ModelConfig) -> LoadedPolicy:
         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
         chat=getattr(tokenizer, "chat_template", None) is not None,
     )
+
+
+def phase_clock(model: torch.nn.Module) -> Callable[[], float]:
+    """time.perf_counter for the round's phase timestamps, after waiting for the model's device: CUDA
+    runs kernels asynchronously, so without the wait a phase's seconds land in whichever phase next
+    reads a value back (four waits a round: nothing next to a round's own host reads)."""
+    param = next(model.parameters(), None)
+    if param is None or param.device.type != "cuda":
+        return time.perf_counter
+    device = param.device
+
+    def clock() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return clock
 
 
 def resolve_cache_dir(cfg: ModelConfig) -> Path:

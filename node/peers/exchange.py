@@ -374,6 +374,8 @@ class SwarmExchange(HintTraffic):
         return {
             "external_received": received,
             "external_used": len(chosen),
+            "external_samples_used": sum(len(g.correct) for g in chosen),  # their share correct: the next / this
+            "external_correct_used": sum(sum(g.correct) for g in chosen),
             "external_zero_variance": flat,
             "groups_audited": audited,
             "groups_verified_unused": max(0, self._work["groups_verified"] - len(chosen)),

@@ -83,6 +83,8 @@ class SelfReplay:
         self.tiers_used.update(tiers)
         self.last_round = {
             "external_received": len(self._sampled), "external_used": len(chosen),
+            "external_samples_used": sum(len(g.correct) for g in chosen),
+            "external_correct_used": sum(sum(g.correct) for g in chosen),
             "external_used_by_sender": dict(Counter(g.origin for g in chosen)),
             "external_tiers": {str(t): tiers.get(str(t), 0) for t in TIERS},
             "external_tier_reasons": dict(Counter(reason for g in chosen for reason in g.meta["tier_reasons"])),

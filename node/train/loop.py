@@ -31,6 +31,7 @@ from node.tasks.base import Task
 from policy.checkpoint import latest_checkpoint, load_weights, restore_rng, save_checkpoint
 from policy.learner import Learner
 from policy.losses import make_objective
+from policy.models import phase_clock
 from policy.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class Node:
         ood = make_source(cfg.tasks.source, cfg.eval.ood, cfg.tasks.seed) if cfg.eval.ood else None
         self.evaluator = Evaluator(cfg.eval, parts.sampling, ood)
         self.metrics = MetricsLog(self.run_dir)
+        self.clock = phase_clock(self.model)  # the phases' seconds: waits for a GPU's queued work first
         self.tensorboard = TensorBoardLog(self.run_dir) if cfg.run.tensorboard else None
         self.next_round = 0
         self.resumed_from: Path | None = None  # the checkpoint `resume` loaded
@@ -187,7 +189,7 @@ class Node:
         return tasks
 
     def run_round(self, round_index: int) -> dict:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         tasks = self._tasks(round_index)
         hints = [self.hints.current(t) if self.hinting else None for t in tasks]
         local, sample_stats = self.sampler.sample(tasks, hints, self.learner.policy_version)
@@ -195,7 +197,7 @@ class Node:
             self.pass_rates.observe(group.task, group.unhinted())
             self.hints.observe(group)
             self.hint_writer.remember(group)
-        t1 = time.perf_counter()
+        t1 = self.clock()
 
         external: list[ScoredGroup] = []
         hint_stats: dict = {}
@@ -206,12 +208,12 @@ class Node:
             external = self.exchange.collect(round_index, local)
             if self.hinting:
                 hint_stats = self._exchange_hints()
-        t2 = time.perf_counter()
+        t2 = self.clock()
 
         groups, merged = compose(local, external, self.cfg.swarm.composition)
         stats = self.learner.update(groups)
         self.generator.refresh(self.learner.policy_version)  # next round samples from the updated weights
-        t3 = time.perf_counter()
+        t3 = self.clock()
         work = self.parts.sampling.take_work()  # generate calls, hint writing for peers
         row = self._row(round_index, tasks, local, external, merged, {**sample_stats, **hint_stats, **stats, **work},
                         (t0, t1, t2, t3))

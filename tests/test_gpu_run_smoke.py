@@ -1,0 +1,41 @@
+"""scripts/gpu_run.sh in its smoke mode on this CPU (the tiny preset, seconds): the same code path a
+CUDA machine runs (only the preset, the sizes and the device differ), through the shell script."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from processes import repo_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpu_run(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run(["bash", "scripts/gpu_run.sh", "--smoke", "--out", str(out), *extra], cwd=ROOT,
+                          env=repo_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads((out / "gpu_run.json").read_text())
+
+
+def test_smoke_compares_the_arms_and_lists_the_phase_seconds(tmp_path):
+    proc, result = gpu_run(tmp_path)
+    assert (tmp_path / "gpu_run.png").stat().st_size > 10_000
+    runs = {run["arm"]: run for run in result["runs"]}
+    assert set(runs) == {"silo", "swarm"} and all(run["state"] == "done" for run in runs.values())
+    for arm in runs.values():  # every node-round carries its phases
+        assert arm["rows"] and all(row["t_generate"] > 0 and row["t_train"] > 0 for row in arm["rows"])
+        assert 0.0 <= arm["heldout"] <= 1.0 and arm["eval_s"] and all(s > 0 for s in arm["eval_s"])
+    assert runs["silo"]["peer_groups_used"] == 0 and runs["swarm"]["peer_groups_used"] > 0
+    assert 0.0 <= runs["swarm"]["peer_share_correct"] <= 1.0
+    # the two arms ran to the same virtual budget on the compute clock; the paired difference is per seed
+    assert result["swarm_minus_silo"]["diffs"] == [runs["swarm"]["heldout"] - runs["silo"]["heldout"]]
+    assert "seconds per node-round: generate" in proc.stdout and "exchange" in proc.stdout
+    assert "could not do: no CUDA GPU seen by torch" in proc.stdout  # this machine has none: said, not hidden
+
+
+def test_runs_past_the_deadline_are_cut_and_reported(tmp_path):
+    proc, result = gpu_run(tmp_path, "--minutes", "0.005")  # 0.3 s: before a spawned process has imported torch
+    assert {run["state"] for run in result["runs"]} == {"cut"}
+    assert all("heldout" not in run for run in result["runs"]) and result["swarm_minus_silo"] is None
+    assert "2 run(s) cut at the 0.005-minute deadline" in proc.stdout
