@@ -1,5 +1,6 @@
 """scripts/gpu_run.sh in its smoke mode on this CPU (the tiny preset, seconds): the same code path a
-CUDA machine runs (only the preset, the sizes and the device differ), through the shell script."""
+CUDA machine runs (only the preset, the sizes and the device differ), through the shell script, in an
+environment where the p2p stack is absent (a GPU box has none of it: the memory transport needs none)."""
 from __future__ import annotations
 
 import json
@@ -9,11 +10,26 @@ from pathlib import Path
 from processes import repo_env
 
 ROOT = Path(__file__).resolve().parents[1]
+ABSENT = ("hivemind", "grpc_tools", "libp2p", "multiaddr")
+# Runs at every interpreter start (the script and each run's spawned process): these cannot be found.
+SITECUSTOMIZE = f"""
+import sys
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {ABSENT!r}:
+            raise ModuleNotFoundError(f'No module named {{name!r}}', name=name)
+        return None
+sys.meta_path.insert(0, Absent())
+"""
 
 
 def gpu_run(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    hide = out / "hide"
+    hide.mkdir(parents=True)
+    (hide / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = repo_env(PYTHONPATH=f"{hide}:{ROOT}")
     proc = subprocess.run(["bash", "scripts/gpu_run.sh", "--smoke", "--out", str(out), *extra], cwd=ROOT,
-                          env=repo_env(), capture_output=True, text=True, timeout=240)
+                          env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads((out / "gpu_run.json").read_text())
 

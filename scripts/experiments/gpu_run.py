@@ -36,10 +36,10 @@ from scripts.common import arg_parser, command_line, pyplot, runs_dir, write_jso
 ARMS = {"silo": (8, 0), "swarm": (4, 4)}  # the silo trains 8 own groups; a swarm node 4 own + 4 peers'
 PHASES = ("t_generate", "t_score", "t_exchange", "t_train")
 # SmolLM2 sized for a GPU round: 8 prompts x 8 samples x up to 64 tokens a silo node-round, no
-# checkpoints (a 0.5 GB float32 save per node-round would be most of a GPU round), the grid every 8
+# checkpoints (a 0.5 GB float32 save per node-round would be most of a GPU round), the grid every 4
 # nominal silo rounds on 16 tasks per family.
 GPU_SET = ["sampling.group_size=8", "sampling.max_new_tokens=64", "run.checkpoint_every=100000",
-           "eval.every=8", "eval.tasks_per_family=16", "optim.lr=1e-5"]
+           "eval.every=4", "eval.tasks_per_family=16", "optim.lr=1e-5"]
 SMOKE_SET = ["eval.every=2", "eval.tasks_per_family=4", "run.checkpoint_every=100000"]
 
 
@@ -50,7 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--preset", default=None, help="default smollm2 (tiny with --smoke)")
     parser.add_argument("--nodes", type=int, default=None, help="nodes per testnet (default 4; 2 with --smoke)")
     parser.add_argument("--seeds", type=int, default=None, help="paired seeds per arm (default 3; 1 with --smoke)")
-    parser.add_argument("--rounds", type=float, default=None, help="the budget in nominal silo rounds (default 24)")
+    parser.add_argument("--rounds", type=float, default=None, help="the budget in nominal silo rounds (default 12)")
     parser.add_argument("--minutes", type=float, default=8.0, help="wall deadline for all runs together")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--set", dest="extra", action="append", default=[], help="a config override (repeatable)")
@@ -60,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.preset = args.preset or ("tiny" if smoke else "smollm2")
     args.nodes = args.nodes or (2 if smoke else 4)
     args.seeds = args.seeds or (1 if smoke else 3)
-    args.rounds = args.rounds or (4 if smoke else 24)
+    args.rounds = args.rounds or (4 if smoke else 12)
     args.out = args.out or runs_dir("gpu_run-smoke" if smoke else "gpu_run")
     if args.nodes < 2:
         parser.error("--nodes must be at least 2: a swarm node needs a peer")
@@ -112,6 +112,18 @@ def jobs_for(args, device: str) -> list[dict]:
              "nodes": args.nodes, "overrides": overrides, "budget": budget, "grid": grid, "threads": threads,
              "dir": str(Path(args.out) / arm / f"seed{seed}")}
             for seed in range(args.seeds) for arm, mix in ARMS.items()]
+
+
+def prepare_model(job: dict) -> float:
+    """Loads the policy once before the runs start (SmolLM2: converts the GGUF into the cache once,
+    instead of in every process at once); returns the seconds it took."""
+    from node.config.schema import load_config
+    from policy.models import load_policy
+
+    started = time.monotonic()
+    cfg = load_config(job["preset"], None, [*job["overrides"], "model.device=cpu"])
+    del load_policy(cfg.model).model
+    return time.monotonic() - started
 
 
 def run_all(jobs: list[dict], minutes: float) -> dict[str, str]:
@@ -287,12 +299,13 @@ def main(argv=None) -> dict:
     device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
     name = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({platform.processor() or platform.machine()})"
     jobs = jobs_for(args, device)
+    load_s = prepare_model(jobs[0])
     started = time.monotonic()
     states = run_all(jobs, args.minutes)
     runs = [run_summary(job, states[label(job)]) for job in jobs]
     result = {"command": command_line(__spec__, argv), "device": name, "preset": args.preset, "nodes": args.nodes,
               "rounds": args.rounds, "budget_s": jobs[0]["budget"], "grid_s": jobs[0]["grid"],
-              "overrides": jobs[0]["overrides"], "wall_s": time.monotonic() - started,
+              "overrides": jobs[0]["overrides"], "wall_s": time.monotonic() - started, "model_load_s": load_s,
               **summarise(runs, args.seeds), "runs": runs}
     result["could_not"] = limits(args, device, states)
     write_json(Path(args.out) / "gpu_run.json", result)
