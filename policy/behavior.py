@@ -128,7 +128,13 @@ def bound_claims(behavior: Tensor, prox: Tensor, claimed: Tensor) -> tuple[Tenso
     than sending no log-probs at all would (policy/ALGORITHMS.md, "What a peer's claims can buy").
     A claim above ours (the sender found the text likelier) only lowers the weight and is kept:
     that is the correction for a stale or other sampler."""
+    bounded, frac = bound_claims_on_device(behavior, prox, claimed)  # [B, T], []
+    return bounded, float(frac)
+
+
+def bound_claims_on_device(behavior: Tensor, prox: Tensor, claimed: Tensor) -> tuple[Tensor, Tensor]:
+    """bound_claims with the fraction a 0-dim float64 tensor (0 when nothing is claimed), not read
+    on the host: the learner reads it with the step's other statistics."""
     raised = claimed & (behavior < prox)  # [B, T]
-    n_claimed = int(claimed.sum())
-    frac = float(raised.sum()) / n_claimed if n_claimed else 0.0
-    return torch.where(raised, prox, behavior), frac  # [B, T]
+    frac = raised.sum().double() / claimed.sum().double().clamp_min(1.0)  # []
+    return torch.where(raised, prox, behavior), frac  # [B, T], []

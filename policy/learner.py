@@ -34,9 +34,14 @@ optimizer steps were already taken, the update stops there (our samples are not 
 
 Dropout is off in every forward pass of the update: l^old, the loss and the chunked backward must
 be one deterministic function, else on-policy ratios are not 1 and chunks disagree.
+
+The host waits on the device once per optimizer step: the step's statistics stay 0-dim tensors
+until `_step` reads them all in one transfer (on a GPU every float(t) is a sync); which tiers the
+batch holds, its token count and row counts are known on the host from the batch's CPU build.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -46,10 +51,10 @@ from typing import Literal
 
 import torch
 
-from policy.behavior import apply_alignment, bound_claims
+from policy.behavior import apply_alignment, bound_claims_on_device
 from policy.logprobs import completion_logprobs, pad_batch
-from policy.loss_terms import sampler_mismatch
-from policy.losses import LossInputs, Objective, apply_row_keep
+from policy.loss_terms import Stats, sampler_mismatch, stats_to_floats
+from policy.losses import LossInputs, Objective, keep_rows
 from policy.selection import Selection, absent_weights, select_rows, skip_zero_rows
 from policy.settings import OffPolicyConfig, OptimConfig
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
@@ -59,6 +64,9 @@ LOCAL = -1  # tier code of this node's own samples in the per-row tier tensor
 # attention mask grows with its square); rebuilt tasks of the same families are about as long as ours.
 EXTERNAL_PROMPT_SLACK = 2.0
 MIN_PROMPT_CAP = 256
+# a step statistic that is NaN when the step (or a row chunk) had none: no claimed token to bound
+CLAIMS_BOUNDED = "ext_claims_bounded_frac"
+CLAIMING = tuple(f"ext_t{t}_" for t in (TIER_EXACT, TIER_ALIGNED))  # statistics of the rows that may claim
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +128,7 @@ class Learner:
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.device = next(model.parameters()).device
         self.policy_version = 0  # optimizer steps taken so far (saved in checkpoints)
+        self._batch_tiers: dict[int, int] | None = None  # rows per tier code of the batch `_train` trains
 
     def _logprobs(self, input_ids, attention_mask, n_completion):
         with autocast_context(self.cfg.autocast_bf16, self.device):
@@ -141,27 +150,35 @@ class Learner:
             n = len(sample.completion_ids)
             behavior[row, :n] = apply_alignment(sample.alignment, prox[row, :n])  # [n]
 
-    def _loss(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def _loss(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         """One aggregation (the local objective's) of every row's per-token term over the whole
-        minibatch x, rows tiered by `tier` [b]; the statistics."""
+        minibatch x, rows tiered by `tier` [b]; the statistics (on the device)."""
         term, mask, stats = self._terms(x, tier)  # [b, C], [b, C]
         return self.objective.aggregate(term, dataclasses.replace(x, mask=mask)), stats
 
-    def _terms(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def _terms(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Stats]:
         """Per-token terms [b, C]: this node's rows through the local objective, each tier's peer rows
-        through the external one; the mask [b, C] after row filters; statistics. Our rows also
-        report the sampler's mismatch to the learner (sampler_logp_diff, sampler_kl)."""
+        through the external one; the mask [b, C] after row filters; statistics (0-dim tensors). Our
+        rows also report the sampler's mismatch to the learner (sampler_logp_diff, sampler_kl).
+        A tier the batch in training has no row of (`_batch_tiers`) costs no search for its rows, a
+        batch of one kind of row none at all: a search is a device sync."""
         term = torch.zeros_like(x.logp)  # [b, C]
         mask = x.mask.clone()  # [b, C]
-        stats: dict[str, float] = {}
+        stats: Stats = {}
+        present = self._batch_tiers or {code: 1 for code in (LOCAL, *TIERS)}  # unknown: search every tier
         parts = [(self.objective, LOCAL, "")]
         parts += [(self.external_objective, t, f"ext_t{t}_") for t in TIERS]
         for objective, code, prefix in parts:
-            rows = (tier == code).nonzero().squeeze(-1)  # [b']
+            if code not in present:
+                continue
+            if len(present) == 1:  # every row is of this kind
+                rows = torch.arange(tier.shape[0], device=tier.device)  # [b']
+            else:
+                rows = (tier == code).nonzero().squeeze(-1)  # [b']
             if rows.numel() == 0:
                 continue
             part = _rows(x, rows)
-            sub, filtered = apply_row_keep(objective, part)  # F-TIS: drops far off-policy negatives
+            sub, filtered = keep_rows(objective, part)  # F-TIS: drops far off-policy negatives
             part_term, part_stats = objective.token_loss(sub)  # [b', C]
             if code == LOCAL:  # our sampler against our learner (a sampling copy, vLLM: not 0)
                 part_stats.update(sampler_mismatch(part.old_logp, part.behavior_logp, part.mask))
@@ -263,11 +280,11 @@ class Learner:
         batch = self._batch([sel.samples[i] for i in trained], [sel.advantages[i] for i in trained],
                             [sel.row_weights[i] for i in trained])
         for t in TIERS:
-            if (n_tier := int((batch.tier == t).sum())) > 0:
+            if (n_tier := batch.tier_rows.get(t, 0)) > 0:
                 stats[f"ext_t{t}_samples"] = float(n_tier)
         stats.update(self._train(batch, sel, trained))
         stats["optimizer_steps"] = float(self.cfg.epochs * self.cfg.minibatches)
-        stats["tokens_trained"] = float(batch.loss_mask.sum())
+        stats["tokens_trained"] = batch.tokens
         return stats
 
     def _train(self, batch: _Batch, sel: Selection, trained: list[int]) -> dict[str, float]:
@@ -276,6 +293,7 @@ class Learner:
         denominators it had with the dropped rows trained at advantage 0; only its trained rows are
         forwarded (`trained`: their indices in sel, in batch order)."""
         absent_rows, absent_tokens = absent_weights(sel)  # [N], [N]
+        self._batch_tiers = batch.tier_rows  # host-known: which tiers _terms needs to find rows of
         batch_row = torch.full((len(sel.samples),), -1, dtype=torch.long)  # [N] row in the batch, -1 = dropped
         batch_row[trained] = torch.arange(len(trained))  # [N]
         sums: dict[str, float] = {}
@@ -321,15 +339,19 @@ class Learner:
         if n_steps > 1 or needs_prox:  # l^old must be frozen at the start of the update
             with torch.no_grad():
                 old_logp = self._chunked_logprobs(input_ids, attention_mask, n_completion)  # [B, C]
-            self._resolve_behavior(samples, behavior, tier, old_logp.cpu())
+            if needs_prox:  # only tier-1 rows read it: no device -> host copy otherwise
+                self._resolve_behavior(samples, behavior, tier, old_logp.cpu())
+        tier_rows = dict(collections.Counter(tier.tolist()))  # read while still on the CPU: no device sync
+        tokens = float(loss_mask.sum())  # [] on the CPU
         loss_mask, behavior, adv_t, tier, row_weight = (
             t.to(self.device) for t in (loss_mask, behavior, adv_t, tier, row_weight))
         return _Batch(input_ids, attention_mask, n_completion, loss_mask, behavior, tier, adv_t, row_weight,
-                      old_logp)
+                      old_logp, tier_rows, tokens)
 
     def _step(self, batch: _Batch, idx: torch.Tensor, absent: dict[str, float]) -> dict[str, float]:
         """One optimizer step on the batch rows `idx` [b], with `absent` (LossInputs' absent_rows and
-        absent_tokens) for the minibatch's dropped rows; the step's statistics."""
+        absent_tokens) for the minibatch's dropped rows; the step's statistics, read on the host in
+        one transfer, the step's only device sync (NaN: a statistic this step did not have)."""
         chunks = self._backward_chunks(batch.input_ids[idx].shape)
         self.optimizer.zero_grad(set_to_none=True)
         if idx.numel() == 0:  # only dropped rows: the zero gradient they gave at advantage 0 (AdamW still steps)
@@ -340,16 +362,16 @@ class Learner:
             loss, step_stats = self._backward_by_chunk(batch, idx, chunks, absent)
         else:
             loss, step_stats = self._backward_whole(batch, idx, chunks, absent)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)  # [], on the device
         self.optimizer.step()
         self.policy_version += 1
-        return {**step_stats, "loss": loss, "grad_norm": float(grad_norm)}
+        return stats_to_floats({**step_stats, "loss": loss, "grad_norm": grad_norm})
 
     def _inputs(self, batch: _Batch, idx: torch.Tensor, logp: torch.Tensor,
-                absent: dict[str, float]) -> tuple[LossInputs, float | None]:
+                absent: dict[str, float]) -> tuple[LossInputs, torch.Tensor]:
         """The loss inputs of the batch rows `idx` [b] with their log-probs logp [b, C] and the
-        minibatch's dropped rows (`absent`); the fraction of peers' claimed tokens bounded (None:
-        none claimed)."""
+        minibatch's dropped rows (`absent`); the fraction of peers' claimed tokens bounded ([],
+        NaN: none claimed)."""
         old = batch.old_logp[idx] if batch.old_logp is not None else logp.detach()  # [b, C]
         beh, old, bounded_frac = resolve_claims(batch.behavior[idx], old, batch.tier[idx], batch.loss_mask[idx],
                                                 self.off_policy.proximal)  # [b, C], [b, C]
@@ -359,10 +381,11 @@ class Learner:
         return x, bounded_frac
 
     def _backward_whole(self, batch: _Batch, idx: torch.Tensor, chunks: int,
-                        absent: dict[str, float]) -> tuple[float, dict[str, float]]:
+                        absent: dict[str, float]) -> tuple[torch.Tensor, Stats]:
         """The loss over all rows `idx` [b] at once, then the model's backward in `chunks` row chunks
         (more than 1: every row's log-probs first without grad, then again with grad per chunk: an
-        extra forward, the price of a row filter that reads the whole batch). Returns (loss, stats)."""
+        extra forward, the price of a row filter that reads the whole batch). Returns (loss, stats),
+        on the device."""
         ids, am, n_completion = batch.input_ids[idx], batch.attention_mask[idx], batch.n_completion  # [b, P+C]
         if chunks == 1:
             logp = self._logprobs(ids, am, n_completion)  # [b, C]
@@ -371,20 +394,20 @@ class Learner:
                 logp = self._chunked_logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
         x, bounded_frac = self._inputs(batch, idx, logp, absent)
         loss, stats = self._loss(x, batch.tier[idx])
-        if bounded_frac is not None:
-            stats["ext_claims_bounded_frac"] = bounded_frac
+        stats[CLAIMS_BOUNDED] = bounded_frac  # [] NaN: none claimed (the step's statistics skip it)
         loss.backward()
         if chunks > 1:
             self._backward_through_model(ids, am, n_completion, logp.grad, chunks)
-        return float(loss.detach()), stats
+        return loss.detach(), stats
 
     def _backward_by_chunk(self, batch: _Batch, idx: torch.Tensor, chunks: int,
-                           absent: dict[str, float]) -> tuple[float, dict[str, float]]:
+                           absent: dict[str, float]) -> tuple[torch.Tensor, Stats]:
         """The loss and the model's backward chunk by chunk, one forward per row: every aggregation is
         linear in the per-token term, with weights dL/dterm that depend only on the masks, row weights
         and budget, so each chunk's share of the loss is known before any log-prob is. The sum of the
         shares is the loss over all rows, and so are the accumulated gradients (to float rounding).
-        Statistics are averaged over the chunks, weighted by their trainable tokens."""
+        Statistics are averaged over the chunks, weighted by their trainable tokens (NaN where no
+        chunk had tokens). All on the device, in float64: the sums a Python float would hold."""
         weights = self._aggregation_weights(batch, idx, absent)  # [b, C]
         loss, sums, norms = 0.0, {}, {}
         for rows in torch.arange(idx.shape[0], device=idx.device).chunk(chunks):
@@ -394,14 +417,18 @@ class Learner:
             term, mask, stats = self._terms(x, batch.tier[sub])  # [b', C], [b', C]
             share = (weights[rows] * torch.where(mask > 0, term, torch.zeros_like(term))).sum()  # []
             share.backward()
-            loss += float(share.detach())
-            if bounded_frac is not None:
-                stats["ext_claims_bounded_frac"] = bounded_frac
-            tokens = float(mask.sum())
+            loss = loss + share.detach().double()  # []
+            tokens = mask.sum().double()  # []
+            if any(key.startswith(CLAIMING) for key in stats):  # rows that may claim: the fraction's place
+                stats[CLAIMS_BOUNDED] = bounded_frac
             for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + value * tokens
-                norms[key] = norms.get(key, 0.0) + tokens
-        return loss, {key: sums[key] / norms[key] for key in sums if norms[key] > 0}
+                weight = tokens  # []
+                if key == CLAIMS_BOUNDED:  # NaN: no claimed token in this chunk, which then adds nothing
+                    weight, value = torch.where(value.isnan(), 0.0, tokens), value.nan_to_num(0.0)  # [], []
+                value = value.double() if isinstance(value, torch.Tensor) else value  # []
+                sums[key] = sums.get(key, 0.0) + value * weight  # []
+                norms[key] = norms.get(key, 0.0) + weight  # []
+        return loss, {key: torch.where(norms[key] > 0, sums[key] / norms[key], math.nan) for key in sums}
 
     def _aggregation_weights(self, batch: _Batch, idx: torch.Tensor, absent: dict[str, float]) -> torch.Tensor:
         """dL/dterm [b, C] of the local objective's aggregation over the rows `idx` [b] and the
@@ -428,12 +455,14 @@ class _Batch:
     advantages: torch.Tensor  # [B]
     row_weight: torch.Tensor  # [B]
     old_logp: torch.Tensor | None  # [B, C] l^old; None with one optimizer step (then l^old = sg[l])
+    tier_rows: dict[int, int]  # rows per tier code (LOCAL or a peer tier), on the host
+    tokens: float  # trainable tokens of the batch (loss_mask's sum), on the host
 
 
 def resolve_claims(behavior: torch.Tensor, old: torch.Tensor, tier: torch.Tensor, mask: torch.Tensor,
-                   proximal: str) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-    """(b, l^old, fraction of claimed tokens bounded: None when no token was claimed) for a
-    minibatch, as every objective sees them.
+                   proximal: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(b, l^old, fraction of claimed tokens bounded: [] float64 on the device, NaN when no token was
+    claimed) for a minibatch, as every objective sees them.
 
     behavior [b, C] (NaN where unknown: tier 2, or our own rows without log-probs), old [b, C] our
     l^old, tier [b] (LOCAL or a peer tier), mask [b, C]. Unknown b becomes l^old; a peer's claimed
@@ -441,8 +470,8 @@ def resolve_claims(behavior: torch.Tensor, old: torch.Tensor, tier: torch.Tensor
     row's l^old is that bounded b, so PPO's ratio to the sampler is never above ours either."""
     beh = torch.where(torch.isnan(behavior), old, behavior)  # [b, C]
     claimed = ((tier == TIER_EXACT) | (tier == TIER_ALIGNED))[:, None] & (mask > 0)  # [b, C]
-    beh, bounded_frac = bound_claims(beh, old, claimed)  # [b, C]
-    bounded_frac = bounded_frac if bool(claimed.any()) else None
+    beh, bounded_frac = bound_claims_on_device(beh, old, claimed)  # [b, C], []
+    bounded_frac = torch.where(claimed.any(), bounded_frac, math.nan)  # []
     if proximal == "behavior":  # peers' ratios measured against the sampler
         old = torch.where((tier != LOCAL)[:, None], beh, old)  # [b, C]
     return beh, old, bounded_frac

@@ -3,6 +3,10 @@ aggregators (TM / SMTM / CN), MinPRO's prefix minimum and the effective sample s
 
 Pure functions of tensors (notation: policy/ALGORITHMS.md); policy/losses.py composes them into
 the named objectives.
+
+Statistics stay on the device: the `*_stats`, `token_fraction` and `sampler_mismatch` values are
+0-dim tensors (or plain floats where no tensor was involved), read on the host all at once by
+`stats_to_floats`, once per optimizer step: every float(t) on a CUDA tensor stalls the GPU.
 """
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ import torch
 from torch import Tensor
 
 MAX_LOG_RATIO = 20.0  # |log-ratio| bound before exp: float32 exp overflows past 88.7
+
+Stat = float | Tensor  # a statistic: a Python float, or a 0-dim tensor not read on the host yet
+Stats = dict[str, Stat]
 
 
 def masked_log_ratio(num: Tensor, den: Tensor, mask: Tensor) -> Tensor:
@@ -118,34 +125,43 @@ def min_prefix_ratio(log_rho: Tensor, mask: Tensor, dead_zone: float = 0.0) -> T
 def effective_sample_size(w: Tensor) -> float:
     """Normalised ESS (sum w)^2 / (n sum w^2) in [1/n, 1]: 1 for uniform weights, 1/n when one
     weight carries everything. Empty input gives 1.0; all-zero weights give 0.0."""
+    return float(_effective_sample_size(w))
+
+
+def _effective_sample_size(w: Tensor) -> Stat:
+    """effective_sample_size as a 0-dim float64 tensor (1.0 for an empty w), not read on the host."""
     w = w.detach().double().flatten()  # [n]
     if w.numel() == 0:
         return 1.0
-    sq = float((w * w).sum())
-    return float(w.sum() ** 2 / (w.numel() * sq)) if sq > 0 else 0.0
+    sq = (w * w).sum()  # []
+    num, den = w.sum() ** 2, sq * w.numel()  # [], []
+    # float(sq) made den a host number, and CUDA divides by one as a product with its reciprocal:
+    # the same op here keeps the value bit for bit on either device
+    return torch.where(sq > 0, num * (1.0 / den) if w.is_cuda else num / den, 0.0)  # []
 
 
-def ratio_stats(ratio: Tensor, mask: Tensor, prefix: str = "ratio") -> dict[str, float]:
+def ratio_stats(ratio: Tensor, mask: Tensor, prefix: str = "ratio") -> Stats:
     """Mean and max of a per-token ratio over trainable tokens."""
     vals = ratio.detach()[mask > 0]  # [N]
     if vals.numel() == 0:
         return {f"{prefix}_mean": 1.0, f"{prefix}_max": 1.0}
-    return {f"{prefix}_mean": float(vals.mean()), f"{prefix}_max": float(vals.max())}
+    return {f"{prefix}_mean": vals.mean(), f"{prefix}_max": vals.max()}
 
 
-def token_fraction(flags: Tensor, mask: Tensor) -> float:
-    """Fraction of trainable tokens where `flags` is True."""
-    return float((flags & (mask > 0)).sum()) / max(float((mask > 0).sum()), 1.0)
+def token_fraction(flags: Tensor, mask: Tensor) -> Tensor:
+    """Fraction of trainable tokens where `flags` is True (0-dim float64)."""
+    trainable = mask > 0  # [B, T]
+    return (flags & trainable).sum().double() / trainable.sum().double().clamp_min(1.0)  # []
 
 
-def weight_stats(w: Tensor, mask: Tensor, prefix: str = "weight") -> dict[str, float]:
+def weight_stats(w: Tensor, mask: Tensor, prefix: str = "weight") -> Stats:
     """Mean / ESS of a detached per-token weight over trainable tokens."""
     vals = w.detach()[mask > 0]  # [N]
-    mean = float(vals.mean()) if vals.numel() else 1.0
-    return {f"{prefix}_mean": mean, f"{prefix}_ess": effective_sample_size(vals)}
+    mean = vals.mean() if vals.numel() else 1.0
+    return {f"{prefix}_mean": mean, f"{prefix}_ess": _effective_sample_size(vals)}
 
 
-def sampler_mismatch(old_logp: Tensor, behavior_logp: Tensor, mask: Tensor) -> dict[str, float]:
+def sampler_mismatch(old_logp: Tensor, behavior_logp: Tensor, mask: Tensor) -> Stats:
     """How far the sampler was from the learner on the tokens it sampled: mean |l^old - b| and the
     k3 estimate of KL(sampler || learner), the token mean of (rho - 1) - log rho with
     rho = exp(l^old - b) (unbiased under the sampler's tokens, >= 0 term by term)."""
@@ -154,4 +170,15 @@ def sampler_mismatch(old_logp: Tensor, behavior_logp: Tensor, mask: Tensor) -> d
     if vals.numel() == 0:
         return {"sampler_logp_diff": 0.0, "sampler_kl": 0.0}
     k3 = (torch.expm1(vals) - vals).clamp_min(0.0)  # [N]  expm1: no cancellation near rho = 1
-    return {"sampler_logp_diff": float(vals.abs().mean()), "sampler_kl": float(k3.mean())}
+    return {"sampler_logp_diff": vals.abs().mean(), "sampler_kl": k3.mean()}
+
+
+def stats_to_floats(stats: Stats) -> dict[str, float]:
+    """`stats` with every tensor value read on the host in ONE transfer (one device sync), in the
+    same order. Each value is exactly float(value): float32/int64 -> float64 is exact."""
+    keys = [key for key, value in stats.items() if isinstance(value, Tensor)]
+    if not keys:
+        return dict(stats)
+    device = stats[keys[0]].device
+    values = torch.stack([stats[k].detach().to(device=device, dtype=torch.float64) for k in keys]).tolist()  # [K]
+    return {**stats, **dict(zip(keys, values))}

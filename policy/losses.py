@@ -20,7 +20,8 @@ tis(x) refuses them: tis belongs around grpo / dr_grpo / dapo / gspo, whose rati
 Every objective splits into `token_loss` (per-token term [B, T], already in loss units, i.e.
 negated) and `aggregate` (TM / SMTM / CN / ...), so wrappers such as tis(x) can reweight the inner
 term before aggregation. `loss` = aggregate(token_loss) over the rows that `row_keep` keeps
-(all rows unless the objective filters, e.g. ftis).
+(all rows unless the objective filters, e.g. ftis). `token_loss`'s statistics may be 0-dim tensors
+still on the device (policy/loss_terms.py `Stats`); `loss` reads them as floats in one transfer.
 
 Log-ratios go through masked_log_ratio, whose value is clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO]
 (straight-through: the gradient is unchanged), so no exp overflows in float32.
@@ -71,6 +72,8 @@ from policy.loss_terms import (  # noqa: F401  (re-exported: the menu's building
     ratio_stats,
     token_fraction,
     weight_stats,
+    Stats,
+    stats_to_floats,
 )
 
 
@@ -138,8 +141,9 @@ class LossInputs:
 class Objective(ObjectiveKnobs):
     """A named objective: its knobs and traits (policy/loss_knobs.py) plus its tensor math."""
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
-        """Per-token loss term [B, T] (before aggregation; values at m = 0 are ignored) + stats."""
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
+        """Per-token loss term [B, T] (before aggregation; values at m = 0 are ignored) + stats
+        (floats or 0-dim tensors: loss_terms.stats_to_floats reads them)."""
         raise NotImplementedError
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
@@ -159,27 +163,35 @@ class Objective(ObjectiveKnobs):
         return None
 
     def loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
-        """Scalar loss to minimise over the rows row_keep keeps, plus float diagnostics."""
-        kept, filtered_frac = apply_row_keep(self, x)
+        """Scalar loss to minimise over the rows row_keep keeps, plus float diagnostics (read on the
+        host in one transfer)."""
+        kept, filtered_frac = keep_rows(self, x)
         term, stats = self.token_loss(kept)  # [B, T]
         loss = self.aggregate(term, kept)  # []
         if kept is not x:  # the objective filters rows: report how many it dropped
             stats["filtered_frac"] = filtered_frac
-        stats["loss"] = float(loss.detach())
-        return loss, stats
+        stats["loss"] = loss.detach()
+        return loss, stats_to_floats(stats)
 
 
 def apply_row_keep(objective: Objective, x: LossInputs) -> tuple[LossInputs, float]:
     """x with the mask of the rows objective.row_keep drops set to 0, and the fraction of rows with
     >= 1 trainable token that were dropped. Returns x itself (not a copy) and 0.0 when the
     objective keeps every row. Idempotent: a row with no trainable token is never counted."""
+    kept, frac = keep_rows(objective, x)
+    return kept, float(frac)
+
+
+def keep_rows(objective: Objective, x: LossInputs) -> tuple[LossInputs, float | Tensor]:
+    """apply_row_keep with the fraction left on the device: a 0-dim float64 tensor (0.0, a float,
+    when the objective keeps every row)."""
     keep = objective.row_keep(x)  # [B] bool or None
     if keep is None:
         return x, 0.0
     has_tok = x.mask.sum(-1) > 0  # [B]
     dropped = has_tok & ~keep  # [B]
     mask = torch.where(keep[:, None], x.mask, torch.zeros_like(x.mask))  # [B, T]
-    frac = float(dropped.sum()) / max(float(has_tok.sum()), 1.0)
+    frac = dropped.sum().double() / has_tok.sum().double().clamp_min(1.0)  # []
     return replace(x, mask=mask), frac
 
 
@@ -194,7 +206,7 @@ class Grpo(GrpoKnobs, Objective):
     dual_clip c: for A < 0 the term is bounded by c * A (dual-clip PPO), so no token's push-down
     grows without bound in its ratio (a stale or claimed l_old can make r = e^8); None disables."""
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
         r = torch.exp(masked_log_ratio(x.logp, x.old_logp, x.mask))  # [B, T]
         A = x.advantages[:, None]  # [B, 1]
         lo, hi = self.clip_range()
@@ -236,7 +248,7 @@ class Gspo(GspoKnobs, Objective):
     1+eps_high) A), mean over sequences (the sequence term is broadcast to its tokens and reduced
     with SMTM, which is exactly the mean over sequences); dual clip as in grpo."""
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
         log_r = masked_log_ratio(x.logp, x.old_logp, x.mask)  # [B, T]
         log_s = log_r.sum(-1) / x.mask.sum(-1).clamp_min(1.0)  # [B]  length-normalised
         s = torch.exp(log_s)  # [B]
@@ -248,9 +260,9 @@ class Gspo(GspoKnobs, Objective):
         clipped = ppo_clip_active(s.detach(), A, lo, hi, self.dual_clip)[has_tok]  # [B']
         s_ok = s.detach()[has_tok]  # [B']
         stats = {
-            "clip_frac": float(clipped.float().mean()) if clipped.numel() else 0.0,
-            "ratio_mean": float(s_ok.mean()) if s_ok.numel() else 1.0,
-            "ratio_max": float(s_ok.max()) if s_ok.numel() else 1.0,
+            "clip_frac": clipped.float().mean() if clipped.numel() else 0.0,
+            "ratio_mean": s_ok.mean() if s_ok.numel() else 1.0,
+            "ratio_max": s_ok.max() if s_ok.numel() else 1.0,
         }
         return term, stats
 
@@ -267,7 +279,7 @@ class Cispo(CispoKnobs, Objective):
         rho = torch.exp(masked_log_ratio(x.logp, x.behavior_logp, x.mask)).detach()  # [B, T]
         return rho.clamp(0.0, 1 + self.eps_high)  # [B, T]
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
         log_rho = masked_log_ratio(x.logp, x.behavior_logp, x.mask)  # [B, T]
         w = self.weights(x)  # [B, T]
         term = -ratio_form(w, log_rho) * x.advantages[:, None]  # [B, T]
@@ -296,7 +308,7 @@ class MinPro(MinProKnobs, Objective):
             log_pmin = log_pmin.clamp_min(math.log(self.pmin_floor))  # [B, T]
         return torch.exp(log_pmin + lam).clamp(1 - self.eps_low, 1 + self.eps_high)  # [B, T]
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
         log_rho = masked_log_ratio(x.logp, x.behavior_logp, x.mask)  # [B, T]
         w = self.weights(x)  # [B, T]
         term = -ratio_form(w, log_rho) * x.advantages[:, None]  # [B, T]
@@ -321,7 +333,7 @@ class Prefix(PrefixKnobs, Objective):
         log_prefix = torch.cumsum(lam, dim=-1).clamp(max=MAX_LOG_RATIO)  # [B, T]
         return torch.exp(log_prefix).clamp(max=self.C)  # [B, T]
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
         log_rho = masked_log_ratio(x.logp, x.behavior_logp, x.mask)  # [B, T]
         w = self.weights(x)  # [B, T]
         term = -ratio_form(w, log_rho) * x.advantages[:, None]  # [B, T]
@@ -361,7 +373,7 @@ class FTis(FTisKnobs, Objective):
         """Drop rows with A_i < 0 and k_i > kl_max; keep the rest [B]."""
         return ~((x.advantages < 0) & (self.sequence_kl(x) > self.kl_max))  # [B]
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
         log_rho = masked_log_ratio(x.logp, x.behavior_logp, x.mask)  # [B, T]
         w = self.weights(x)  # [B, T]
         term = -ratio_form(w, log_rho) * x.advantages[:, None]  # [B, T]
@@ -371,7 +383,7 @@ class FTis(FTisKnobs, Objective):
             "clip_frac": token_fraction(rho > self.C, x.mask),
             **ratio_stats(rho, x.mask),
             **weight_stats(w, x.mask),
-            "kl_mean": float(kl.mean()) if kl.numel() else 0.0,
+            "kl_mean": kl.mean() if kl.numel() else 0.0,
         }
         return term, stats
 
@@ -386,7 +398,7 @@ class Wrapper(WrapperKnobs, Objective):
     def _build_inner(cls, v: Any) -> Any:
         return make_objective(v) if isinstance(v, str) else v
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
         return self.inner.token_loss(x)
 
     def aggregate(self, term: Tensor, x: LossInputs) -> Tensor:
@@ -429,7 +441,7 @@ class Tis(TisKnobs, Wrapper):
             return torch.where(ratio > self.C, torch.zeros_like(ratio), ratio)  # [B, T]
         return ratio.clamp(max=self.C)  # [B, T]
 
-    def token_loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def token_loss(self, x: LossInputs) -> tuple[Tensor, Stats]:
         term, stats = self.inner.token_loss(x)  # [B, T]
         w = self.weights(x)  # [B, T]
         stats = {**stats, "tis_trunc_frac": token_fraction(self.mismatch_ratio(x) > self.C, x.mask)}
