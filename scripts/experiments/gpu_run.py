@@ -243,7 +243,11 @@ def plot(result: dict, path: Path) -> None:
             curves.plot(run["curve"]["t"], run["curve"]["heldout"], color=colors[run["arm"]], alpha=0.8,
                         label=f"{run['arm']} {ARMS[run['arm']][0]}/{ARMS[run['arm']][1]}" if run["seed"] == 0 else None)
     curves.set(xlabel="virtual seconds (compute clock)", ylabel="held-out pass@1", title="held-out, every run")
-    curves.legend()
+    if any("curve" in run for run in result["runs"]):
+        curves.legend()
+    else:
+        curves.text(0.5, 0.5, "no run reached its budget\n(cut at the deadline or failed)", ha="center",
+                    va="center", transform=curves.transAxes)
     names = list(result["arms"])
     bottom = [0.0] * len(names)
     for phase in PHASES:
