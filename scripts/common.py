@@ -92,3 +92,26 @@ def uptime() -> str:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "?"
+
+
+def run_saved_jobs(jobs: list[dict], workers: int, run: Callable[[dict], Any]) -> list[dict]:
+    """Every job's figures: `run(job)` saves them as JSON at job["path"]; a job whose file exists is not
+    run again (a long experiment survives being stopped). workers == 1 runs in this process (no start-up
+    per run); more run in spawned processes, `run` being a module-level function."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    todo = [job for job in jobs if not Path(job["path"]).exists()]
+    for job in todo:
+        Path(job["path"]).parent.mkdir(parents=True, exist_ok=True)
+    if todo:
+        print(f"running {len(todo)} of {len(jobs)} runs on {workers} worker(s)", flush=True)
+    if workers == 1:
+        for job in todo:
+            run(job)
+            print(f"  done {job['label']}", flush=True)
+    elif todo:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for job, _ in zip(todo, pool.map(run, todo)):
+                print(f"  done {job['label']}", flush=True)
+    return [json.loads(Path(job["path"]).read_text()) for job in jobs]

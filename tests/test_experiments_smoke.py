@@ -130,3 +130,13 @@ def test_bench_round_cost_quick(tmp_path):
     assert swarm["external_received"] > 0 and swarm["t_exchange"] > 0 and swarm["round_vs_silo"] > 0
     assert swarm["generate_calls"] == 1.0  # hinted prompts ride in the round's one generate call
     assert swarm["groups_verified"] <= swarm["external_used"] + 2  # picks (all used here) and the audit
+
+
+def test_exp_regime_quick(tmp_path):
+    result = run_script("scripts.experiments.regime", "exp_regime", tmp_path)
+    assert set(result["candidates"]) == {"lr1e-3", "lr3e-3"} and len(result["runs"]) == 4
+    best = max(result["candidates"], key=lambda name: result["candidates"][name]["train_reward_late"])
+    assert result["chosen"] == best  # chosen on training reward, whatever held-out says
+    for run in result["runs"]:
+        assert run["curve"][0][0] == 0 and [r for r, _ in run["curve"][1:]] == [2, 4]  # before training, then every 2
+        assert len(run["reward"]) == result["rounds"] == 4

@@ -51,11 +51,10 @@ import json
 import multiprocessing
 import platform
 import shutil
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from statistics import mean
 
-from scripts.common import arg_parser, command_line, pyplot, runs_dir, write_json
+from scripts.common import arg_parser, command_line, pyplot, run_saved_jobs, runs_dir, write_json
 
 PRESET = "tiny-warm"
 LR = 1e-3  # the preset's
@@ -153,20 +152,7 @@ def run_figures(result: dict) -> dict:
 # -- stages ----------------------------------------------------------------------------------------
 def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
     """Every job's figures, reusing those a previous run saved."""
-    todo = [job for job in jobs if not Path(job["path"]).exists()]
-    for job in todo:
-        Path(job["path"]).parent.mkdir(parents=True, exist_ok=True)
-    if todo:
-        print(f"running {len(todo)} of {len(jobs)} runs on {workers} worker(s)", flush=True)
-    if workers == 1:  # in this process: no start-up per run (the smoke mode's runs take a second)
-        for job in todo:
-            run_arm(job)
-            print(f"  done {job['label']}", flush=True)
-    elif todo:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for job, _ in zip(todo, pool.map(run_arm, todo)):
-                print(f"  done {job['label']}", flush=True)
-    return [json.loads(Path(job["path"]).read_text()) for job in jobs]
+    return run_saved_jobs(jobs, workers, run_arm)
 
 
 def job(args, stage: str, name: str, arm: dict, seed: int, budget: float | None, grid: float | None) -> dict:
