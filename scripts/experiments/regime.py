@@ -7,8 +7,8 @@ REWARD (mean own reward over the second half of the rounds), never on held-out.
 
 Each (candidate, seed) run is kept (<out>/<candidate>/seed<k>.json) and reused on a rerun, so a long
 comparison survives being stopped. Writes <out>/exp_regime.json and exp_regime.png (held-out curves and
-training reward per candidate). The preset `smollm2-rare` (node/config/presets.py) is the candidate this
-chose; docs/testnets-and-experiments.md "A regime that moves on this CPU" has the figures.
+training reward per candidate). docs/testnets-and-experiments.md "Looking for a SmolLM2 regime that moves
+on this CPU" has the figures: no candidate so far moved held-out on both seeds, so no preset names one yet.
 """
 from __future__ import annotations
 
