@@ -118,7 +118,8 @@ def align_behavior_logprobs(
 def bound_claims(behavior: Tensor, prox: Tensor, claimed: Tensor) -> tuple[Tensor, float]:
     """A peer's claimed behavior log-probs b, bounded below by ours: b' = max(b, l^prox) where
     `claimed` [B, T] (bool) is set, b elsewhere. Returns (b' [B, T], fraction of claimed positions
-    raised).
+    raised: a 0-dim float64 tensor, 0 when nothing is claimed, left on the device for the learner to
+    read with the step's other statistics).
 
     Why: every weight in the loss menu grows with rho = exp(l - b), so a sender that claims its
     text was unlikely (b far below our l) buys weight: minpro's cap 1.28 against 0.26 for an
@@ -128,13 +129,6 @@ def bound_claims(behavior: Tensor, prox: Tensor, claimed: Tensor) -> tuple[Tenso
     than sending no log-probs at all would (policy/ALGORITHMS.md, "What a peer's claims can buy").
     A claim above ours (the sender found the text likelier) only lowers the weight and is kept:
     that is the correction for a stale or other sampler."""
-    bounded, frac = bound_claims_on_device(behavior, prox, claimed)  # [B, T], []
-    return bounded, float(frac)
-
-
-def bound_claims_on_device(behavior: Tensor, prox: Tensor, claimed: Tensor) -> tuple[Tensor, Tensor]:
-    """bound_claims with the fraction a 0-dim float64 tensor (0 when nothing is claimed), not read
-    on the host: the learner reads it with the step's other statistics."""
     raised = claimed & (behavior < prox)  # [B, T]
     frac = raised.sum().double() / claimed.sum().double().clamp_min(1.0)  # []
     return torch.where(raised, prox, behavior), frac  # [B, T], []

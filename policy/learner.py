@@ -51,10 +51,10 @@ from typing import Literal
 
 import torch
 
-from policy.behavior import apply_alignment, bound_claims_on_device
+from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
 from policy.loss_terms import Stats, sampler_mismatch, stats_to_floats
-from policy.losses import LossInputs, Objective, keep_rows
+from policy.losses import LossInputs, Objective, apply_row_keep
 from policy.selection import Selection, absent_weights, select_rows, skip_zero_rows
 from policy.settings import OffPolicyConfig, OptimConfig
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
@@ -128,7 +128,6 @@ class Learner:
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.device = next(model.parameters()).device
         self.policy_version = 0  # optimizer steps taken so far (saved in checkpoints)
-        self._batch_tiers: dict[int, int] | None = None  # rows per tier code of the batch `_train` trains
 
     def _logprobs(self, input_ids, attention_mask, n_completion):
         with autocast_context(self.cfg.autocast_bf16, self.device):
@@ -150,22 +149,25 @@ class Learner:
             n = len(sample.completion_ids)
             behavior[row, :n] = apply_alignment(sample.alignment, prox[row, :n])  # [n]
 
-    def _loss(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+    def _loss(self, x: LossInputs, tier: torch.Tensor,
+              present: dict[int, int] | None = None) -> tuple[torch.Tensor, Stats]:
         """One aggregation (the local objective's) of every row's per-token term over the whole
-        minibatch x, rows tiered by `tier` [b]; the statistics (on the device)."""
-        term, mask, stats = self._terms(x, tier)  # [b, C], [b, C]
+        minibatch x, rows tiered by `tier` [b] (`present`: see _terms); the statistics (on the device)."""
+        term, mask, stats = self._terms(x, tier, present)  # [b, C], [b, C]
         return self.objective.aggregate(term, dataclasses.replace(x, mask=mask)), stats
 
-    def _terms(self, x: LossInputs, tier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Stats]:
+    def _terms(self, x: LossInputs, tier: torch.Tensor,
+               present: dict[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, Stats]:
         """Per-token terms [b, C]: this node's rows through the local objective, each tier's peer rows
         through the external one; the mask [b, C] after row filters; statistics (0-dim tensors). Our
         rows also report the sampler's mismatch to the learner (sampler_logp_diff, sampler_kl).
-        A tier the batch in training has no row of (`_batch_tiers`) costs no search for its rows, a
-        batch of one kind of row none at all: a search is a device sync."""
+        `present`: the rows per tier code of the batch in training, known on the host (None: unknown).
+        A tier it has no row of costs no search for its rows, a batch of one kind of row none at all:
+        a search is a device sync."""
         term = torch.zeros_like(x.logp)  # [b, C]
         mask = x.mask.clone()  # [b, C]
         stats: Stats = {}
-        present = self._batch_tiers or {code: 1 for code in (LOCAL, *TIERS)}  # unknown: search every tier
+        present = present or {code: 1 for code in (LOCAL, *TIERS)}  # unknown: search every tier
         parts = [(self.objective, LOCAL, "")]
         parts += [(self.external_objective, t, f"ext_t{t}_") for t in TIERS]
         for objective, code, prefix in parts:
@@ -178,7 +180,7 @@ class Learner:
             if rows.numel() == 0:
                 continue
             part = _rows(x, rows)
-            sub, filtered = keep_rows(objective, part)  # F-TIS: drops far off-policy negatives
+            sub, filtered = apply_row_keep(objective, part)  # F-TIS: drops far off-policy negatives
             part_term, part_stats = objective.token_loss(sub)  # [b', C]
             if code == LOCAL:  # our sampler against our learner (a sampling copy, vLLM: not 0)
                 part_stats.update(sampler_mismatch(part.old_logp, part.behavior_logp, part.mask))
@@ -293,7 +295,6 @@ class Learner:
         denominators it had with the dropped rows trained at advantage 0; only its trained rows are
         forwarded (`trained`: their indices in sel, in batch order)."""
         absent_rows, absent_tokens = absent_weights(sel)  # [N], [N]
-        self._batch_tiers = batch.tier_rows  # host-known: which tiers _terms needs to find rows of
         batch_row = torch.full((len(sel.samples),), -1, dtype=torch.long)  # [N] row in the batch, -1 = dropped
         batch_row[trained] = torch.arange(len(trained))  # [N]
         sums: dict[str, float] = {}
@@ -393,7 +394,7 @@ class Learner:
             with torch.no_grad():
                 logp = self._chunked_logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
         x, bounded_frac = self._inputs(batch, idx, logp, absent)
-        loss, stats = self._loss(x, batch.tier[idx])
+        loss, stats = self._loss(x, batch.tier[idx], batch.tier_rows)
         stats[CLAIMS_BOUNDED] = bounded_frac  # [] NaN: none claimed (the step's statistics skip it)
         loss.backward()
         if chunks > 1:
@@ -414,7 +415,7 @@ class Learner:
             sub = idx[rows]  # [b']
             logp = self._logprobs(batch.input_ids[sub], batch.attention_mask[sub], batch.n_completion)  # [b', C]
             x, bounded_frac = self._inputs(batch, sub, logp, absent)
-            term, mask, stats = self._terms(x, batch.tier[sub])  # [b', C], [b', C]
+            term, mask, stats = self._terms(x, batch.tier[sub], batch.tier_rows)  # [b', C], [b', C]
             share = (weights[rows] * torch.where(mask > 0, term, torch.zeros_like(term))).sum()  # []
             share.backward()
             loss = loss + share.detach().double()  # []
@@ -470,7 +471,7 @@ def resolve_claims(behavior: torch.Tensor, old: torch.Tensor, tier: torch.Tensor
     row's l^old is that bounded b, so PPO's ratio to the sampler is never above ours either."""
     beh = torch.where(torch.isnan(behavior), old, behavior)  # [b, C]
     claimed = ((tier == TIER_EXACT) | (tier == TIER_ALIGNED))[:, None] & (mask > 0)  # [b, C]
-    beh, bounded_frac = bound_claims_on_device(beh, old, claimed)  # [b, C], []
+    beh, bounded_frac = bound_claims(beh, old, claimed)  # [b, C], []
     bounded_frac = torch.where(claimed.any(), bounded_frac, math.nan)  # []
     if proximal == "behavior":  # peers' ratios measured against the sampler
         old = torch.where((tier != LOCAL)[:, None], beh, old)  # [b, C]

@@ -165,7 +165,7 @@ class Objective(ObjectiveKnobs):
     def loss(self, x: LossInputs) -> tuple[Tensor, dict[str, float]]:
         """Scalar loss to minimise over the rows row_keep keeps, plus float diagnostics (read on the
         host in one transfer)."""
-        kept, filtered_frac = keep_rows(self, x)
+        kept, filtered_frac = apply_row_keep(self, x)
         term, stats = self.token_loss(kept)  # [B, T]
         loss = self.aggregate(term, kept)  # []
         if kept is not x:  # the objective filters rows: report how many it dropped
@@ -174,17 +174,11 @@ class Objective(ObjectiveKnobs):
         return loss, stats_to_floats(stats)
 
 
-def apply_row_keep(objective: Objective, x: LossInputs) -> tuple[LossInputs, float]:
+def apply_row_keep(objective: Objective, x: LossInputs) -> tuple[LossInputs, float | Tensor]:
     """x with the mask of the rows objective.row_keep drops set to 0, and the fraction of rows with
-    >= 1 trainable token that were dropped. Returns x itself (not a copy) and 0.0 when the
-    objective keeps every row. Idempotent: a row with no trainable token is never counted."""
-    kept, frac = keep_rows(objective, x)
-    return kept, float(frac)
-
-
-def keep_rows(objective: Objective, x: LossInputs) -> tuple[LossInputs, float | Tensor]:
-    """apply_row_keep with the fraction left on the device: a 0-dim float64 tensor (0.0, a float,
-    when the objective keeps every row)."""
+    >= 1 trainable token that were dropped (a 0-dim float64 tensor left on the device). Returns x
+    itself (not a copy) and 0.0 when the objective keeps every row. Idempotent: a row with no
+    trainable token is never counted."""
     keep = objective.row_keep(x)  # [B] bool or None
     if keep is None:
         return x, 0.0

@@ -129,10 +129,10 @@ from policy.types import TIERS  # noqa: E402
 class RecordingLearner(Learner):
     """A real Learner that keeps, per minibatch, dL/dlogp of every row with its advantage and tier."""
 
-    def _loss(self, x, tier):
+    def _loss(self, x, tier, present=None):
         x.logp.retain_grad()
         self.seen = getattr(self, "seen", []) + [(x, tier)]
-        return super()._loss(x, tier)
+        return super()._loss(x, tier, present)
 
     def pushes(self, tiers) -> list[tuple[float, torch.Tensor]]:
         """(advantage, per-token push -dL/dlogp on trainable tokens) of each row of the given tiers."""

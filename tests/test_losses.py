@@ -628,7 +628,7 @@ def test_ftis_kl_filter_drops_only_far_negative_rows():
     assert stats["clip_frac"] == pytest.approx(1 / 5)  # only row 1's rho = e^1.5 > 2, among kept tokens
     # the learner may pre-filter with apply_row_keep: same loss, and nothing left to drop
     kept, frac = apply_row_keep(obj, x)
-    assert frac == pytest.approx(1 / 3) and kept.mask[0].sum() == 0 and torch.equal(kept.mask[1:], mask[1:])
+    assert float(frac) == pytest.approx(1 / 3) and kept.mask[0].sum() == 0 and torch.equal(kept.mask[1:], mask[1:])
     again, stats_again = obj.loss(kept)
     assert torch.equal(again, loss) and stats_again["filtered_frac"] == 0.0
     # a looser threshold keeps row 0: the denominator is back to 8 tokens

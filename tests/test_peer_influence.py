@@ -194,11 +194,11 @@ def test_a_failure_after_some_steps_does_not_train_our_samples_twice():
     calls = {"n": 0}
     inner = learner._loss
 
-    def fail_on_second(x, tier):
+    def fail_on_second(x, tier, present=None):
         calls["n"] += 1
         if calls["n"] == 2:
             raise RuntimeError("boom")
-        return inner(x, tier)
+        return inner(x, tier, present)
 
     learner._loss = fail_on_second
     stats = learner.update([own_group(), peer_group([1.0, 0.0, 0.0, 1.0], distinct=4)])
@@ -215,7 +215,7 @@ def test_dropout_is_off_in_the_update():
     learner.model.train()
     seen = []
     inner = learner._loss
-    learner._loss = lambda x, tier: (seen.append((x.logp.detach().clone(), x.old_logp.clone())), inner(x, tier))[1]
+    learner._loss = lambda x, tier, present=None: (seen.append((x.logp.detach().clone(), x.old_logp.clone())), inner(x, tier, present))[1]
     learner.update([own_group()])
     logp, old = seen[0]  # the first step: the weights are still those l^old was computed with
     assert torch.allclose(logp, old, atol=1e-6)
