@@ -122,7 +122,7 @@ def prepare_model(job: dict) -> float:
 
     started = time.monotonic()
     cfg = load_config(job["preset"], None, [*job["overrides"], "model.device=cpu"])
-    del load_policy(cfg.model).model
+    load_policy(cfg.model)
     return time.monotonic() - started
 
 
@@ -187,6 +187,16 @@ def eval_seconds(result: dict | None) -> list[float]:
     return [e["t_eval"] for node in result["nodes"] for e in node.get("evals", []) if e.get("t_eval") is not None]
 
 
+def work_figures(rows: list[dict]) -> dict:
+    """Node-rounds, rollouts, peer groups used and their share correct, mean seconds per phase: of
+    one run's rows or of an arm's."""
+    samples = sum(r["peer_samples_used"] for r in rows)
+    return {"node_rounds": len(rows), "rollouts": sum(r["rollouts"] for r in rows),
+            "peer_groups_used": sum(r["peer_groups_used"] for r in rows),
+            "peer_share_correct": sum(r["peer_correct_used"] for r in rows) / samples if samples else None,
+            "phases_mean_s": {k: mean(r[k] for r in rows) if rows else None for k in (*PHASES, "t_round")}}
+
+
 def run_summary(job: dict, state: str) -> dict:
     """One run: its held-out figures (finished runs), its work and its per-phase seconds."""
     from scripts.experiments.skeptic import run_figures
@@ -194,11 +204,7 @@ def run_summary(job: dict, state: str) -> dict:
     result_path = Path(job["dir"]) / "result.json"
     result = json.loads(result_path.read_text()) if state == "done" else None
     rows = phase_rows(job)
-    samples = sum(r["peer_samples_used"] for r in rows)
-    out = {"arm": job["arm"], "seed": job["seed"], "state": state, "node_rounds": len(rows),
-           "rollouts": sum(r["rollouts"] for r in rows), "peer_groups_used": sum(r["peer_groups_used"] for r in rows),
-           "peer_share_correct": sum(r["peer_correct_used"] for r in rows) / samples if samples else None,
-           "phases_mean_s": {k: mean(r[k] for r in rows) if rows else None for k in (*PHASES, "t_round")},
+    out = {"arm": job["arm"], "seed": job["seed"], "state": state, **work_figures(rows),
            "eval_s": eval_seconds(result), "rows": rows}
     if result is not None:
         figures = run_figures(result)
@@ -216,13 +222,8 @@ def summarise(runs: list[dict], seeds: int) -> dict:
         mine = [r for r in runs if r["arm"] == arm]
         rows = [row for r in mine for row in r["rows"]]
         done = [r for r in mine if "heldout" in r]
-        samples = sum(x["peer_samples_used"] for x in rows)
         arms[arm] = {"mix": "/".join(map(str, ARMS[arm])), "runs_done": len(done), "runs": len(mine),
-                     "heldout_mean": mean(r["heldout"] for r in done) if done else None,
-                     "rollouts": sum(r["rollouts"] for r in mine), "node_rounds": len(rows),
-                     "peer_groups_used": sum(r["peer_groups_used"] for r in mine),
-                     "peer_share_correct": (sum(x["peer_correct_used"] for x in rows) / samples) if samples else None,
-                     "phases_mean_s": {k: mean(x[k] for x in rows) if rows else None for k in (*PHASES, "t_round")},
+                     "heldout_mean": mean(r["heldout"] for r in done) if done else None, **work_figures(rows),
                      "eval_mean_s": mean(s for r in mine for s in r["eval_s"]) if any(r["eval_s"] for r in mine) else None}
     both = [s for s in range(seeds) if all(any(r["seed"] == s and r["arm"] == a and "heldout" in r for r in runs)
                                            for a in ARMS)]
