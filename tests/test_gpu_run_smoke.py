@@ -7,26 +7,18 @@ import json
 import subprocess
 from pathlib import Path
 
+from hidden_modules import hiding_source
 from processes import repo_env
 
 ROOT = Path(__file__).resolve().parents[1]
+# Hidden at every interpreter start (the script and each run's spawned process), as sitecustomize.py
 ABSENT = ("hivemind", "grpc_tools", "libp2p", "multiaddr")
-# Runs at every interpreter start (the script and each run's spawned process): these cannot be found.
-SITECUSTOMIZE = f"""
-import sys
-class Absent:
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {ABSENT!r}:
-            raise ModuleNotFoundError(f'No module named {{name!r}}', name=name)
-        return None
-sys.meta_path.insert(0, Absent())
-"""
 
 
 def gpu_run(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     hide = out / "hide"
     hide.mkdir(parents=True)
-    (hide / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (hide / "sitecustomize.py").write_text(hiding_source(ABSENT))
     env = repo_env(PYTHONPATH=f"{hide}:{ROOT}")
     proc = subprocess.run(["bash", "scripts/gpu_run.sh", "--smoke", "--out", str(out), *extra], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=240)

@@ -16,23 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from hidden_modules import hiding_source
 from proto import _codegen
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Runs first in the child: grpc_tools and hivemind cannot be found (importlib.util.find_spec raises
-# ModuleNotFoundError, as a plain import does).
-HIDE = """
-import sys
-class Absent:
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in ('grpc_tools', 'hivemind'):
-            raise ModuleNotFoundError(f'No module named {name!r}', name=name)
-        return None
-sys.meta_path.insert(0, Absent())
-"""
-
-PROBE = HIDE + """
+PROBE = hiding_source(("grpc_tools", "hivemind")) + """
 import json
 import proto
 envelope = proto.Envelope(protocol_version=1, kind=1)
