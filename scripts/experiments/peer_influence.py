@@ -90,8 +90,8 @@ def measure(external: str, proximal: str, peer: TrainGroup) -> dict:
     seen = {}
     inner = learner._loss
 
-    def capture(x, tier):
-        loss, stats = inner(x, tier)
+    def capture(x, tier, present=None):
+        loss, stats = inner(x, tier, present)
         grad = torch.autograd.grad(loss, x.logp, retain_graph=True)[0].abs()  # [B, C]
         seen.update(grad=grad * x.mask, mask=x.mask, adv=x.advantages.abs(), peer=tier >= 0)
         return loss, stats
