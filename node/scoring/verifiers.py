@@ -32,6 +32,13 @@ SYSTEM_PROMPT = (
     "inside <answer></answer> tags, for example <answer>42</answer>. Put only the final answer "
     "inside the tags."
 )
+# sampling.answer_style = "direct": no reasoning, a few tokens a completion (arithmetic a small model can
+# answer at once; a round then costs a fraction of a thinking one)
+DIRECT_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Reply with only the final answer inside <answer></answer> tags, "
+    "for example <answer>42</answer>, and nothing else."
+)
+SYSTEM_PROMPTS = {"think": SYSTEM_PROMPT, "direct": DIRECT_SYSTEM_PROMPT}
 
 DEFAULT_TIMEOUT_S = 2.0
 # Longer answers are not worth handing to a symbolic parser (cost grows fast with length).

@@ -50,7 +50,7 @@ def verify_context(parts: NodeParts, ingest: str) -> VerifyContext:
     retokenizer = parts.retokenizer
     if ingest == "background":  # a fast tokenizer used from two threads at once can raise "Already borrowed"
         private = dataclasses.replace(parts.policy, tokenizer=copy.deepcopy(parts.policy.tokenizer))
-        retokenizer = Retokenizer(private, retokenizer.eos_ids)
+        retokenizer = Retokenizer(private, retokenizer.eos_ids, retokenizer.system_prompt)
     max_tokens = cfg.max_external_tokens
     # started on first use: a node whose scorers are all string comparisons never starts a worker
     sandbox = ScorerSandbox((cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed))

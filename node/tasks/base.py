@@ -70,6 +70,12 @@ def heldout_seed(seed: int) -> int:
     return derived if derived != seed else derived ^ 1
 
 
+def question_is_heldout(question: str, fraction: float) -> bool:
+    """Whether `question` is on the held-out side of a split by its TEXT: a stable hash, the same on
+    every node, so no training draw of any seed ever repeats a held-out question word for word."""
+    return hashlib.sha256(question.encode()).digest()[0] < fraction * 256
+
+
 # --- task addressing ------------------------------------------------------------------------------
 
 
@@ -215,14 +221,19 @@ class MixtureSource(TaskSource):
         real check). reasoning-gym datasets built with another seed give new questions when their
         question space is large; a small config repeats some (measured on the smollm2 preset's
         2-term 1-digit basic_arithmetic and 1-2 animal leg_counting: 6 of 32 held-out questions
-        occur among the 800 training draws of the first 200 rounds)."""
+        occur among the 800 training draws of the first 200 rounds). A reasoning-gym source with a
+        text split (tasks.heldout_split) closes that gap: its held-out questions are distinct texts that
+        no training draw of any seed can be (ReasoningGymSource)."""
         check_batch_args(0, n_per_dataset)
         seed = heldout_seed(self.seed) if seed is None else check_seed(seed)
         if seed == self.seed:
             raise ValueError(f"held-out tasks need a seed that training never draws with; {seed} is the "
                              "training seed (default: heldout_seed(training seed))")
-        return [self._build(dataset, seed, index) for dataset in self._choice.names
-                for index in range(min(n_per_dataset, self._index_space(dataset)))]
+        return [task for dataset in self._choice.names for task in self._heldout_of(dataset, seed, n_per_dataset)]
+
+    def _heldout_of(self, dataset: str, seed: int, n: int) -> list[Task]:
+        """The held-out tasks of one dataset: indices 0..n-1 at `seed` (a subclass may split by text)."""
+        return [self._build(dataset, seed, index) for index in range(min(n, self._index_space(dataset)))]
 
     @abstractmethod
     def _index_space(self, dataset: str) -> int:

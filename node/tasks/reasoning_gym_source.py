@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import math
+import random
 from typing import Any, Iterable, Mapping
 
 import reasoning_gym
@@ -30,6 +31,7 @@ from .base import (
     check_seed,
     heldout_seed,
     config_digest,
+    question_is_heldout,
 )
 from .hash_seed import HASH_SEED_DEPENDENT
 from .hash_seed import hash_randomization_off as _hash_randomization_off  # patched in tests
@@ -48,6 +50,9 @@ _SIZE_CAPS = {"acre": 1_000, "word_ladder": 20_000}  # acre: keeps construction 
 _STRICT_MATCH_DATASETS = frozenset({"game_of_life_halting"})
 
 _DATASET_CACHE_SIZE = 32  # constructed datasets kept per source (a few eager ones hold word lists)
+# A text split redraws a training index whose question is held out (a fraction f of draws, f <= 0.5)
+# and scans held-out indices for new held-out texts; both give up, with a clear error, after this many.
+_SPLIT_TRIES = 64
 
 
 class NondeterministicDatasetError(ValueError):
@@ -111,7 +116,11 @@ class ReasoningGymSource(MixtureSource):
     name = "reasoning_gym"
 
     def __init__(self, datasets: Mapping[str, float | Mapping[str, Any]], seed: int, size: int = DEFAULT_SIZE,
-                 peer_seeds: Iterable[int] = ()):
+                 peer_seeds: Iterable[int] = (), heldout_split: float = 0.0):
+        if not 0.0 <= heldout_split <= 0.5:
+            raise ValueError(f"heldout_split must be in [0, 0.5] (the fraction of question texts kept for "
+                             f"held-out evaluation; 0 = off), got {heldout_split!r}")
+        self.heldout_split = heldout_split
         self.seed = check_seed(seed)
         seeds = {self.seed, *(check_seed(s) for s in peer_seeds)}
         self.task_seeds = frozenset(seeds | {heldout_seed(s) for s in seeds})  # held-out evals rebuild too
@@ -162,7 +171,11 @@ class ReasoningGymSource(MixtureSource):
             )
         if ref.index >= config.size:  # a same-digest peer never sends this: the size is in the digest
             raise UnknownTaskError(f"task {ref.key}: index {ref.index} >= dataset size {config.size}")
-        return self._build(ref.dataset, ref.seed, ref.index)
+        task = self._build(ref.dataset, ref.seed, ref.index)
+        if self._is_heldout(task):  # at any seed: a peer's group on a held-out question would train us on it
+            raise UnknownTaskError(f"task {ref.key}: its question is held out (tasks.heldout_split = "
+                                   f"{self.heldout_split}): nobody trains on it")
+        return task
 
     def score(self, task: Task, completion_text: str) -> float:
         """reasoning-gym's score_answer on `completion_text` (partial credit allowed). Any exception
@@ -183,6 +196,40 @@ class ReasoningGymSource(MixtureSource):
             log.debug("score_answer of %s raised %r; scoring 0", task.ref.key, exc)
             return 0.0
         return min(max(score, 0.0), 1.0) if math.isfinite(score) else 0.0
+
+    # --- the text split -----------------------------------------------------------------------------
+
+    def _is_heldout(self, task: Task) -> bool:
+        return self.heldout_split > 0 and question_is_heldout(task.question, self.heldout_split)
+
+    def _draw_index(self, dataset: str, rng: random.Random) -> int:
+        """A training index whose question is not held out (redrawn from the same stream, so every node
+        draws the same one)."""
+        for _ in range(_SPLIT_TRIES):
+            index = rng.randrange(self._index_space(dataset))
+            if not self._is_heldout(self._build(dataset, self.seed, index)):
+                return index
+        raise ValueError(f"reasoning-gym dataset {dataset!r}: {_SPLIT_TRIES} draws in a row were held-out "
+                         f"questions; lower tasks.heldout_split ({self.heldout_split})")
+
+    def _heldout_of(self, dataset: str, seed: int, n: int) -> list[Task]:
+        """With a text split: the first n DISTINCT held-out questions at `seed`, scanning indices in order
+        (questions training can never draw); without one, indices 0..n-1 as any mixture source."""
+        if not self.heldout_split:
+            return super()._heldout_of(dataset, seed, n)
+        tasks: dict[str, Task] = {}
+        misses = 0
+        for index in range(self._resolved(dataset, seed)[0].size):
+            task = self._build(dataset, seed, index)
+            if self._is_heldout(task) and task.question not in tasks:
+                tasks[task.question], misses = task, 0
+                if len(tasks) == n:
+                    break
+            else:
+                misses += 1
+            if misses > _SPLIT_TRIES * 4:  # a small question space has run out of new held-out texts
+                break
+        return list(tasks.values())
 
     # --- helpers ----------------------------------------------------------------------------------
 

@@ -19,7 +19,6 @@ and refused as a peer's training ref, so held-out pass rates measure new questio
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from typing import Callable, Mapping
 
@@ -32,6 +31,7 @@ from .base import (
     WeightedChoice,
     check_seed,
     config_digest,
+    question_is_heldout,
     stable_rng,
 )
 
@@ -113,7 +113,7 @@ HELDOUT_INDICES = 4096
 
 def is_heldout_question(question: str) -> bool:
     """Whether a split family's question is held out: a stable hash, the same on every node."""
-    return hashlib.sha256(question.encode()).digest()[0] < HELDOUT_FRACTION * 256
+    return question_is_heldout(question, HELDOUT_FRACTION)
 
 
 def dataset_digest(dataset: str) -> str:

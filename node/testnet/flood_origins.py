@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     base = {"kind": "flood_origins", "swarm": args.swarm, "keys": [], "started_unix": time.time()}
     try:
         cfg = load_config(args.preset, args.config, [*args.set, f"swarm.name={args.swarm}"])
-        source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed)
+        source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed,
+                             heldout_split=cfg.tasks.heldout_split)
         origins = _make_origins(args, cfg, source, args.seed if args.seed is not None
                                 else random.SystemRandom().randrange(2**40))
     except (ConfigError, ValueError, RuntimeError) as err:

@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                      "identities": [], "claimed_identities": [], "counters": {}, "learned": {}}
     try:
         cfg = load_config(args.preset, args.config, [*args.set, f"swarm.name={args.swarm}"])
-        source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed)
+        source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed,
+                             heldout_split=cfg.tasks.heldout_split)
     except (ConfigError, ValueError) as err:
         return _refuse(args.out, summary, "config", err)
     limits = Limits()

@@ -24,10 +24,10 @@ import torch
 
 from node.config.schema import LossConfig, NodeConfig
 from node.train.pass_rates import PassRates
-from node.train.prompts import Retokenizer
+from node.train.prompts import Retokenizer, render_prompt
 from node.tasks import make_source
 from node.tasks.base import TaskSource
-from node.scoring.verifiers import Verifier
+from node.scoring.verifiers import SYSTEM_PROMPTS, Verifier
 from node.train.warm_start import warm_model_config
 from policy.backends import make_generator
 from policy.checkpoint import latest_checkpoint_path
@@ -55,8 +55,13 @@ class SamplingContext:
     params: SamplingParams  # the node's temperature and max_new_tokens
     autocast: Callable[[], ContextManager]  # bf16 autocast when optim.autocast_bf16 and the learner's
     # weights sample; a no-op for a sampling copy (it has its own precision) and vLLM
+    system_prompt: str  # sampling.answer_style's instructions (SYSTEM_PROMPTS)
     # generation work since the last take_work(): what the compute clock charges (node/testnet/clock.py)
     work: Counter = field(default_factory=Counter)
+
+    def prompt(self, question: str, hint: str | None = None) -> list[int]:
+        """The token ids this node samples `question` with (and scores and trains a peer's answer under)."""
+        return render_prompt(self.policy, question, hint, self.system_prompt)
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams, *,
                  for_peers: bool = False) -> list[list]:
@@ -110,17 +115,19 @@ def build_parts(cfg: NodeConfig) -> NodeParts:
     seed_everything(cfg.run.seed)
     policy = load_policy(warm_model_config(cfg.warm, cfg.model))
     model = apply_lora(policy.model, cfg.optim)
-    source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed, cfg.tasks.peer_seeds)
+    source = make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed, cfg.tasks.peer_seeds,
+                         cfg.tasks.heldout_split)
     generator, backend_line = make_generator(cfg.sampling.backend, policy, precision=cfg.sampling.precision)
     objective, objective_line = local_objective(cfg.loss, generator.sampler_is_learner)
     params = SamplingParams(temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens)
     device = next(model.parameters()).device
     autocast = ((lambda: autocast_context(cfg.optim.autocast_bf16, device)) if generator.sampler_is_learner
                 else contextlib.nullcontext)
-    sampling = SamplingContext(policy, generator, cfg.verifier, source, params, autocast)
+    system_prompt = SYSTEM_PROMPTS[cfg.sampling.answer_style]
+    sampling = SamplingContext(policy, generator, cfg.verifier, source, params, autocast, system_prompt)
     return NodeParts(cfg=cfg, policy=policy, model=model, objective=objective,
                      source=source, verifier=cfg.verifier, backend_line=f"{backend_line}; {objective_line}",
-                     retokenizer=Retokenizer(policy, eos_token_ids(policy.model, policy.tokenizer)),
+                     retokenizer=Retokenizer(policy, eos_token_ids(policy.model, policy.tokenizer), system_prompt),
                      pass_rates=PassRates(cfg.allocation.posterior_decay), sampling=sampling)
 
 

@@ -108,7 +108,6 @@ class Evaluator:
     def evaluate(self, tasks_per_family: int | None = None, k: int | None = None) -> dict:
         """The metrics of one evaluation: heldout_pass1 / heldout_passk (in-distribution families
         pooled), heldout_k, heldout_by_family (family -> {pass1, passk, tasks}) and t_eval seconds."""
-        from node.train.prompts import render_prompt
         from policy.types import SamplingParams
 
         k = self.cfg.k if k is None else k
@@ -116,7 +115,7 @@ class Evaluator:
             raise ValueError(f"k must be >= 1, got {k}")
         started = time.perf_counter()
         rows = self.tasks(tasks_per_family)
-        prompts = [render_prompt(self.ctx.policy, task.question) for _, task, _ in rows]
+        prompts = [self.ctx.prompt(task.question) for _, task, _ in rows]
         budget = self.ctx.params.max_new_tokens
         greedy = SamplingParams(temperature=0.0, max_new_tokens=budget, seed=self.sampling_seed)
         sampled = SamplingParams(temperature=self.ctx.params.temperature, max_new_tokens=budget,

@@ -99,7 +99,8 @@ class Node:
         self.sampler = RolloutSampler(parts.sampling, n, cfg.allocation, self.pass_rates,
                                       self.objective.advantage == "mean_std")
         self.hint_writer = HintWriter(parts.sampling, cfg.hints)
-        ood = make_source(cfg.tasks.source, cfg.eval.ood, cfg.tasks.seed) if cfg.eval.ood else None
+        ood = (make_source(cfg.tasks.source, cfg.eval.ood, cfg.tasks.seed, heldout_split=cfg.tasks.heldout_split)
+               if cfg.eval.ood else None)  # OOD is never trained: the split only makes its questions distinct
         self.evaluator = Evaluator(cfg.eval, parts.sampling, ood)
         self.metrics = MetricsLog(self.run_dir)
         self.clock = phase_clock(self.model)  # the phases' seconds: waits for a GPU's queued work first

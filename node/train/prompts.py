@@ -7,14 +7,15 @@ from policy.models import LoadedPolicy
 HINT_HEADER = "\n\nHint: "
 
 
-def render_prompt(policy: LoadedPolicy, question: str, hint: str | None = None) -> list[int]:
-    """Prompt token ids: the chat template with our answer-format instructions for chat models,
-    bos + raw text for the tiny from-scratch model. An abstract hint is appended to the question
-    (chat models only: the tiny model has no words to read one with)."""
+def render_prompt(policy: LoadedPolicy, question: str, hint: str | None = None,
+                  system_prompt: str = SYSTEM_PROMPT) -> list[int]:
+    """Prompt token ids: the chat template with our answer-format instructions (`system_prompt`, see
+    SYSTEM_PROMPTS) for chat models, bos + raw text for the tiny from-scratch model. An abstract hint is
+    appended to the question (chat models only: the tiny model has no words to read one with)."""
     tok = policy.tokenizer
     if policy.chat:
         content = question if hint is None else question + HINT_HEADER + hint
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}]
+        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": content}]
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return tok(text, add_special_tokens=False)["input_ids"]
     if hint is not None:
@@ -26,8 +27,9 @@ class Retokenizer:
     """Encodes peers' text with this node's tokenizer (raises on text it cannot encode, e.g. a
     character outside the tiny vocabulary)."""
 
-    def __init__(self, policy: LoadedPolicy, eos_ids: list[int]):
+    def __init__(self, policy: LoadedPolicy, eos_ids: list[int], system_prompt: str = SYSTEM_PROMPT):
         self.policy = policy
+        self.system_prompt = system_prompt  # a peer's completion is scored and trained under OUR prompt
         self.eos_ids = list(eos_ids)  # every token that ends a completion for this model
         self.fingerprint = policy.tokenizer_fingerprint
 
@@ -36,7 +38,7 @@ class Retokenizer:
         return self.policy.tokenizer.eos_token_id
 
     def prompt(self, question: str) -> list[int]:
-        return render_prompt(self.policy, question)
+        return render_prompt(self.policy, question, system_prompt=self.system_prompt)
 
     def encode_text(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(token ids, character span of each token) of `text`, no special tokens: a literal

@@ -27,7 +27,6 @@ from node.train.allocation import dars_extra_rollouts
 from node.train.assembly import SamplingContext
 from node.train.pass_rates import PassRates
 from node.train.groups import HintUse, ScoredGroup
-from node.train.prompts import render_prompt
 from node.tasks.base import Task
 from policy.generation import StaleWeightsError, decode_with_offsets, eos_token_ids
 from policy.types import Rollout
@@ -55,7 +54,7 @@ class RolloutSampler:
     def sample(self, tasks: list[Task], hints: list[HintUse | None], policy_version: int) -> tuple[list[ScoredGroup], dict]:
         """One scored group per task, in task order, and sampling statistics."""
         plain = [i for i, h in enumerate(hints) if h is None]
-        prompts = [render_prompt(self.ctx.policy, t.question) for t in tasks]
+        prompts = [self.ctx.prompt(t.question) for t in tasks]
         rows, generator_prompts = self._rows(tasks, hints, prompts)
         rollouts: list[list[Rollout]] = [[] for _ in tasks]
         flags: list[list[bool]] = [[] for _ in tasks]
@@ -95,7 +94,7 @@ class RolloutSampler:
                 generator_prompts += [prompts[i] + prefix] * (n - 1)
             else:
                 rows += [_Row(i, True)] * (n - 1)
-                generator_prompts += [render_prompt(self.ctx.policy, task.question, hint.text)] * (n - 1)
+                generator_prompts += [self.ctx.prompt(task.question, hint.text)] * (n - 1)
         return rows, generator_prompts
 
     def _generate(self, prompts: list[list[int]], n: int) -> list[list[Rollout]]:
