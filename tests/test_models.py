@@ -190,6 +190,20 @@ def test_smollm2_conversion_is_cached(smollm2, tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_smollm2_answer_styles_change_only_the_system_prompt(smollm2):
+    from node.scoring.verifiers import SYSTEM_PROMPTS
+    from node.train.prompts import Retokenizer, render_prompt
+
+    question = "Calculate 5 - 3."
+    think = render_prompt(smollm2, question)
+    direct = render_prompt(smollm2, question, system_prompt=SYSTEM_PROMPTS["direct"])
+    text = smollm2.tokenizer.decode(direct)
+    assert SYSTEM_PROMPTS["direct"] in text and SYSTEM_PROMPTS["think"] not in text and question in text
+    assert len(direct) < len(think)
+    assert Retokenizer(smollm2, [0], SYSTEM_PROMPTS["direct"]).prompt(question) == direct
+
+
+@pytest.mark.slow
 def test_smollm2_policy_fields(smollm2):
     assert smollm2.chat is True
     assert smollm2.model.dtype == torch.bfloat16

@@ -35,11 +35,12 @@ from scripts.common import arg_parser, command_line, pyplot, runs_dir, write_jso
 
 ARMS = {"silo": (8, 0), "swarm": (4, 4)}  # the silo trains 8 own groups; a swarm node 4 own + 4 peers'
 PHASES = ("t_generate", "t_score", "t_exchange", "t_train")
-# SmolLM2 sized for a GPU round: 8 prompts x 8 samples x up to 64 tokens a silo node-round, no
-# checkpoints (a 0.5 GB float32 save per node-round would be most of a GPU round), the grid every 4
-# nominal silo rounds on 16 tasks per family.
-GPU_SET = ["sampling.group_size=8", "sampling.max_new_tokens=64", "run.checkpoint_every=100000",
-           "eval.every=4", "eval.tasks_per_family=16", "optim.lr=1e-5"]
+# No checkpoints (a 0.5 GB float32 save per node-round would be most of a GPU round). The two-family smollm2
+# preset, sized for a GPU round: 8 prompts x 8 samples x up to 64 tokens a silo node-round, the grid every 4
+# nominal silo rounds on 16 tasks per family; smollm2-arith runs as the preset says.
+NO_CHECKPOINTS = ["run.checkpoint_every=100000"]
+GPU_SET = {"smollm2": [*NO_CHECKPOINTS, "sampling.group_size=8", "sampling.max_new_tokens=64", "eval.every=4",
+                       "eval.tasks_per_family=16", "optim.lr=1e-5"]}
 SMOKE_SET = ["eval.every=2", "eval.tasks_per_family=4", "run.checkpoint_every=100000"]
 
 
@@ -47,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = arg_parser(__spec__, __doc__)
     parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true",
                         help="the tiny preset, 2 nodes, 1 seed, 4 rounds (seconds)")
-    parser.add_argument("--preset", default=None, help="default smollm2 (tiny with --smoke)")
+    parser.add_argument("--preset", default=None, help="default smollm2 (tiny with --smoke); e.g. smollm2-arith")
     parser.add_argument("--nodes", type=int, default=None, help="nodes per testnet (default 4; 2 with --smoke)")
     parser.add_argument("--seeds", type=int, default=None, help="paired seeds per arm (default 3; 1 with --smoke)")
     parser.add_argument("--rounds", type=float, default=None, help="the budget in nominal silo rounds (default 12)")
@@ -105,7 +106,8 @@ def budget_and_grid(args, overrides: list[str]) -> tuple[float, float]:
 
 # -- launching ---------------------------------------------------------------------------------------
 def jobs_for(args, device: str) -> list[dict]:
-    overrides = [*(SMOKE_SET if args.smoke else GPU_SET), f"model.device={device}", *args.extra]
+    preset_set = SMOKE_SET if args.smoke else GPU_SET.get(args.preset, NO_CHECKPOINTS)
+    overrides = [*preset_set, f"model.device={device}", *args.extra]
     budget, grid = budget_and_grid(args, overrides)
     threads = 1 if device == "cuda" else max(1, (multiprocessing.cpu_count() or 2) // (len(ARMS) * args.seeds))
     return [{"arm": arm, "mix": mix, "mixes": list(ARMS.values()), "seed": seed, "preset": args.preset,
@@ -209,8 +211,22 @@ def run_summary(job: dict, state: str) -> dict:
     if result is not None:
         figures = run_figures(result)
         out.update(heldout=figures["heldout"], heldout_start=figures["curve"]["heldout"][0], auc=figures["auc"],
-                   curve=figures["curve"], train_reward=figures["train_reward"], wall_s=result["seconds"])
+                   curve=figures["curve"], train_reward=figures["train_reward"], wall_s=result["seconds"],
+                   **passk_at_ends(result))
     return out
+
+
+def passk_at_ends(result: dict) -> dict:
+    """Held-out pass@k (eval.k samples at the sampling temperature) before training and at the budget,
+    means over the run's nodes; absent where the evaluations measured no pass@k."""
+    from node.testnet.report import measured
+
+    ends = [(node["evals"][0].get("heldout_passk"), node["evals"][-1].get("heldout_passk"))
+            for node in measured(result)["nodes"] if node.get("evals")]
+    if not ends or any(v is None for pair in ends for v in pair):
+        return {}
+    return {"passk_start": mean(a for a, _ in ends), "passk": mean(b for _, b in ends),
+            "k": result["nodes"][0]["evals"][-1].get("heldout_k")}
 
 
 def summarise(runs: list[dict], seeds: int) -> dict:
@@ -228,9 +244,14 @@ def summarise(runs: list[dict], seeds: int) -> dict:
     both = [s for s in range(seeds) if all(any(r["seed"] == s and r["arm"] == a and "heldout" in r for r in runs)
                                            for a in ARMS)]
     pick = {(r["arm"], r["seed"]): r for r in runs}
-    paired = paired_comparison([pick[("swarm", s)]["heldout"] for s in both],
-                               [pick[("silo", s)]["heldout"] for s in both]) if both else None
-    return {"arms": arms, "paired_seeds": both, "swarm_minus_silo": paired}
+
+    def paired(key: str) -> dict | None:
+        if not both or any(key not in pick[(a, s)] for a in ARMS for s in both):
+            return None
+        return paired_comparison([pick[("swarm", s)][key] for s in both], [pick[("silo", s)][key] for s in both])
+
+    return {"arms": arms, "paired_seeds": both, "swarm_minus_silo": paired("heldout"),
+            "swarm_minus_silo_passk": paired("passk")}
 
 
 # -- output ----------------------------------------------------------------------------------------------
@@ -270,7 +291,8 @@ def report_lines(result: dict) -> list[str]:
              f"silo rounds), {result['nodes']} nodes, wall {result['wall_s']:.0f} s"]
     for run in result["runs"]:
         lines.append(f"  {run['arm']:5} seed {run['seed']}: {run['state']:5} held-out {num(run.get('heldout_start'))}"
-                     f" -> {num(run.get('heldout'))}, {run['node_rounds']} node-rounds, {run['rollouts']} rollouts, "
+                     f" -> {num(run.get('heldout'))} (pass@k {num(run.get('passk_start'))} -> {num(run.get('passk'))})"
+                     f", {run['node_rounds']} node-rounds, {run['rollouts']} rollouts, "
                      f"peer groups used {run['peer_groups_used']} ({num(run['peer_share_correct'], 2)} correct)")
     for arm, a in result["arms"].items():
         phases = ", ".join(f"{k.removeprefix('t_')} {num(v, 2)}" for k, v in a["phases_mean_s"].items())
@@ -280,6 +302,10 @@ def report_lines(result: dict) -> list[str]:
 
         diffs = ", ".join(f"{d:+.3f}" for d in result["swarm_minus_silo"]["diffs"])
         lines.append(f"  held-out 4/4 - 8/0 at the budget: {format_interval(result['swarm_minus_silo'])}; per seed {diffs}")
+    if result.get("swarm_minus_silo_passk") is not None:
+        from node.testnet.stats import format_interval
+
+        lines.append(f"  held-out pass@k 4/4 - 8/0 at the budget: {format_interval(result['swarm_minus_silo_passk'])}")
     return lines
 
 

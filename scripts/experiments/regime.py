@@ -17,6 +17,8 @@ import argparse
 import multiprocessing
 import platform
 import shutil
+import threading
+import time
 from pathlib import Path
 from statistics import mean
 
@@ -33,7 +35,8 @@ QUICK_CANDIDATES = {"lr1e-3": ["optim.lr=1e-3"], "lr3e-3": ["optim.lr=3e-3"]}
 
 
 def run_one(job: dict) -> dict:
-    """One silo node: held-out before training, then `rounds` rounds with held-out every `every`."""
+    """One silo node: held-out before training, then `rounds` rounds with held-out every `every`; with a
+    deadline (job["deadline"], unix seconds) it stops after the round running then (rounds_done says where)."""
     import torch
 
     from node.config.schema import load_config
@@ -47,7 +50,12 @@ def run_one(job: dict) -> dict:
                                             f"run.checkpoint_every={job['rounds']}"])
     node = Node(cfg, run_dir)
     start = node.evaluate()
-    node.run(job["rounds"], RoundTable(job["label"], quiet=True))
+    stop = threading.Event()  # the deadline ends the run after its current round (one checkpoint, the last)
+    timer = threading.Timer(max(0.0, job.get("deadline", float("inf")) - time.time()), stop.set)
+    if "deadline" in job:
+        timer.start()
+    node.run(job["rounds"], RoundTable(job["label"], quiet=True), stop)
+    timer.cancel()
     node.close()
     rows = read_metrics(run_dir)
     late = rows[len(rows) // 2:]
@@ -58,7 +66,7 @@ def run_one(job: dict) -> dict:
         "by_family": [start["heldout_by_family"], rows[-1].get("heldout_by_family", {})],
         "train_reward_late": mean(r["reward_mean"] for r in late),
         "reward": [r["reward_mean"] for r in rows], "pass_rate": [r["pass_rate"] for r in rows],
-        "seconds": sum(r["t_round"] for r in rows) + start["t_eval"],
+        "seconds": sum(r["t_round"] for r in rows) + start["t_eval"], "rounds_done": len(rows),
     }
     write_json(Path(job["path"]), figures)
     return figures
@@ -105,6 +113,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--set", dest="extra", action="append", default=[],
                         help="an override for every run, e.g. model.device=cuda (not part of a run's saved name)")
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="wall deadline: every run stops after the round running then (rounds_done says where)")
     parser.add_argument("--workers", type=int, default=None, help="runs at once (default: 2, 1 with --quick)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -121,6 +131,7 @@ def main(argv=None) -> dict:
     base, candidates = (QUICK_BASE, QUICK_CANDIDATES) if args.quick else (BASE, CANDIDATES)
     jobs = [{"candidate": name, "seed": seed, "preset": args.preset, "set": [*base, *overrides, *args.extra],
              "rounds": args.rounds, "every": args.every, "label": f"{name}/seed{seed}",
+             **({"deadline": time.time() + args.minutes * 60} if args.minutes else {}),
              "path": str(Path(args.out) / name / f"seed{seed}.json")}
             for name, overrides in candidates.items() for seed in range(args.seeds)]
     runs = run_saved_jobs(jobs, args.workers, run_one)
