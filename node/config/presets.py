@@ -62,9 +62,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # tokens): one family, basic_arithmetic with two terms of 1-2 digits, which it answers right about 1 time
     # in 13 before training (one-digit terms: 1 in 4, too easy to show a gain); held-out questions are a text
     # split (a fifth of the question texts, never trained at any seed, refused in peers' groups), 64 per
-    # family, plus chain_sum with three one-digit terms out of distribution. The learning rate was chosen on
-    # training reward between candidates fixed before they ran (scripts/experiments/regime.py;
-    # docs/testnets-and-experiments.md "A SmolLM2 regime that moves").
+    # family, plus chain_sum with three one-digit terms out of distribution. lr 2e-5 was chosen on training
+    # reward among 1e-5, 2e-5 and 4e-5, fixed before they ran (scripts/experiments/regime.py, 3 seeds x 100
+    # rounds on an H200: held-out 0.062 -> 0.266 on all three seeds; docs/testnets-and-experiments.md
+    # "A SmolLM2 regime that moves").
     "smollm2-arith": {
         "model": {"name": "smollm2", "dtype": "float32"},
         "tasks": {"source": "reasoning_gym", "heldout_split": 0.2, "prompts_per_round": 4,
