@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profil
 from node.testnet.grid import GridEvaluator, grid_spacing
 from node.testnet.hostile import HostilePeer
 from node.testnet.plan import Plan, frozen_nodes, halves, node_overrides, restart_event, slowdown
+from policy.files import atomic_write_text
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
 from protocol.transports.impairment import parse_netem
 
@@ -48,6 +50,7 @@ from protocol.transports.impairment import parse_netem
 # wall clock honest nodes would look like floods to each other and their outboxes would drop most
 # groups. 2 s lets a tiny node's 16 groups a round through the default pace (10 messages/s).
 TICK_S = 2.0
+GRID_EVALS = "grid_evals.json"  # a node's held-out evaluations on the compute clock's grid, written as they happen
 
 
 class MemoryTestnet:
@@ -74,6 +77,7 @@ class MemoryTestnet:
             self.protocol_clock = lambda: VIRTUAL_EPOCH + self.now
             self.swarm_clock = lambda: self.now * scale
             self.grid = GridEvaluator(grid_spacing(plan), plan.nodes)
+            self.saved_evals = [0] * plan.nodes  # grid evaluations already in each node's GRID_EVALS file
         else:  # the bus, message stamps, replay windows and peer scores count ticks too, not wall seconds
             self.protocol_clock = lambda: VIRTUAL_EPOCH + self.tick * TICK_S
             self.swarm_clock = lambda: self.tick * TICK_S
@@ -203,6 +207,7 @@ class MemoryTestnet:
             self.now = start + gen_estimate[index]
             node, profile = self.nodes[index], self.profiles[index]
             self.grid.before_round(index, node, start)  # settles its points before `start`
+            self._save_grid_evals(index)
             with node_log(self.log_path(index)):
                 row = node.run_one(self.plan.rounds,
                                    annotate=lambda r: _virtual_times(r, start, profile, self.plan.charge))
@@ -222,6 +227,14 @@ class MemoryTestnet:
         evals = {i: self.grid.finish(i, self.nodes[i], self.budget_s) for i in range(self.plan.nodes)}
         return {"clock": "compute", "budget_s": self.budget_s, "grid_s": self.grid.spacing, "evals": evals,
                 "profiles": [p.name for p in self.profiles]}
+
+    def _save_grid_evals(self, index: int) -> None:
+        """A node's grid evaluations so far, on disk as they happen (GRID_EVALS in its run dir): a run stopped
+        before its budget (scripts/experiments/gpu_run.py's wall deadline) still shows the points it reached."""
+        evals = self.grid.evals(index)
+        if len(evals) != self.saved_evals[index]:
+            atomic_write_text(self.run_dir(index) / GRID_EVALS, json.dumps(evals))
+            self.saved_evals[index] = len(evals)
 
     def _advance_swarm_round(self) -> None:
         """Schedules and hostile peers step once per round of the swarm clock (the most advanced node's)."""

@@ -207,13 +207,26 @@ def run_summary(job: dict, state: str) -> dict:
     result = json.loads(result_path.read_text()) if state == "done" else None
     rows = phase_rows(job)
     out = {"arm": job["arm"], "seed": job["seed"], "state": state, **work_figures(rows),
-           "eval_s": eval_seconds(result), "rows": rows}
+           "eval_s": eval_seconds(result), "rows": rows, "grid_reached": grid_reached(job)}
     if result is not None:
         figures = run_figures(result)
         out.update(heldout=figures["heldout"], heldout_start=figures["curve"]["heldout"][0], auc=figures["auc"],
                    curve=figures["curve"], train_reward=figures["train_reward"], wall_s=result["seconds"],
                    **passk_at_ends(result))
     return out
+
+
+def grid_reached(job: dict) -> list[list[float]]:
+    """[virtual time, held-out pass@1 mean over nodes] at every grid instant ALL the run's nodes reached, from
+    the evaluations the testnet writes as they happen (node/testnet/memory.py GRID_EVALS): a run cut at the
+    deadline still says how far it got and what it measured on the way."""
+    from node.testnet.memory import GRID_EVALS
+
+    tracks = [json.loads(p.read_text()) for p in sorted(Path(job["dir"]).glob(f"node*/{GRID_EVALS}"))]
+    if len(tracks) < job["nodes"] or not all(tracks):
+        return []
+    common = sorted(set.intersection(*({e["vtime"] for e in track} for track in tracks)))
+    return [[t, mean(next(e["heldout_pass1"] for e in track if e["vtime"] == t) for track in tracks)] for t in common]
 
 
 def passk_at_ends(result: dict) -> dict:
@@ -251,7 +264,24 @@ def summarise(runs: list[dict], seeds: int) -> dict:
         return paired_comparison([pick[("swarm", s)][key] for s in both], [pick[("silo", s)][key] for s in both])
 
     return {"arms": arms, "paired_seeds": both, "swarm_minus_silo": paired("heldout"),
-            "swarm_minus_silo_passk": paired("passk")}
+            "swarm_minus_silo_passk": paired("passk"), "reached": reached_comparison(runs, seeds)}
+
+
+def reached_comparison(runs: list[dict], seeds: int) -> dict | None:
+    """Where runs were cut: per seed, held-out of both arms at the last grid instant both reached, paired."""
+    from node.testnet.stats import paired_comparison
+
+    pick = {(r["arm"], r["seed"]): dict(map(tuple, r["grid_reached"])) for r in runs}
+    at = {}
+    for s in range(seeds):
+        shared = set(pick.get(("silo", s), {})) & set(pick.get(("swarm", s), {}))
+        if len(shared) > 1:  # more than the start
+            at[s] = max(shared)
+    if not at:
+        return None
+    swarm, silo = [pick[("swarm", s)][t] for s, t in at.items()], [pick[("silo", s)][t] for s, t in at.items()]
+    return {"seeds": list(at), "vtime": list(at.values()), "swarm": swarm, "silo": silo,
+            "swarm_minus_silo": paired_comparison(swarm, silo) if len(at) > 1 else None}
 
 
 # -- output ----------------------------------------------------------------------------------------------
@@ -290,8 +320,12 @@ def report_lines(result: dict) -> list[str]:
     lines = [f"device: {result['device']}; budget {result['budget_s']:.1f} virtual s ({result['rounds']:g} nominal "
              f"silo rounds), {result['nodes']} nodes, wall {result['wall_s']:.0f} s"]
     for run in result["runs"]:
-        lines.append(f"  {run['arm']:5} seed {run['seed']}: {run['state']:5} held-out {num(run.get('heldout_start'))}"
-                     f" -> {num(run.get('heldout'))} (pass@k {num(run.get('passk_start'))} -> {num(run.get('passk'))})"
+        grid = run.get("grid_reached") or []
+        held = (f"held-out {num(run.get('heldout_start'))} -> {num(run.get('heldout'))} (pass@k "
+                f"{num(run.get('passk_start'))} -> {num(run.get('passk'))})" if "heldout" in run else
+                f"held-out {num(grid[0][1])} -> {num(grid[-1][1])} at {grid[-1][0]:.0f} virtual s (reached)" if grid
+                else "held-out -")
+        lines.append(f"  {run['arm']:5} seed {run['seed']}: {run['state']:5} {held}"
                      f", {run['node_rounds']} node-rounds, {run['rollouts']} rollouts, "
                      f"peer groups used {run['peer_groups_used']} ({num(run['peer_share_correct'], 2)} correct)")
     for arm, a in result["arms"].items():
@@ -302,6 +336,15 @@ def report_lines(result: dict) -> list[str]:
 
         diffs = ", ".join(f"{d:+.3f}" for d in result["swarm_minus_silo"]["diffs"])
         lines.append(f"  held-out 4/4 - 8/0 at the budget: {format_interval(result['swarm_minus_silo'])}; per seed {diffs}")
+    reached = result.get("reached")
+    if reached is not None and result["swarm_minus_silo"] is None:
+        from node.testnet.stats import format_interval
+
+        pairs = ", ".join(f"seed {s} at {t:.0f} s: {a:.3f} vs {b:.3f}" for s, t, a, b in
+                          zip(reached["seeds"], reached["vtime"], reached["swarm"], reached["silo"]))
+        lines.append(f"  cut runs, held-out 4/4 vs 8/0 at the last grid point both reached: {pairs}")
+        if reached["swarm_minus_silo"] is not None:
+            lines.append(f"    4/4 - 8/0 there: {format_interval(reached['swarm_minus_silo'])}")
     if result.get("swarm_minus_silo_passk") is not None:
         from node.testnet.stats import format_interval
 
