@@ -42,12 +42,9 @@ batch holds, its token count and row counts are known on the host from the batch
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import functools
 import logging
 import math
-from typing import Literal
 
 import torch
 
@@ -55,6 +52,7 @@ from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
 from policy.loss_terms import Stats, sampler_mismatch, stats_to_floats
 from policy.losses import LossInputs, Objective, apply_row_keep
+from policy.precision import autocast_context
 from policy.selection import Selection, absent_weights, select_rows, skip_zero_rows
 from policy.settings import OffPolicyConfig, OptimConfig
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
@@ -80,29 +78,6 @@ def apply_lora(model: torch.nn.Module, cfg: OptimConfig) -> torch.nn.Module:
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=cfg.lora_targets,
                       lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     return get_peft_model(model, lora)
-
-
-def bf16_is_native(device: torch.device) -> bool:
-    """Does this device compute bf16 in hardware? (AVX2-only CPUs emulate it, about 6x slower.)"""
-    return torch.cuda.is_bf16_supported() if device.type == "cuda" else _cpu_has_bf16()
-
-
-@functools.cache
-def _cpu_has_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            flags = fh.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def autocast_context(enabled: bool | Literal["auto"], device: torch.device):
-    if enabled == "auto":
-        enabled = bf16_is_native(device)
-    if not enabled:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 class Learner:

@@ -162,7 +162,7 @@ def build_config(args):
     import torch
 
     from node.config.schema import load_config
-    from policy.learner import bf16_is_native
+    from policy.precision import bf16_is_native
 
     bf16 = args.bf16 == "on" or (args.bf16 == "auto" and bf16_is_native(torch.device("cpu")))
     overrides = [
