@@ -62,10 +62,16 @@ def group_layout(groups: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def supports_shared_prefix(model: nn.Module) -> bool:
-    """Can the model continue from a key/value cache with autograd through it? Gradient
-    checkpointing makes transformers drop the cache in training."""
-    return bool(getattr(model, "_supports_cache_class", True)) and not getattr(model, "is_gradient_checkpointing",
-                                                                               False)
+    """Can the model continue from a key/value cache with autograd through it, every layer seeing the
+    whole prompt? Activation (gradient) checkpointing makes transformers drop the cache in training
+    (transformers 5 renamed the flag); a sliding-window layer's cache keeps only its window."""
+    layer_types = getattr(getattr(model, "config", None), "layer_types", None) or ()
+    if not getattr(model, "_supports_cache_class", True) or any(t != "full_attention" for t in layer_types):
+        return False
+    checkpointing = getattr(model, "is_activation_checkpointing", None)
+    if checkpointing is None:
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    return not checkpointing
 
 
 def shared_prefix_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, n_completion: int,
