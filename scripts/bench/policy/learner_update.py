@@ -106,7 +106,7 @@ def compare(args: argparse.Namespace, console) -> int:
                    *(["--threads", str(args.threads)] if args.threads else [])]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
         sides[shared] = json.loads(done.stdout.strip().splitlines()[-1])
-        console.print(json.dumps(sides[shared]))
+        print(json.dumps(sides[shared]), flush=True)  # one line each, never wrapped
     ratio = sides["off"]["s_per_update"] / sides["on"]["s_per_update"]
     console.print(f"learner update: {sides['off']['s_per_update']:.2f} s plain, {sides['on']['s_per_update']:.2f} s "
                   f"shared prefix ({ratio:.2f}x faster); peak RSS {sides['off']['peak_rss_mib']:.0f} MiB plain, "
