@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from policy.generation import Generator, HFGenerator
-from policy.learner import bf16_is_native
+from policy.precision import bf16_is_native
 from policy.sampling_copy import CopySamplingGenerator, SamplingCopy
 from policy.vllm_backend import INSTALL_HINT, VLLMGenerator, find_vllm_python
 

@@ -19,7 +19,9 @@ One call of `Learner.update` is one round's training:
      samples the external one (per tier, for the statistics); one aggregation over both.
      A minibatch above `backward_chunk_tokens` trains in row chunks, each backpropagating its
      share of the loss at once (every aggregation is linear in the per-token term): one forward
-     per row, the activations of one chunk alive at a time.
+     per row, the activations of one chunk alive at a time. With `shared_prefix`, the rows of a
+     prompt group run their prompt once (policy/shared_prefix.py) and chunks keep a group's rows
+     together.
 
 A peer's claimed log-probs are bounded before any objective sees them: b >= l^old token by token
 (`bound_claims`), so no claim can weigh a peer's token more than the ratio-1 treatment of the same
@@ -42,12 +44,9 @@ batch holds, its token count and row counts are known on the host from the batch
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import functools
 import logging
 import math
-from typing import Literal
 
 import torch
 
@@ -55,8 +54,10 @@ from policy.behavior import apply_alignment, bound_claims
 from policy.logprobs import completion_logprobs, pad_batch
 from policy.loss_terms import Stats, sampler_mismatch, stats_to_floats
 from policy.losses import LossInputs, Objective, apply_row_keep
+from policy.precision import autocast_context
 from policy.selection import Selection, absent_weights, select_rows, skip_zero_rows
 from policy.settings import OffPolicyConfig, OptimConfig
+from policy.shared_prefix import in_row_order, prompt_groups, row_chunks, shared_prefix_logprobs
 from policy.types import TIER_ALIGNED, TIER_EXACT, TIER_PROXY, TIERS, TrainGroup, TrainSample
 
 LOCAL = -1  # tier code of this node's own samples in the per-row tier tensor
@@ -80,29 +81,6 @@ def apply_lora(model: torch.nn.Module, cfg: OptimConfig) -> torch.nn.Module:
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=cfg.lora_targets,
                       lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     return get_peft_model(model, lora)
-
-
-def bf16_is_native(device: torch.device) -> bool:
-    """Does this device compute bf16 in hardware? (AVX2-only CPUs emulate it, about 6x slower.)"""
-    return torch.cuda.is_bf16_supported() if device.type == "cuda" else _cpu_has_bf16()
-
-
-@functools.cache
-def _cpu_has_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            flags = fh.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def autocast_context(enabled: bool | Literal["auto"], device: torch.device):
-    if enabled == "auto":
-        enabled = bf16_is_native(device)
-    if not enabled:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 class Learner:
@@ -129,8 +107,13 @@ class Learner:
         self.device = next(model.parameters()).device
         self.policy_version = 0  # optimizer steps taken so far (saved in checkpoints)
 
-    def _logprobs(self, input_ids, attention_mask, n_completion):
+    def _logprobs(self, input_ids, attention_mask, n_completion, groups: torch.Tensor | None = None):
+        """Log-probs [b, C] of the rows input_ids / attention_mask [b, P+C]; with their prompt group
+        codes `groups` [b] (host; shared_prefix on), each group's prompt is computed once."""
         with autocast_context(self.cfg.autocast_bf16, self.device):
+            if groups is not None:
+                return shared_prefix_logprobs(self.model, input_ids, attention_mask, n_completion,
+                                              self.temperature, groups).float()
             return completion_logprobs(self.model, input_ids, attention_mask, n_completion,
                                        self.temperature).float()
 
@@ -225,21 +208,24 @@ class Learner:
             return 1
         return min(rows, math.ceil(rows * width / limit))
 
-    def _chunked_logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, n_completion: int) -> torch.Tensor:
+    def _chunked_logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, n_completion: int,
+                          groups: torch.Tensor | None) -> torch.Tensor:
         """Log-probs [B, C] without grad, in the row chunks the backward uses: the logits of every
         row at once (SmolLM2, 64 rows x 65 completion columns x 49,152: 0.8 GB in float32) never exist."""
-        chunks = self._backward_chunks(ids.shape)
-        rows = torch.arange(ids.shape[0], device=ids.device).chunk(chunks)
-        return torch.cat([self._logprobs(ids[r], attention_mask[r], n_completion) for r in rows])  # [B, C]
+        pieces = row_chunks(ids.shape[0], self._backward_chunks(ids.shape), groups)  # host [b'] each
+        parts = [self._logprobs(ids[r.to(ids.device)], attention_mask[r.to(ids.device)], n_completion,
+                                _subset(groups, r)) for r in pieces]  # [b', C] each
+        return in_row_order(parts, pieces)  # [B, C]
 
     def _backward_through_model(self, ids: torch.Tensor, attention_mask: torch.Tensor, n_completion: int,
-                                grad_logp: torch.Tensor, chunks: int) -> None:
+                                grad_logp: torch.Tensor, chunks: int, groups: torch.Tensor | None) -> None:
         """Chain rule in two halves: the loss gave dL/dlogp [b, C] for every row; each row chunk now
         recomputes its log-probs with grad and backpropagates that slice into the parameters, which
         accumulate the full gradient. Activations of one chunk are alive at a time (SmolLM2, 64 rows
         x 130 tokens: all at once they were most of a 15.7 GB round)."""
-        for rows in torch.arange(ids.shape[0], device=ids.device).chunk(chunks):
-            logp = self._logprobs(ids[rows], attention_mask[rows], n_completion)  # [b', C]
+        for piece in row_chunks(ids.shape[0], chunks, groups):
+            rows = piece.to(ids.device)  # [b']
+            logp = self._logprobs(ids[rows], attention_mask[rows], n_completion, _subset(groups, piece))  # [b', C]
             logp.backward(grad_logp[rows])  # [b', C]
 
     def update(self, groups: list[TrainGroup]) -> dict[str, float]:
@@ -305,7 +291,7 @@ class Learner:
                 idx = batch_row[rows]  # [n]
                 absent = {"absent_rows": float(absent_rows[rows].sum()),
                           "absent_tokens": float(absent_tokens[rows].sum())}
-                for key, value in self._step(batch, idx[idx >= 0].to(self.device), absent).items():
+                for key, value in self._step(batch, idx[idx >= 0], absent).items():
                     if isinstance(value, (int, float)) and math.isfinite(value):
                         sums[key] = sums.get(key, 0.0) + value
                         counts[key] = counts.get(key, 0) + 1
@@ -332,6 +318,7 @@ class Learner:
         adv_t = torch.tensor(advantages, dtype=torch.float32)  # [B]
         row_weight = torch.tensor(row_weights, dtype=torch.float32)  # [B]
         needs_prox = bool((tier == TIER_ALIGNED).any())
+        groups = prompt_groups([s.prompt_ids for s in samples]) if self.cfg.shared_prefix else None  # [B] host
         # the batch is built on the CPU; everything the loss touches moves to the model's device
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)  # [B, P+C]
 
@@ -339,7 +326,7 @@ class Learner:
         old_logp = None
         if n_steps > 1 or needs_prox:  # l^old must be frozen at the start of the update
             with torch.no_grad():
-                old_logp = self._chunked_logprobs(input_ids, attention_mask, n_completion)  # [B, C]
+                old_logp = self._chunked_logprobs(input_ids, attention_mask, n_completion, groups)  # [B, C]
             if needs_prox:  # only tier-1 rows read it: no device -> host copy otherwise
                 self._resolve_behavior(samples, behavior, tier, old_logp.cpu())
         tier_rows = dict(collections.Counter(tier.tolist()))  # read while still on the CPU: no device sync
@@ -347,12 +334,14 @@ class Learner:
         loss_mask, behavior, adv_t, tier, row_weight = (
             t.to(self.device) for t in (loss_mask, behavior, adv_t, tier, row_weight))
         return _Batch(input_ids, attention_mask, n_completion, loss_mask, behavior, tier, adv_t, row_weight,
-                      old_logp, tier_rows, tokens)
+                      old_logp, tier_rows, tokens, groups)
 
     def _step(self, batch: _Batch, idx: torch.Tensor, absent: dict[str, float]) -> dict[str, float]:
-        """One optimizer step on the batch rows `idx` [b], with `absent` (LossInputs' absent_rows and
-        absent_tokens) for the minibatch's dropped rows; the step's statistics, read on the host in
+        """One optimizer step on the batch rows `idx` [b] (host), with `absent` (LossInputs' absent_rows
+        and absent_tokens) for the minibatch's dropped rows; the step's statistics, read on the host in
         one transfer, the step's only device sync (NaN: a statistic this step did not have)."""
+        groups = _subset(batch.prompt_group, idx)  # [b] host, None: shared_prefix off
+        idx = idx.to(self.device)  # [b]
         chunks = self._backward_chunks(batch.input_ids[idx].shape)
         self.optimizer.zero_grad(set_to_none=True)
         if idx.numel() == 0:  # only dropped rows: the zero gradient they gave at advantage 0 (AdamW still steps)
@@ -360,9 +349,9 @@ class Learner:
                 p.grad = torch.zeros_like(p)
             loss, step_stats = 0.0, {}
         elif chunks > 1 and not (self.objective.filters_rows or self.external_objective.filters_rows):
-            loss, step_stats = self._backward_by_chunk(batch, idx, chunks, absent)
+            loss, step_stats = self._backward_by_chunk(batch, idx, chunks, absent, groups)
         else:
-            loss, step_stats = self._backward_whole(batch, idx, chunks, absent)
+            loss, step_stats = self._backward_whole(batch, idx, chunks, absent, groups)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)  # [], on the device
         self.optimizer.step()
         self.policy_version += 1
@@ -381,28 +370,28 @@ class Learner:
                        row_weight=batch.row_weight[idx], **absent)
         return x, bounded_frac
 
-    def _backward_whole(self, batch: _Batch, idx: torch.Tensor, chunks: int,
-                        absent: dict[str, float]) -> tuple[torch.Tensor, Stats]:
+    def _backward_whole(self, batch: _Batch, idx: torch.Tensor, chunks: int, absent: dict[str, float],
+                        groups: torch.Tensor | None = None) -> tuple[torch.Tensor, Stats]:
         """The loss over all rows `idx` [b] at once, then the model's backward in `chunks` row chunks
         (more than 1: every row's log-probs first without grad, then again with grad per chunk: an
-        extra forward, the price of a row filter that reads the whole batch). Returns (loss, stats),
-        on the device."""
+        extra forward, the price of a row filter that reads the whole batch); `groups` [b] (host):
+        the rows' prompt groups when shared_prefix is on. Returns (loss, stats), on the device."""
         ids, am, n_completion = batch.input_ids[idx], batch.attention_mask[idx], batch.n_completion  # [b, P+C]
         if chunks == 1:
-            logp = self._logprobs(ids, am, n_completion)  # [b, C]
+            logp = self._logprobs(ids, am, n_completion, groups)  # [b, C]
         else:
             with torch.no_grad():
-                logp = self._chunked_logprobs(ids, am, n_completion).requires_grad_()  # [b, C], a leaf
+                logp = self._chunked_logprobs(ids, am, n_completion, groups).requires_grad_()  # [b, C], a leaf
         x, bounded_frac = self._inputs(batch, idx, logp, absent)
         loss, stats = self._loss(x, batch.tier[idx], batch.tier_rows)
         stats[CLAIMS_BOUNDED] = bounded_frac  # [] NaN: none claimed (the step's statistics skip it)
         loss.backward()
         if chunks > 1:
-            self._backward_through_model(ids, am, n_completion, logp.grad, chunks)
+            self._backward_through_model(ids, am, n_completion, logp.grad, chunks, groups)
         return loss.detach(), stats
 
-    def _backward_by_chunk(self, batch: _Batch, idx: torch.Tensor, chunks: int,
-                           absent: dict[str, float]) -> tuple[torch.Tensor, Stats]:
+    def _backward_by_chunk(self, batch: _Batch, idx: torch.Tensor, chunks: int, absent: dict[str, float],
+                           groups: torch.Tensor | None = None) -> tuple[torch.Tensor, Stats]:
         """The loss and the model's backward chunk by chunk, one forward per row: every aggregation is
         linear in the per-token term, with weights dL/dterm that depend only on the masks, row weights
         and budget, so each chunk's share of the loss is known before any log-prob is. The sum of the
@@ -411,9 +400,11 @@ class Learner:
         chunk had tokens). All on the device, in float64: the sums a Python float would hold."""
         weights = self._aggregation_weights(batch, idx, absent)  # [b, C]
         loss, sums, norms = 0.0, {}, {}
-        for rows in torch.arange(idx.shape[0], device=idx.device).chunk(chunks):
+        for piece in row_chunks(idx.shape[0], chunks, groups):  # a prompt group's rows together (shared_prefix)
+            rows = piece.to(idx.device)  # [b']
             sub = idx[rows]  # [b']
-            logp = self._logprobs(batch.input_ids[sub], batch.attention_mask[sub], batch.n_completion)  # [b', C]
+            logp = self._logprobs(batch.input_ids[sub], batch.attention_mask[sub], batch.n_completion,
+                                  _subset(groups, piece))  # [b', C]
             x, bounded_frac = self._inputs(batch, sub, logp, absent)
             term, mask, stats = self._terms(x, batch.tier[sub], batch.tier_rows)  # [b', C], [b', C]
             share = (weights[rows] * torch.where(mask > 0, term, torch.zeros_like(term))).sum()  # []
@@ -458,6 +449,7 @@ class _Batch:
     old_logp: torch.Tensor | None  # [B, C] l^old; None with one optimizer step (then l^old = sg[l])
     tier_rows: dict[int, int]  # rows per tier code (LOCAL or a peer tier), on the host
     tokens: float  # trainable tokens of the batch (loss_mask's sum), on the host
+    prompt_group: torch.Tensor | None = None  # [B] each row's prompt group code, on the host; None: shared_prefix off
 
 
 def resolve_claims(behavior: torch.Tensor, old: torch.Tensor, tier: torch.Tensor, mask: torch.Tensor,
@@ -483,3 +475,8 @@ def _rows(x: LossInputs, rows: torch.Tensor) -> LossInputs:
     return LossInputs(logp=x.logp[rows], old_logp=x.old_logp[rows], behavior_logp=x.behavior_logp[rows],
                       mask=x.mask[rows], advantages=x.advantages[rows], completion_budget=x.completion_budget,
                       row_weight=None if x.row_weight is None else x.row_weight[rows])
+
+
+def _subset(groups: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
+    """The group codes [b'] of the host row positions `rows` [b'] (None stays None: sharing off)."""
+    return None if groups is None else groups[rows]  # [b']

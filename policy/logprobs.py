@@ -51,9 +51,7 @@ def completion_logprobs(
     batch = input_ids.shape[0]
     if n_completion == 0:
         return torch.zeros((batch, 0), dtype=torch.float32, device=input_ids.device)  # [B, 0]
-    # Positions count real tokens only, exactly as generate() computes them, so left padding
-    # does not shift the rotary positions of the prompt and completion.
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P+C]
+    position_ids = padded_positions(attention_mask)  # [B, P+C]
     logits = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -65,6 +63,13 @@ def completion_logprobs(
     logits = logits[:, :-1]  # [B, C, V]
     targets = input_ids[:, -n_completion:]  # [B, C]
     return selected_logprobs(logits, targets, temperature)  # [B, C]
+
+
+def padded_positions(attention_mask: Tensor) -> Tensor:
+    """Position ids [B, P+C] for attention_mask [B, P+C]: they count real tokens only, exactly as
+    generate() computes them, so left padding does not shift the rotary positions of the prompt
+    and completion (padding itself sits at 0 or repeats the last position: it is masked out)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P+C]
 
 
 def selected_logprobs(logits: Tensor, targets: Tensor, temperature: float) -> Tensor:

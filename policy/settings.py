@@ -51,6 +51,11 @@ class OptimConfig(BaseModel):
                                        "length) backpropagates in row chunks of at most this size: the same "
                                        "gradient with bounded activation memory (an objective that filters rows, "
                                        "ftis, pays one extra no-grad forward pass for it); 0 = never chunk")
+    shared_prefix: bool = Field(True, description="run each group's prompt once and its G completions against "
+                                "the prompt's key/value cache (the gradient sums over them), instead of the whole "
+                                "prompt + completion row per sample: the same log-probs and gradient to float "
+                                "rounding (tests/test_shared_prefix.py), less compute; rows with a prompt of their "
+                                "own take the plain path")
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning; > 0 wraps the model with peft LoRA")
     lora_alpha: int = Field(16, description="LoRA scaling")
     lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],

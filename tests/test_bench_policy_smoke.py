@@ -55,3 +55,16 @@ def test_bench_policy_without_trl_exits_2_with_the_install_command(tmp_path, mon
     monkeypatch.setattr(bench, "trl_available", lambda: False)
     assert bench.main(["--quick", "--out", str(tmp_path)]) == 2
     assert ".venv/bin/pip install trl==1.16.0" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_bench_learner_update_measures_both_sides():
+    """--learner-update on the tiny model: both sides run (each in its own process) and the ratio is printed."""
+    args = [sys.executable, "-m", "scripts.bench.policy.bench", "--learner-update", "--model", "tiny", "--prompts", "2",
+            "--group-size", "4", "--max-new-tokens", "8", "--steps", "1", "--threads", "1"]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sides = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [s["shared_prefix"] for s in sides] == ["off", "on"]
+    assert all(s["rows"] == 8 and s["s_per_update"] > 0 and s["peak_rss_mib"] > 0 for s in sides)
+    assert "learner update:" in proc.stdout and "x faster" in proc.stdout

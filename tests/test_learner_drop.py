@@ -31,8 +31,8 @@ class KeptAtZero(Learner):
 
 
 def build(cls=Learner, spec="grpo", optim=None, **off_policy) -> Learner:
-    """A learner that records, per optimizer step, the gradient it applies and, per forward pass,
-    the input ids."""
+    """A learner that records, per optimizer step, the gradient it applies and, per log-prob
+    computation (a forward pass of its rows), the input ids."""
     torch.manual_seed(0)
     policy = load_policy(ModelConfig(name="tiny"))
     learner = cls(policy.model, make_objective(spec), OptimConfig(lr=1e-2, **(optim or {})), pad_id=0,
@@ -46,8 +46,13 @@ def build(cls=Learner, spec="grpo", optim=None, **off_policy) -> Learner:
         return step(*args, **kwargs)
 
     learner.optimizer.step = recording_step
-    learner.model.register_forward_pre_hook(
-        lambda module, args, kwargs: learner.forwarded.append(kwargs["input_ids"].clone()), with_kwargs=True)
+    logprobs = learner._logprobs
+
+    def recording_logprobs(input_ids, *args):  # every forward of the update runs here, on whole rows [b, P+C]
+        learner.forwarded.append(input_ids.clone())  # (the model itself sees a group's prompt once: shared_prefix)
+        return logprobs(input_ids, *args)
+
+    learner._logprobs = recording_logprobs
     return learner
 
 

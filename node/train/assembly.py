@@ -32,9 +32,10 @@ from node.train.warm_start import warm_model_config
 from policy.backends import make_generator
 from policy.checkpoint import latest_checkpoint_path
 from policy.generation import Generator, eos_token_ids
-from policy.learner import apply_lora, autocast_context
+from policy.learner import apply_lora
 from policy.losses import Objective, make_objective
 from policy.models import LoadedPolicy, load_policy
+from policy.precision import autocast_context
 from policy.types import SamplingParams
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,9 @@
     and per memory configuration (--rss-configs: the full fine-tune, and the lean configuration that
     fits a SmolLM2 round in 2 GB) that builds one node and runs two rounds (for vLLM, plus its
     inference processes).
+(4) --learner-update (scripts/bench/policy/learner_update.py): instead of (1)-(3), the learner's
+    update alone with optim.shared_prefix off and on, each in a fresh process: seconds per update,
+    their ratio, peak RSS.
 
 Throughput = completion tokens / wall seconds. By default every side is forced to generate exactly
 max_new_tokens tokens (min_new_tokens = max_new_tokens), so the token counts match.
@@ -51,6 +54,7 @@ for _key, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DAT
 # transformers 5 deprecates names TRL 1.16 still uses internally (gradient_checkpointing...): noise here.
 warnings.filterwarnings("ignore", category=FutureWarning)
 
+from scripts.bench.policy import learner_update  # noqa: E402
 from scripts.bench.policy.generation import PRECISIONS, bench_generation, make_our_generator  # noqa: E402
 from scripts.bench.policy.report import print_report, write_plot  # noqa: E402
 from scripts.bench.policy.training import DtypeProbe, bench_training  # noqa: E402
@@ -113,6 +117,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rss-configs", default=",".join(RSS_CONFIGS),
                    help=f"memory configurations of (3), comma separated, from {', '.join(RSS_CONFIGS)}")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
+    p.add_argument("--learner-update", action="store_true",
+                   help="run only benchmark (4): the learner's update with optim.shared_prefix off and on")
     p.add_argument("--quick", action="store_true",
                    help="tiny model, 2 prompts x 4 x 8 tokens, 2 steps, 2 reps: a smoke test in seconds")
     p.add_argument("--out", type=Path, default=runs_dir("bench"), help="folder for the JSON and PNG")
@@ -162,7 +168,7 @@ def build_config(args):
     import torch
 
     from node.config.schema import load_config
-    from policy.learner import bf16_is_native
+    from policy.precision import bf16_is_native
 
     bf16 = args.bf16 == "on" or (args.bf16 == "auto" and bf16_is_native(torch.device("cpu")))
     overrides = [
@@ -339,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console() if sys.stdout.isatty() else Console(width=150)  # logs: no wrapping
+    if args.learner_update:
+        return learner_update.compare(args, console)
     if not args.skip_trl and not trl_available():
         console.print(f"TRL is not installed (the peer this benchmark compares against). Install it with:\n"
                       f"  {TRL_INSTALL}\n(or pip install 'swarm-node\\[bench]'), or pass --skip-trl.")
