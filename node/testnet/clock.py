@@ -76,10 +76,10 @@ MEASURED: dict[str, DeviceProfile] = {
                                message_publish_s=0.00037, message_skim_s=2.5e-05),
     # measured with `python -m scripts.tools.measure_profile --preset smollm2 --set sampling.max_new_tokens=48`
     "smollm2": DeviceProfile("fast", gen_tokens_per_s=201.5, train_tokens_per_s=37.79, round_overhead_s=3.2),
-    # `python -m scripts.tools.measure_profile --preset smollm2-arith --rounds 8` (48 counted rounds of 4 + 4 nodes,
-    # a helper's work beside it on the second core): charged/wall 0.95 (8/0) and 1.11 (4/4) on those rounds
-    "smollm2-arith": DeviceProfile("fast", gen_tokens_per_s=143.8, train_tokens_per_s=27.03, round_overhead_s=0.934,
-                                   message_check_s=0.000874, message_publish_s=7.55e-05, message_skim_s=0.000669),
+    # `python -m scripts.tools.measure_profile --preset smollm2-arith --rounds 10` (64 counted rounds of 4 + 4 nodes,
+    # shared-prefix training, idle machine): charged/wall 1.02 (8/0) and 0.98 (4/4) on those rounds
+    "smollm2-arith": DeviceProfile("fast", gen_tokens_per_s=246.9, train_tokens_per_s=51.34, round_overhead_s=1.05,
+                                   generate_call_s=1.59, message_check_s=0.00143, message_skim_s=0.000982),
 }
 SLOW_FACTOR = 0.5   # the heterogeneous testnet's slow nodes (plan.slowdown() == 2) run at half speed
 GPU_FACTOR = 20.0   # a documentation profile: roughly a GPU against one CPU thread

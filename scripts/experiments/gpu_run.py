@@ -40,7 +40,8 @@ PHASES = ("t_generate", "t_score", "t_exchange", "t_train")
 # nominal silo rounds on 16 tasks per family; smollm2-arith runs as the preset says.
 NO_CHECKPOINTS = ["run.checkpoint_every=100000"]
 GPU_SET = {"smollm2": [*NO_CHECKPOINTS, "sampling.group_size=8", "sampling.max_new_tokens=64", "eval.every=4",
-                       "eval.tasks_per_family=16", "optim.lr=1e-5"]}
+                       "eval.tasks_per_family=16", "optim.lr=1e-5"],
+           "smollm2-arith": [*NO_CHECKPOINTS, "eval.every=4"]}
 SMOKE_SET = ["eval.every=2", "eval.tasks_per_family=4", "run.checkpoint_every=100000"]
 
 
