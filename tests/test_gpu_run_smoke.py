@@ -7,6 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from hidden_modules import hiding_source
 from processes import repo_env
 
@@ -40,6 +42,31 @@ def test_smoke_compares_the_arms_and_lists_the_phase_seconds(tmp_path):
     assert result["swarm_minus_silo"]["diffs"] == [runs["swarm"]["heldout"] - runs["silo"]["heldout"]]
     assert "seconds per node-round: generate" in proc.stdout and "exchange" in proc.stdout
     assert "could not do: no CUDA GPU seen by torch" in proc.stdout  # this machine has none: said, not hidden
+    # every node's grid evaluations were on disk as they happened: the points a finished run reports
+    for arm in runs.values():
+        assert arm["grid_reached"][0][0] == 0.0
+        assert arm["grid_reached"][-1][1] == pytest.approx(arm["curve"]["heldout"][-1])
+
+
+def test_a_cut_run_reports_the_grid_points_all_its_nodes_reached(tmp_path):
+    from scripts.experiments.gpu_run import grid_reached, reached_comparison
+
+    def run_dir(arm: str, tracks: list[list[tuple[float, float]]]) -> dict:
+        job = {"dir": str(tmp_path / arm), "nodes": len(tracks)}
+        for i, track in enumerate(tracks):
+            (tmp_path / arm / f"node{i}").mkdir(parents=True)
+            (tmp_path / arm / f"node{i}" / "grid_evals.json").write_text(
+                json.dumps([{"vtime": t, "heldout_pass1": v} for t, v in track]))
+        return job
+
+    # node1 has not reached t = 20 yet: the run's last common point is t = 10
+    silo = grid_reached(run_dir("silo", [[(0, 0.1), (10, 0.2), (20, 0.3)], [(0, 0.1), (10, 0.4)]]))
+    swarm = grid_reached(run_dir("swarm", [[(0, 0.1), (10, 0.5)], [(0, 0.1), (10, 0.6)]]))
+    assert silo == [[0, 0.1], [10, pytest.approx(0.3)]] and swarm == [[0, 0.1], [10, pytest.approx(0.55)]]
+    assert grid_reached(run_dir("short", [[(0, 0.1)], []])) == []  # a node with nothing yet: no figure
+    runs = [{"arm": "silo", "seed": 0, "grid_reached": silo}, {"arm": "swarm", "seed": 0, "grid_reached": swarm}]
+    reached = reached_comparison(runs, 1)
+    assert reached["vtime"] == [10] and reached["swarm"] == [pytest.approx(0.55)] and reached["silo"] == [pytest.approx(0.3)]
 
 
 def test_runs_past_the_deadline_are_cut_and_reported(tmp_path):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import node.train.rollouts
+import node.train.assembly
 from node.train.assembly import build_parts
 from node.train.groups import HintUse
 from node.train.prompts import render_prompt
@@ -39,7 +39,7 @@ class CountingGenerator:
         self.inner.refresh(policy_version)
 
 
-def tiny_render(policy, question, hint=None):
+def tiny_render(policy, question, hint=None, system_prompt=None):
     """render_prompt with an abstract hint the tiny model can read: its characters after the
     question (the tiny model has no chat template, node/train/prompts.py refuses one)."""
     ids = render_prompt(policy, question)
@@ -47,7 +47,7 @@ def tiny_render(policy, question, hint=None):
 
 
 def round_of(monkeypatch, temperature: float):
-    monkeypatch.setattr(node.train.rollouts, "render_prompt", tiny_render)
+    monkeypatch.setattr(node.train.assembly, "render_prompt", tiny_render)  # SamplingContext.prompt's
     cfg = tiny_cfg(f"sampling.max_new_tokens={MAX_NEW}", "sampling.group_size=5", 'allocation.scheme="off"')
     parts = build_parts(cfg)
     parts.sampling.params = SamplingParams(temperature, MAX_NEW)  # 0 = greedy, which the config refuses

@@ -225,14 +225,17 @@ class MemoryTestnet:
             del self.down_until[index]
             self._start(index)
         evals = {i: self.grid.finish(i, self.nodes[i], self.budget_s) for i in range(self.plan.nodes)}
+        for index in evals:
+            self._save_grid_evals(index, final=True)
         return {"clock": "compute", "budget_s": self.budget_s, "grid_s": self.grid.spacing, "evals": evals,
                 "profiles": [p.name for p in self.profiles]}
 
-    def _save_grid_evals(self, index: int) -> None:
+    def _save_grid_evals(self, index: int, final: bool = False) -> None:
         """A node's grid evaluations so far, on disk as they happen (GRID_EVALS in its run dir): a run stopped
-        before its budget (scripts/experiments/gpu_run.py's wall deadline) still shows the points it reached."""
+        before its budget (scripts/experiments/gpu_run.py's wall deadline) still shows the points it reached.
+        `final`: the list the run reports (the grid's finish may add the budget's point and drop others)."""
         evals = self.grid.evals(index)
-        if len(evals) != self.saved_evals[index]:
+        if final or len(evals) != self.saved_evals[index]:
             atomic_write_text(self.run_dir(index) / GRID_EVALS, json.dumps(evals))
             self.saved_evals[index] = len(evals)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protocol.transports.options import Libp2pOptions
 from scripts.bench.gossip.conns import connection_figures, dial_target, settle
 from scripts.bench.gossip.node import FLOOD_KIND, GROUP_COMPLETIONS, TOKENS_PER_COMPLETION, topics
 from scripts.bench.gossip.swarm import (
@@ -24,6 +25,7 @@ from scripts.bench.gossip.swarm import (
 )
 
 TOKENS_PER_GROUP = GROUP_COMPLETIONS * TOKENS_PER_COMPLETION
+MESH_SETTLE_S = 5.0  # at most this long past the first mesh for it to fill (five heartbeats)
 
 
 @dataclass
@@ -146,11 +148,23 @@ def wait_for_mesh(b: Bench, roll_topic: str) -> None:
             formed = True
             break
         time.sleep(0.25)
+    if formed:  # a GossipSub mesh fills up to D_lo at heartbeats (1 s): a few more, so the degree read is settled
+        statuses = wait_for_full_mesh(b, roll_topic, statuses, deadline=time.time() + MESH_SETTLE_S)
     res["peers_per_node"] = [statuses[i]["peers"] for i in everyone] if statuses else None
     res["mesh_per_node"] = mesh_degrees(statuses, everyone, roll_topic)
     if not formed:
         raise PhaseTimeout(f"mesh not formed within {b.args.mesh_timeout:.0f} s: peers {res['peers_per_node']}, "
                            f"mesh {res['mesh_per_node']}")
+
+
+def wait_for_full_mesh(b: Bench, roll_topic: str, statuses: dict[int, dict], deadline: float) -> dict[int, dict]:
+    """Statuses once every node's mesh holds min(n - 1, D_lo) peers, or at `deadline` (p2pd reports no mesh)."""
+    target = min(b.n - 1, Libp2pOptions().degree_low)
+    while time.time() < deadline and any(s["mesh"] is not None and s["mesh"].get(roll_topic, 0) < target
+                                         for s in statuses.values()):
+        time.sleep(0.25)
+        statuses = b.swarm.request_all(b.everyone, "status", "status", 10.0)
+    return statuses
 
 
 def warm_up(b: Bench) -> int | None:
