@@ -198,9 +198,12 @@ class MixtureSource(TaskSource):
         tasks = []
         for slot in range(n):
             rng = stable_rng(self.name, "batch", self.seed, round_index, slot)
-            dataset = self._choice.pick(rng.random())
-            tasks.append(self._build(dataset, self.seed, self._draw_index(dataset, rng)))
+            tasks.append(self._draw(self._choice.pick(rng.random()), rng))
         return tasks
+
+    def _draw(self, dataset: str, rng: random.Random) -> Task:
+        """A training draw of `dataset` from the slot's stream (a subclass may redraw, e.g. past held-out texts)."""
+        return self._build(dataset, self.seed, self._draw_index(dataset, rng))
 
     def _draw_index(self, dataset: str, rng: random.Random) -> int:
         """The index of a training draw of `dataset` (a subclass may keep some indices for held-out use)."""

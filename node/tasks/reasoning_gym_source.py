@@ -202,13 +202,13 @@ class ReasoningGymSource(MixtureSource):
     def _is_heldout(self, task: Task) -> bool:
         return self.heldout_split > 0 and question_is_heldout(task.question, self.heldout_split)
 
-    def _draw_index(self, dataset: str, rng: random.Random) -> int:
-        """A training index whose question is not held out (redrawn from the same stream, so every node
+    def _draw(self, dataset: str, rng: random.Random) -> Task:
+        """A training task whose question is not held out (redrawn from the same stream, so every node
         draws the same one)."""
         for _ in range(_SPLIT_TRIES):
-            index = rng.randrange(self._index_space(dataset))
-            if not self._is_heldout(self._build(dataset, self.seed, index)):
-                return index
+            task = self._build(dataset, self.seed, rng.randrange(self._index_space(dataset)))
+            if not self._is_heldout(task):
+                return task
         raise ValueError(f"reasoning-gym dataset {dataset!r}: {_SPLIT_TRIES} draws in a row were held-out "
                          f"questions; lower tasks.heldout_split ({self.heldout_split})")
 

@@ -42,7 +42,7 @@ NO_CHECKPOINTS = ["run.checkpoint_every=100000"]
 GPU_SET = {"smollm2": [*NO_CHECKPOINTS, "sampling.group_size=8", "sampling.max_new_tokens=64", "eval.every=4",
                        "eval.tasks_per_family=16", "optim.lr=1e-5"],
            "smollm2-arith": [*NO_CHECKPOINTS, "eval.every=4"]}
-SMOKE_SET = ["eval.every=2", "eval.tasks_per_family=4", "run.checkpoint_every=100000"]
+SMOKE_SET = [*NO_CHECKPOINTS, "eval.every=2", "eval.tasks_per_family=4"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -315,6 +315,8 @@ def plot(result: dict, path: Path) -> None:
 
 
 def report_lines(result: dict) -> list[str]:
+    from node.testnet.stats import format_interval
+
     def num(value, digits=3):
         return "-" if value is None else f"{value:.{digits}f}"
 
@@ -333,22 +335,16 @@ def report_lines(result: dict) -> list[str]:
         phases = ", ".join(f"{k.removeprefix('t_')} {num(v, 2)}" for k, v in a["phases_mean_s"].items())
         lines.append(f"  {arm} {a['mix']}: seconds per node-round: {phases}; eval {num(a['eval_mean_s'], 2)} per grid point")
     if result["swarm_minus_silo"] is not None:
-        from node.testnet.stats import format_interval
-
         diffs = ", ".join(f"{d:+.3f}" for d in result["swarm_minus_silo"]["diffs"])
         lines.append(f"  held-out 4/4 - 8/0 at the budget: {format_interval(result['swarm_minus_silo'])}; per seed {diffs}")
     reached = result.get("reached")
     if reached is not None and result["swarm_minus_silo"] is None:
-        from node.testnet.stats import format_interval
-
         pairs = ", ".join(f"seed {s} at {t:.0f} s: {a:.3f} vs {b:.3f}" for s, t, a, b in
                           zip(reached["seeds"], reached["vtime"], reached["swarm"], reached["silo"]))
         lines.append(f"  cut runs, held-out 4/4 vs 8/0 at the last grid point both reached: {pairs}")
         if reached["swarm_minus_silo"] is not None:
             lines.append(f"    4/4 - 8/0 there: {format_interval(reached['swarm_minus_silo'])}")
     if result.get("swarm_minus_silo_passk") is not None:
-        from node.testnet.stats import format_interval
-
         lines.append(f"  held-out pass@k 4/4 - 8/0 at the budget: {format_interval(result['swarm_minus_silo_passk'])}")
     return lines
 
