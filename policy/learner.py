@@ -40,6 +40,9 @@ be one deterministic function, else on-policy ratios are not 1 and chunks disagr
 The host waits on the device once per optimizer step: the step's statistics stay 0-dim tensors
 until `_step` reads them all in one transfer (on a GPU every float(t) is a sync); which tiers the
 batch holds, its token count and row counts are known on the host from the batch's CPU build.
+That read comes before the optimizer step, so a step whose gradient norm is NaN or infinite is
+skipped (its gradient dropped, the weights and `policy_version` unchanged, `skipped_step_frac` in
+the round's statistics) instead of turning every weight into NaN.
 """
 from __future__ import annotations
 
@@ -270,8 +273,9 @@ class Learner:
         for t in TIERS:
             if (n_tier := batch.tier_rows.get(t, 0)) > 0:
                 stats[f"ext_t{t}_samples"] = float(n_tier)
+        version_before = self.policy_version
         stats.update(self._train(batch, sel, trained))
-        stats["optimizer_steps"] = float(self.cfg.epochs * self.cfg.minibatches)
+        stats["optimizer_steps"] = float(self.policy_version - version_before)  # less any step skipped
         stats["tokens_trained"] = batch.tokens
         return stats
 
@@ -353,9 +357,16 @@ class Learner:
         else:
             loss, step_stats = self._backward_whole(batch, idx, chunks, absent, groups)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)  # [], on the device
+        stats = stats_to_floats({**step_stats, "loss": loss, "grad_norm": grad_norm})  # the step's one sync
+        if not math.isfinite(stats["grad_norm"]):
+            # A NaN or inf gradient would make every weight NaN for good (one of 24 SmolLM2 nodes on an
+            # H200 did so): skip the step, as AMP's GradScaler does, and say so in the round's row.
+            log.warning("skipped an optimizer step: gradient norm %s (loss %s)", stats["grad_norm"], stats["loss"])
+            self.optimizer.zero_grad(set_to_none=True)
+            return {**stats, "skipped_step_frac": 1.0}
         self.optimizer.step()
         self.policy_version += 1
-        return stats_to_floats({**step_stats, "loss": loss, "grad_norm": grad_norm})
+        return {**stats, "skipped_step_frac": 0.0}
 
     def _inputs(self, batch: _Batch, idx: torch.Tensor, logp: torch.Tensor,
                 absent: dict[str, float]) -> tuple[LossInputs, torch.Tensor]:

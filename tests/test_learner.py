@@ -153,3 +153,21 @@ def test_chunked_backward_gives_the_same_step(objective, external):
     assert grads["whole"].keys() == grads["chunked"].keys() and grads["whole"]
     for name, grad in grads["whole"].items():
         assert torch.allclose(grads["chunked"][name], grad, rtol=1e-4, atol=1e-7), name
+
+
+def test_a_nonfinite_gradient_skips_the_step_instead_of_poisoning_the_weights():
+    # One SmolLM2 node of 24 on an H200 took a NaN gradient step and every later output was NaN.
+    lrn, _ = learner()
+    before, version = params(lrn.model), lrn.policy_version
+    trainable = next(p for p in lrn.model.parameters() if p.requires_grad)
+    hook = trainable.register_hook(lambda grad: grad * float("nan"))
+    stats = lrn.update([group([1.0, 0.0, 0.0, 1.0], behavior=False)])
+    hook.remove()
+    assert stats["skipped_step_frac"] == 1.0 and stats["optimizer_steps"] == 0.0
+    assert lrn.policy_version == version
+    assert all(torch.equal(before[n], p) for n, p in lrn.model.named_parameters())
+
+    stats = lrn.update([group([1.0, 0.0, 0.0, 1.0], behavior=False)])  # the next round trains as usual
+    assert stats["skipped_step_frac"] == 0.0 and stats["optimizer_steps"] >= 1.0
+    assert all(torch.isfinite(p).all() for p in lrn.model.parameters())
+    assert any(not torch.equal(before[n], p) for n, p in lrn.model.named_parameters())

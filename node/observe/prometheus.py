@@ -25,6 +25,8 @@ ROW_GAUGES = {
                          "equal"),
     "loss": ("loss", "training loss of the last update"),
     "grad_norm": ("grad_norm", "gradient norm of the last update, before clipping"),
+    "skipped_step_frac": ("skipped_steps_ratio", "share of the last update's optimizer steps skipped because their "
+                          "gradient was NaN or infinite (policy/learner.py)"),
     "t_generate": ("generate_seconds", "time the last round spent generating rollouts (scoring excluded)"),
     "t_exchange": ("exchange_seconds", "time the last round spent sharing and collecting groups"),
     "t_train": ("update_seconds", "time the last round's policy update took"),
