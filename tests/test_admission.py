@@ -62,21 +62,41 @@ def test_used_content_is_remembered_for_dedup_rounds_only():
     assert len(p) == 1 and p.rejected[DUPLICATE] == 2
 
 
-def test_young_keys_share_at_most_their_share_oldest_first_and_established_keys_flow():
-    p = pool(share=0.25, young_groups=2, young_rounds=0)
-    p.evict(0)
-    for i in range(4):
-        p.add(PoolEntry(group(i, "newcomer"), 0))
-    for round_index in range(1, 4):
+def test_young_slots_go_round_robin_across_network_groups_whoever_came_first():
+    """20 fresh keys a round from one network group, the first of them seen before an honest newcomer
+    from another group: the young slot (one of four) alternates between the two groups, so the
+    newcomer is used every other round and earns its weight. With seniority (first come, first served)
+    it was used 0 times."""
+    p = pool(share=0.25, young_groups=3, young_rounds=0)
+    used = Counter()
+    for round_index in range(8):
         p.evict(round_index)
         for i in range(20):
-            p.add(PoolEntry(group(1000 * round_index + i, f"sybil{round_index}-{i}"), round_index))
+            key = f"sybil{round_index}-{i}"
+            p.add(PoolEntry(distinct(1000 * round_index + i, key), round_index))
+            p.admission.place(key, "203.0")
+        p.add(PoolEntry(distinct(100_000 + round_index, "newcomer"), round_index))
+        p.admission.place("newcomer", "198.51")
         chosen = p.sample(4, "per_sender", random.Random(round_index))
-        if round_index <= 2:  # young only: one slot of four, to the key seen first
-            assert [g.origin for g in chosen] == ["newcomer"]
-    # the newcomer earned weight (2 groups used): it is sampled as established; its 2 groups earn young
-    # keys 2/3 of a slot (young keys hold at most a quarter of the mix), so no young group this round
-    assert [g.origin for g in chosen] == ["newcomer", "newcomer"]
+        used.update("newcomer" if g.origin == "newcomer" else "sybil" for g in chosen)
+        if p.admission.is_young("newcomer"):
+            assert len(chosen) == 1  # young only: one slot of four
+    assert not p.admission.is_young("newcomer")  # 3 groups used: established, sampled as such since
+    assert used["newcomer"] >= 4 and used["sybil"] >= 2, used
+
+
+def test_keys_of_one_network_group_take_turns_in_the_young_slots():
+    """Within a group the slot rotates over its keys (never strictly the first seen): 4 keys, 8
+    rounds, every key served twice."""
+    p = pool(share=0.25, young_groups=100, young_rounds=0)
+    served = Counter()
+    for round_index in range(8):
+        p.evict(round_index)
+        for key in ("a", "b", "c", "d"):
+            p.add(PoolEntry(distinct(100 * round_index + ord(key), key), round_index))
+            p.admission.place(key, "10.0")
+        served.update(g.origin for g in p.sample(4, "per_sender", random.Random(round_index)))
+    assert served == {"a": 2, "b": 2, "c": 2, "d": 2}
 
 
 @pytest.mark.parametrize("honest_per_round, young_expected", [(1, 4), (3, 12)])
@@ -119,16 +139,17 @@ def test_a_full_pool_drops_the_heaviest_established_senders_oldest_not_a_quiet_o
     """Over the size bound, the rule of every per-sender buffer (protocol/inbox.py): a busy established
     sender loses its own oldest groups; a quiet one that arrived first keeps its group."""
     p = GroupPool(6, 50, 32, Admission(0.25, 1, 0, 10), Counter())
-    p.evict(0)
-    for origin in ("quiet", "busy"):
-        p.add(PoolEntry(distinct(0 if origin == "quiet" else 1, origin), 0))
-    p.sample(4, "per_sender", random.Random(0))  # both used once: established
-    p.evict(1)
+    for round_index, origin in enumerate(("quiet", "busy")):  # each used once, alone: established
+        p.evict(round_index)
+        p.add(PoolEntry(distinct(round_index, origin), round_index))
+        p.sample(4, "per_sender", random.Random(round_index))
+    assert not p.admission.is_young("quiet") and not p.admission.is_young("busy")
+    p.evict(2)
     quiet = distinct(2, "quiet")
     busy = [distinct(10 + i, "busy") for i in range(8)]
     for g in [quiet, *busy]:
-        p.add(PoolEntry(g, 1))
-    p.evict(1)
+        p.add(PoolEntry(g, 2))
+    p.evict(2)
     assert [e.group for e in p.entries] == [quiet, *busy[3:]]  # oldest-first would have dropped `quiet`
 
 

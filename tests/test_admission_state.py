@@ -79,7 +79,7 @@ def test_fresh_keys_sending_solved_groups_earn_no_faster_than_the_young_share(tm
     admission = node.exchange.pool.admission
     established = [s for s in sybils if not admission.is_young(s.key)]
     assert sum(admission.keys[s.key].credited for s in sybils if s.key in admission.keys) == 6
-    assert len(established) == 3
+    assert len(established) <= 3  # the six credits may fall on six keys (young slots rotate over keys)
 
 
 def test_a_restart_keeps_established_peers_and_remembers_what_was_trained(tmp_path):

@@ -21,9 +21,10 @@ class Clock:
         return self.now
 
 
-def timed_admission(clock: Clock, **windows) -> Admission:
-    cfg = load_config("tiny").swarm.admission  # the README defaults: young_groups 8, young_rounds 20, ...
-    admission = Admission.from_config(cfg, clock)
+def timed_admission(clock: Clock, trusted=frozenset({"honest"}), **windows) -> Admission:
+    """The README defaults (young_groups 8, young_rounds 20, ...); "honest" is the operator's --peers key."""
+    cfg = load_config("tiny").swarm.admission
+    admission = Admission.from_config(cfg, clock, trusted)
     for name, value in windows.items():
         setattr(admission, name, value)
     return admission
@@ -80,7 +81,7 @@ def test_a_spread_flood_of_fresh_keys_is_established_at_most_one_per_interval_at
     assert times[0] >= admission.young_seconds - 0.05
     assert all(b - a >= admission.establish_interval_s - 1e-6 for a, b in zip(times, times[1:]))
     assert len(times) <= 1 + (600.0 - admission.young_seconds) // admission.establish_interval_s
-    assert sorted(promoted_at, key=promoted_at.get) == attackers[:len(times)]  # the most senior first
+    assert len(times) <= admission.max_established_per_group  # one network group ("" here): its cap
 
 
 def test_a_group_re_signed_by_100_keys_is_trained_at_most_once_at_50_rounds_a_second():
@@ -150,7 +151,7 @@ def test_at_a_fast_node_flooding_young_keys_hold_at_most_the_young_share_beside_
     free only while no established key was heard from lately."""
     clock = Clock()
     swarm = load_config("tiny").swarm
-    pool = GroupPool.from_config(swarm.pool, swarm.admission, Counter(), clock)
+    pool = GroupPool.from_config(swarm.pool, swarm.admission, Counter(), clock, trusted=frozenset({"honest"}))
     admission = pool.admission
     pool.evict(0)
     earn(admission, "honest", 0)

@@ -157,9 +157,20 @@ class AdmissionConfig(_Section):
                                  "this many seconds after its first verified group (rounds alone mean nothing at 50 "
                                  "rounds/s), except the first key established in a new swarm (the bootstrap window)")
     establish_interval_s: float = Field(60.0, ge=0, description="join (background ingest): after the first, at most "
-                                        "one key becomes established per this many seconds, the most senior first, "
-                                        "however many keys (hosts, address groups) are waiting: fresh keys cannot "
-                                        "buy weight faster")
+                                        "one key per network group (the delivering host's /16, IPv6 /32, or relay) "
+                                        "becomes established per this many seconds, in turn within the group: fresh "
+                                        "keys from one place cannot buy weight faster, and never queue a newcomer "
+                                        "from elsewhere behind them")
+    max_promotions_per_interval: int = Field(16, ge=1, description="join: keys established per establish_interval_s "
+                                             "across all network groups at most")
+    max_established_per_group: int = Field(8, ge=1, description="join: established keys per network group at most "
+                                           "(one host or subnet cannot hold more of the established share)")
+    bootstrap_young_fraction: float = Field(0.25, ge=0, le=1, description="join: in a new swarm (no key established "
+                                            "yet) a key named by --peers or swarm.relays is established as soon as it "
+                                            "earned its credits and rounds; any other key waits this fraction of "
+                                            "young_seconds")
+    establish_decay_s: float = Field(21600.0, ge=0, description="join: an established key none of whose groups was "
+                                     "credited for this many seconds is young again (0: never)")
     dedup_rounds: int = Field(1000, ge=0, description="a group whose content (prompt + completion texts) was credited "
                               "(trained on) within this many rounds is refused as duplicate_content, whoever signed it")
     dedup_seconds: float = Field(600.0, ge=0, description="join (background ingest): credited content is also "
@@ -192,6 +203,9 @@ class NatConfig(_Section):
         return NatOptions(**self.model_dump(), relays=tuple(relays), announce=tuple(announce))
 
 
+# the flat admission keys of the release that moved them (keys added since never were flat)
+FLAT_ADMISSION_KEYS = ("young_share_max", "young_groups", "young_rounds", "young_seconds", "establish_interval_s",
+                       "dedup_rounds", "dedup_seconds")
 # old flat key -> the key that replaced it (a nested section's)
 RENAMED_KEYS: dict[str, str] = {
     **{f"swarm.peer_cache_{k}": f"swarm.peer_cache.{k}" for k in PeerCacheConfig.model_fields if k != "enabled"},
@@ -200,7 +214,7 @@ RENAMED_KEYS: dict[str, str] = {
     **{f"swarm.ingest_{k}": f"swarm.ingest.{k}" for k in IngestConfig.model_fields if k != "mode"},
     "swarm.ingest": "swarm.ingest.mode",
     **{f"swarm.pool_{k}": f"swarm.pool.{k}" for k in PoolConfig.model_fields},
-    **{f"swarm.{k}": f"swarm.admission.{k}" for k in AdmissionConfig.model_fields},
+    **{f"swarm.{k}": f"swarm.admission.{k}" for k in FLAT_ADMISSION_KEYS},
 }
 # old keys whose name is now a section's: only a value that is not a table is the old key
 BECAME_SECTIONS = {old for old, new in RENAMED_KEYS.items() if new.startswith(old + ".")}

@@ -17,20 +17,32 @@ sends mostly such groups, and would otherwise stay young forever). Young keys to
 most `young_share_max` of the external mix (with J = 4: one young group beside three established
 ones, and fewer when established keys offer fewer; a fraction carries over), and in a round with
 no established group at most that share of the J slots (0.25 of J = 2 is one slot every other
-round) while no established key was heard from lately (`split`), trained or credited alike. They are served in order of first appearance (keys still short
-of `young_groups` credits first), so a burst of fresh keys queues behind earlier newcomers.
+round) while no established key was heard from lately (`split`), trained or credited alike.
+
+Diversity, not seniority. Keys are free, addresses are not: every key is placed in the *network
+group* of the host that delivered its groups (protocol/netgroups.py: the /16 of an IPv4 address, the
+/32 of an IPv6 one, the relay of a peer reached only through one; "" while unknown, and for every
+key of the in-process testnet). The young slots go round-robin across groups, and round-robin
+across the keys within a group, turning one step each call (`young_order`; keys still short of
+`young_groups` credits first): whoever arrived first, 200 keys from one group get that group's
+turn and an honest newcomer from another group gets its own. Failing keys are benched by the pool
+(node/peers/bench.py).
 
 Windows in time (with a `clock`: `swarm-node join`'s background ingest). Rounds alone mean nothing
 to an attacker: at 50 rounds/s, 20 rounds are 0.4 s and 32 flooding keys were established within
 30 s, holding 0.92 of a node's mix. So with a clock, a key that has earned its credits and rounds is
 also kept young until `young_seconds` after its first group, and it is then *promoted* at the start
-of a round, at most one key per `establish_interval_s` across all keys (most senior first): however
-many keys an attacker runs, over however many hosts and address groups, they become established
-no faster than that, and none sooner than `young_seconds` after it was first seen. One exception,
-the bootstrap window: while no key is established at all (a node that just joined a new swarm),
-the first key to earn its credits and rounds is promoted at once, time waived, so that a slow node
-establishes its honest peer in `young_rounds` rounds rather than minutes; a Sybil present from the
-start competes for that one promotion in order of first appearance, and every later key waits.
+of a round: at most one key per network group per `establish_interval_s`, at most
+`max_promotions_per_interval` keys across all groups in any such interval, and never more than
+`max_established_per_group` established keys in one group. 64 honest hosts in 64 groups are all
+established a few intervals after `young_seconds`; 400 keys from one group get one promotion per
+interval and at most their group's cap, and a newcomer elsewhere never queues behind them.
+The bootstrap window: while no key is established at all (a node that just joined a new swarm),
+a key the operator named (`--peers`, `swarm.relays`: `trusted`) that has earned its credits and
+rounds is promoted at once; any other key waits `bootstrap_young_fraction` of `young_seconds`, so a
+Sybil seen a second before the operator's peer does not take the first promotion. Establishment is
+kept only while useful: a key with nothing credited for `establish_decay_s` seconds is young again
+and earns its place anew.
 The dedup memory likewise keeps a credited digest for `dedup_rounds` rounds AND
 `dedup_seconds` seconds (1000 rounds were 20 s at a fast node: one group re-signed by 100 keys
 was trained twice), at most `MAX_REMEMBERED` digests (the oldest forgotten first). Without a clock
@@ -50,7 +62,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -62,7 +74,7 @@ from node.peers.reasons import DUPLICATE  # the refusal admission decides (node/
 
 MAX_KEYS = 4096  # key records kept; beyond it the record worth least is forgotten (see _make_room)
 MAX_REMEMBERED = 200_000  # credited digests kept at most (the oldest go first): ~30 MB
-STATE_VERSION = 2  # 1: no times (read: its keys that earned their credits and rounds are established)
+STATE_VERSION = 3  # 1: no times (read: its keys that earned their credits and rounds are established); 2: no groups
 
 
 @dataclass
@@ -74,6 +86,8 @@ class KeyRecord:
     last_active: int = 0  # round of its latest admitted group
     first_seen_s: float = 0.0  # clock time of its first admitted group (with a clock)
     established_at: float = 0.0  # clock time it was promoted (0: not yet; with a clock)
+    group: str = ""  # network group of the host that delivered it ("" unknown; `place`)
+    last_credited_s: float = 0.0  # clock time of its latest credit (establishment decays without one)
 
 
 def content_digest(group: ScoredGroup | Candidate) -> str:
@@ -91,7 +105,10 @@ class Admission:
 
     def __init__(self, young_share_max: float, young_groups: int, young_rounds: int, dedup_rounds: int,
                  max_keys: int = MAX_KEYS, *, clock: Callable[[], float] | None = None, young_seconds: float = 0.0,
-                 establish_interval_s: float = 0.0, dedup_seconds: float = 0.0):
+                 establish_interval_s: float = 0.0, dedup_seconds: float = 0.0,
+                 max_promotions_per_interval: int = 16, max_established_per_group: int = 8,
+                 bootstrap_young_fraction: float = 0.25, establish_decay_s: float = 0.0,
+                 trusted: frozenset[str] = frozenset()):
         if not 0.0 <= young_share_max <= 1.0:
             raise ValueError(f"young_share_max must be in [0, 1], got {young_share_max}")
         self.young_share_max = young_share_max
@@ -103,7 +120,14 @@ class Admission:
         self.young_seconds = young_seconds
         self.establish_interval_s = establish_interval_s
         self.dedup_seconds = dedup_seconds
+        self.max_promotions_per_interval = max_promotions_per_interval
+        self.max_established_per_group = max_established_per_group
+        self.bootstrap_young_fraction = bootstrap_young_fraction
+        self.establish_decay_s = establish_decay_s  # 0: established for good
+        self.trusted = frozenset(trusted)  # keys the operator named: first in the bootstrap window
         self._last_promotion = float("-inf")
+        self._group_promoted: dict[str, float] = {}  # network group -> time of its latest promotion
+        self._turn = 0  # young_order's rotation
         self._established_heard = (-(10**18), float("-inf"))  # (round, time) an established key was last heard
         self.keys: OrderedDict[str, KeyRecord] = OrderedDict()  # in order of first appearance
         self._pooled: set[str] = set()
@@ -114,10 +138,11 @@ class Admission:
         self.any_established = False  # some key established, as of the last start_round
 
     @classmethod
-    def from_config(cls, cfg, clock: Callable[[], float] | None = None) -> Admission:
+    def from_config(cls, cfg, clock: Callable[[], float] | None = None, trusted: frozenset[str] = frozenset()) -> Admission:
         """From the config's `swarm.admission` section (its keys are this constructor's parameters);
-        with `clock` (wall seconds) the windows in time apply too."""
-        return cls(**cfg.model_dump(), clock=clock)
+        with `clock` (wall seconds) the windows in time apply too; `trusted`: the keys the operator
+        named (--peers, swarm.relays)."""
+        return cls(**cfg.model_dump(), clock=clock, trusted=trusted)
 
     def _now(self) -> float:
         return 0.0 if self.clock is None else self.clock()
@@ -139,6 +164,13 @@ class Admission:
         self._pooled.add(digest)
         return True
 
+    def place(self, origin: str, group: str) -> None:
+        """`origin`'s network group, from the host that delivered its group; the first known one
+        sticks (a key cannot move to an emptier group by relaying through another host later)."""
+        record = self.keys.get(origin)
+        if record is not None and group and not record.group:
+            record.group = group
+
     def unpooled(self, origin: str, digest: str) -> None:
         self._pooled.discard(digest)
         record = self.keys.get(origin)
@@ -151,6 +183,7 @@ class Admission:
         record = self.keys.get(origin)
         if record is not None:
             record.credited += 1
+            record.last_credited_s = self._now()
         if digest:
             self._credited[digest] = (self._round, self._now())
             self._credited.move_to_end(digest)
@@ -169,6 +202,7 @@ class Admission:
                 break
             self._credited.popitem(last=False)
         if self.clock is not None:
+            self._decay(now)
             self._promote(now)
         self.any_established = any(not self.is_young(key) for key in self.keys)
 
@@ -176,17 +210,57 @@ class Admission:
         return record.credited >= self.young_groups and self._round - record.first_seen >= self.young_rounds
 
     def _promote(self, now: float) -> None:
-        """The most senior key that has earned its credits, rounds and `young_seconds` becomes
-        established, if `establish_interval_s` passed since the last promotion; in the bootstrap
-        window (no key established) the first key with its credits and rounds, time waived."""
-        bootstrap = not self.any_established  # as of the last start_round: only _promote changes it
-        if not bootstrap and now - self._last_promotion < self.establish_interval_s:
+        """Promotions of keys that earned their credits, rounds and `young_seconds` (module doc): in
+        the bootstrap window one, a trusted key first; after it, one per network group per
+        `establish_interval_s` (the group longest without one first), within the global ceiling and
+        each group's cap."""
+        earned = [(key, r) for key, r in self.keys.items() if not r.established_at and self._earned(r)]
+        if not self.any_established:  # as of the last start_round: only _promote changes it
+            trusted = [key for key, _ in earned if key in self.trusted]
+            waited = [key for key, r in earned
+                      if now - r.first_seen_s >= self.young_seconds * self.bootstrap_young_fraction]
+            if trusted or waited:
+                self._establish(self._in_turn(trusted or waited), now)
             return
-        ready = [key for key, r in self.keys.items() if not r.established_at and self._earned(r)
-                 and (bootstrap or now - r.first_seen_s >= self.young_seconds)]
-        if ready:
-            self.keys[min(ready, key=self.seniority)].established_at = max(now, 1e-9)
-            self._last_promotion = now
+        recent = sum(now - at < self.establish_interval_s for at in self._group_promoted.values())
+        budget = self.max_promotions_per_interval - recent
+        held = Counter(r.group for r in self.keys.values() if r.established_at)
+        by_group: dict[str, list[str]] = defaultdict(list)
+        for key, r in earned:
+            if now - r.first_seen_s >= self.young_seconds:
+                by_group[r.group].append(key)
+        for group in sorted(by_group, key=lambda g: self._group_promoted.get(g, float("-inf"))):
+            if budget <= 0:
+                break
+            if (now - self._group_promoted.get(group, float("-inf")) < self.establish_interval_s
+                    or held[group] >= self.max_established_per_group):
+                continue
+            self._establish(self._in_turn(by_group[group]), now)
+            budget -= 1
+
+    def _in_turn(self, keys: list[str]) -> str:
+        """One of `keys` (in first-appearance order), the rotation's turn: not always the first."""
+        self._turn += 1
+        return keys[self._turn % len(keys)]
+
+    def _establish(self, key: str, now: float) -> None:
+        record = self.keys[key]
+        record.established_at = max(now, 1e-9)
+        self._last_promotion = now
+        self._group_promoted[record.group] = now
+        if len(self._group_promoted) > self.max_keys:  # bounded like the key table: the oldest go
+            oldest = min(self._group_promoted, key=self._group_promoted.get)
+            del self._group_promoted[oldest]
+
+    def _decay(self, now: float) -> None:
+        """Established keys with nothing credited for `establish_decay_s` become young again and
+        earn their place anew (the count, rounds and seconds restart)."""
+        if self.establish_decay_s <= 0:
+            return
+        for record in self.keys.values():
+            if record.established_at and now - max(record.last_credited_s, record.established_at) > self.establish_decay_s:
+                record.established_at, record.credited = 0.0, 0
+                record.first_seen, record.first_seen_s = self._round, now
 
     def is_young(self, origin: str) -> bool:
         record = self.keys.get(origin)
@@ -200,13 +274,30 @@ class Admission:
         keys = [(key, record.established_at) for key, record in self.keys.items() if not self.is_young(key)]
         return sorted(keys, key=lambda kv: kv[1])
 
-    def seniority(self, origin: str) -> tuple[bool, int, int]:
-        """Sort key among young keys: those still earning credits, then oldest first (a key that
-        only waits for time does not hold the young slots)."""
-        record = self.keys.get(origin)
-        if record is None:  # forgotten while pooled (a full table of pooled keys): last in line
-            return True, self._round, self._arrivals
-        return record.credited >= self.young_groups, record.first_seen, record.arrival
+    def young_order(self, keys: list[str]) -> list[str]:
+        """`keys` (young, with groups pooled) in the order the young slots serve them: keys still
+        short of `young_groups` credits first; within that, one key per network group in turn, each
+        group's keys and the groups themselves rotated one step per call (module doc)."""
+        self._turn += 1
+        ordered: list[str] = []
+        for earning in (True, False):
+            by_group: dict[str, list[str]] = defaultdict(list)
+            for key in sorted(keys, key=self._arrival):
+                record = self.keys.get(key)
+                if (record is None or record.credited < self.young_groups) == earning:
+                    by_group["" if record is None else record.group].append(key)
+            groups = sorted(by_group)
+            groups = groups[self._turn % len(groups):] + groups[:self._turn % len(groups)] if groups else []
+            queues = [_rotated(by_group[g], self._turn) for g in groups]
+            while any(queues):
+                for queue in queues:
+                    if queue:
+                        ordered.append(queue.pop(0))
+        return ordered
+
+    def _arrival(self, key: str) -> int:
+        record = self.keys.get(key)
+        return self._arrivals if record is None else record.arrival
 
     def split(self, k: int, young: int, established: int) -> tuple[int, int]:
         """This round's (young, established) slots out of k, given how many groups of each are
@@ -267,8 +358,8 @@ class Admission:
         last_promotion = self._last_promotion if self._last_promotion > float("-inf") else None
         return {"version": STATE_VERSION, "round": self._round, "arrivals": self._arrivals,
                 "slot_credit": self._slot_credit, "last_promotion": last_promotion,
-                "keys": [[key, r.first_seen, r.arrival, r.credited, r.last_active, r.first_seen_s, r.established_at]
-                         for key, r in self.keys.items()],
+                "keys": [[key, r.first_seen, r.arrival, r.credited, r.last_active, r.first_seen_s, r.established_at,
+                          r.group, r.last_credited_s] for key, r in self.keys.items()],
                 "credited": [[digest, round_index, at] for digest, (round_index, at) in self._credited.items()]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -276,8 +367,8 @@ class Admission:
         is not a state this version (or version 1) wrote."""
         try:
             version = state["version"]
-            if version not in (1, STATE_VERSION):
-                raise ValueError(f"admission state version {version!r}, expected 1 or {STATE_VERSION}")
+            if version not in (1, 2, STATE_VERSION):
+                raise ValueError(f"admission state version {version!r}, expected 1 to {STATE_VERSION}")
             keys = OrderedDict(_key_record(entry) for entry in state["keys"][-self.max_keys:])
             credited = OrderedDict((str(entry[0]), (int(entry[1]), float(entry[2]) if len(entry) > 2 else 0.0))
                                    for entry in state["credited"][-MAX_REMEMBERED:])
@@ -293,6 +384,10 @@ class Admission:
         self._pooled = set()
         self._round, self._arrivals, self._slot_credit = round_index, arrivals, slot_credit
         self._last_promotion = last_promotion
+        self._group_promoted = {}
+        for record in self.keys.values():  # each group's latest promotion: its interval holds across a restart
+            if record.established_at:
+                self._group_promoted[record.group] = max(self._group_promoted.get(record.group, 0.0), record.established_at)
         if version == 1:  # no times then: the keys that earned their credits and rounds were established
             for record in self.keys.values():
                 record.established_at = self._now() if self._earned(record) else 0.0
@@ -301,8 +396,18 @@ class Admission:
 
 def _key_record(entry: list) -> tuple[str, KeyRecord]:
     """A saved key row: [key, first_seen, arrival, credited, last_active] (+ first_seen_s,
-    established_at since version 2)."""
+    established_at since version 2; + group, last_credited_s since version 3)."""
     key, first, arrival, credited, active = entry[:5]
     first_s, established_at = (float(entry[5]), float(entry[6])) if len(entry) >= 7 else (0.0, 0.0)
+    group, last_credited = (str(entry[7]), float(entry[8])) if len(entry) >= 9 else ("", established_at)
     return str(key), KeyRecord(first_seen=int(first), arrival=int(arrival), credited=int(credited),
-                               last_active=int(active), first_seen_s=first_s, established_at=established_at)
+                               last_active=int(active), first_seen_s=first_s, established_at=established_at,
+                               group=group, last_credited_s=last_credited)
+
+
+def _rotated(items: list[str], turn: int) -> list[str]:
+    """`items` rotated left by `turn` (mod its length): a copy."""
+    if not items:
+        return []
+    cut = turn % len(items)
+    return items[cut:] + items[:cut]

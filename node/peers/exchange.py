@@ -117,14 +117,17 @@ class SwarmExchange(HintTraffic):
         # in-process testnet runs in virtual time and keeps them in rounds (node/peers/admission.py)
         self.ingest_mode = options.ingest
         self.pool = GroupPool.from_config(options.pool, options.admission, self.rejected,
-                                          time.time if self.ingest_mode == "background" else None)
+                                          time.time if self.ingest_mode == "background" else None,
+                                          options.trusted_keys)
         self._init_counters()
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
         self._requests = HintRequestQueue()  # unverified until we can answer one (node/peers/hint_requests.py)
         # each sender's latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
         self._unaudited: Unaudited[Candidate | swarm_pb2.RolloutGroup | Received] = Unaudited()
-        # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
+        # optional transport capabilities (p2pd: its peer cache ranks the peers whose groups we use first;
+        # p2pd and the memory bus: a peer's network group, protocol/netgroups.py, for admission)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
+        self._network_group: Callable[[str], str] = getattr(transport, "network_group", lambda peer_id: "")
         # re-entrant: collect verifies its picks holding it (the pool's callback counts under it too);
         # verification's tokenizer and task cache are used under it alone, from either thread
         self._lock = threading.RLock()
@@ -274,6 +277,12 @@ class SwarmExchange(HintTraffic):
             self._unaudited.remember(sender, candidate)
             if self.pool.add(PoolEntry(candidate, round_index, self.pool.now())):
                 self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
+            self.pool.admission.place(sender, self._delivering_group(verified))
+
+    def _delivering_group(self, verified: Verified) -> str:
+        """The network group admission counts a signer in: its own host's where we are (or were)
+        connected to it, else that of the neighbour that delivered the group."""
+        return self._network_group(verified.sender) or (verified.neighbour and self._network_group(verified.neighbour))
 
     def _skimmed(self, item: Received) -> bool:
         """An unbanned origin's own zero-variance claim that the pool has no use for: dropped

@@ -45,6 +45,7 @@ class ExchangeOptions:
     limits: Limits = field(default_factory=Limits)  # what the Ingress and our outbox enforce
     clock: Callable[[], float] = time.time
     swarm_clock: Callable[[], float] | None = None
+    trusted_keys: frozenset[str] = frozenset()  # the operator's --peers and swarm.relays (admission's bootstrap)
 
     def __post_init__(self) -> None:
         if self.ingest not in INGEST_MODES:
@@ -64,4 +65,9 @@ class ExchangeOptions:
                    external_per_round=s.external_per_round, audit_per_round=s.audit_per_round,
                    sampling_policy=s.sampling_policy, composition=s.composition, pool=s.pool,
                    admission=s.admission, ingest=ingest or s.ingest.mode, budget=s.ingest.to_options(),
-                   clock=clock, swarm_clock=swarm_clock)
+                   clock=clock, swarm_clock=swarm_clock, trusted_keys=named_keys([*s.peers, *s.relays]))
+
+
+def named_keys(addrs: list[str]) -> frozenset[str]:
+    """The peer ids that multiaddrs ending in /p2p/<peer-id> name (others name none)."""
+    return frozenset(addr.rstrip("/").rsplit("/p2p/", 1)[1] for addr in addrs if "/p2p/" in addr)

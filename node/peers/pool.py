@@ -75,11 +75,11 @@ class GroupPool:
 
     @classmethod
     def from_config(cls, pool, admission=None, rejected: Counter | None = None,
-                    clock: Callable[[], float] | None = None) -> GroupPool:
+                    clock: Callable[[], float] | None = None, trusted: frozenset[str] = frozenset()) -> GroupPool:
         """A pool from the config's `swarm.pool` section (its keys are this constructor's parameters),
         admission on with a `swarm.admission` section (node/peers/admission.py); with `clock` (wall
-        seconds) the windows in time apply too."""
-        gate = None if admission is None else Admission.from_config(admission, clock)
+        seconds) the windows in time apply too; `trusted`: the keys the operator named."""
+        gate = None if admission is None else Admission.from_config(admission, clock, trusted)
         return cls(**pool.model_dump(), admission=gate, rejected=rejected, clock=clock)
 
     def now(self) -> float:
@@ -195,7 +195,7 @@ class GroupPool:
         if self.admission is not None:
             young = [e for e in self.entries if self._young(e)]  # flat ones too: picking one credits its key
             slots, _ = self.admission.split(k, len(young), len(established))
-            chosen = self._seniority(young, slots)
+            chosen = self._young_turns(young, slots)
             self.admission.spend(len(chosen))
             n = min(k - sum(not e.group.flat for e in chosen), len(established))
         if policy == "uniform":
@@ -216,16 +216,16 @@ class GroupPool:
     def _young(self, entry: PoolEntry) -> bool:
         return self.admission is not None and self.admission.is_young(entry.group.origin)
 
-    def _seniority(self, young: list[PoolEntry], slots: int) -> list[PoolEntry]:
-        """Up to `slots` young groups, one per key in Admission.seniority order (keys still earning
-        contributions, then first appearance), then again: fresh Sybil keys queue behind earlier
-        newcomers."""
+    def _young_turns(self, young: list[PoolEntry], slots: int) -> list[PoolEntry]:
+        """Up to `slots` young groups, one per key in Admission.young_order (keys still earning
+        credits first, then one key per network group in turn), then again: 200 keys from one
+        network group take that group's turn, not the young slots."""
         by_key: dict[str, list[PoolEntry]] = defaultdict(list)
         for entry in young:
             by_key[entry.group.origin].append(entry)
         for entries in by_key.values():  # popped from the end: its newest trainable group first
             entries.sort(key=lambda e: (not e.group.flat, e.verified_round))
-        order = sorted(by_key, key=self.admission.seniority)
+        order = self.admission.young_order(list(by_key))
         chosen: list[PoolEntry] = []
         while len(chosen) < slots and order:
             for key in list(order):

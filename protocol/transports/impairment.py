@@ -148,6 +148,10 @@ class ImpairedTransport:
     def peers(self) -> list[str]:
         return self.inner.peers()
 
+    def network_group(self, peer_id: str) -> str:
+        group = getattr(self.inner, "network_group", None)
+        return group(peer_id) if group is not None else ""
+
     def listen_addrs(self) -> list[str]:
         return self.inner.listen_addrs()
 

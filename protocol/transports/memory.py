@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Callable, Iterable
 
 from ..inbox import FairBuffer
+from ..netgroups import network_group
 from .base import (
     COUNTER_DROPPED_INBOUND_FULL,
     COUNTER_DROPPED_OUTBOUND_CLOSED,
@@ -123,9 +124,10 @@ class MemoryBus:
 class MemoryTransport:
     """One peer on a MemoryBus (implements protocol.transports.base.Transport)."""
 
-    def __init__(self, bus: MemoryBus, peer_id: str, *, inbox_capacity: int = 10_000) -> None:
+    def __init__(self, bus: MemoryBus, peer_id: str, *, inbox_capacity: int = 10_000, address: str = "") -> None:
         self.bus = bus
         self.peer_id = peer_id
+        self.address = address  # a simulated multiaddr, for network groups (protocol/netgroups.py); "": a host of its own
         self.inbox_capacity = inbox_capacity
         self._lock = threading.Lock()
         self._inboxes: dict[str, FairBuffer[Received]] = {}
@@ -188,6 +190,14 @@ class MemoryTransport:
 
     def peers(self) -> list[str]:
         return self.bus._peers_of(self.peer_id) if self._started else []
+
+    def network_group(self, peer_id: str) -> str:
+        """A member's network group: its simulated `address`'s, else its own (`host:<name>`: each
+        member is one machine, however many keys it signs with); "" for no such member."""
+        member = self.bus._members.get(peer_id)
+        if member is None:
+            return ""
+        return network_group(member.address) if member.address else f"host:{peer_id}"
 
     def listen_addrs(self) -> list[str]:
         return [f"/memory/{self.peer_id}"]

@@ -78,6 +78,7 @@ class Shared:
         self.metrics_port: int | None = None  # the daemon's loopback metrics port, once found
         self.connected: list[str] = []
         self.relayed_peers: set[str] = set()  # connected through a relay only: no gossip with them (relayed.py)
+        self.peer_groups: dict[str, str] = {}  # peer id -> network group (protocol/netgroups.py), from the census
         self.topic_peers: dict[str, int] = {}
         self.dht_peers = 0
         self.subscriptions: dict[str, ControlConnection] = {}

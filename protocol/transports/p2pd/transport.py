@@ -148,6 +148,12 @@ class P2pdTransport:
         with self._shared.lock:
             return list(self._shared.connected)
 
+    def network_group(self, peer_id: str) -> str:
+        """The network group of a peer we are or were connected to, from the daemon's view of its
+        connections (protocol/netgroups.py; refreshed every discovery round); "" if unknown."""
+        with self._shared.lock:
+            return self._shared.peer_groups.get(peer_id, "")
+
     def listen_addrs(self) -> list[str]:
         with self._shared.lock:
             return list(self._shared.listen_addrs)

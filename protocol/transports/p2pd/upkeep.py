@@ -12,6 +12,8 @@ import logging
 import re
 import time
 
+from protocol.netgroups import peer_group
+
 from .addrs import addr_text, peer_id_text
 from .bounds import ConnectionBounds
 from .control import ControlConnection, ControlError, identify_request, list_peers_request, topic_peers_request
@@ -26,6 +28,8 @@ from .trimmer import Trimmer, connected_peers
 log = logging.getLogger(__name__)
 REACH_INTERVAL_S = 5.0  # how often our addresses and the daemon's AutoNAT verdict are read (nat.py)
 
+
+MAX_GROUPS_KEPT = 4096  # network groups of peers seen; beyond it only the connected ones are kept
 
 class PeerUpkeep:
     def __init__(self, shared: Shared, dialer: Dialer, peer_cache: PeerCache | None) -> None:
@@ -75,12 +79,15 @@ class PeerUpkeep:
         timeout = s.options.control_timeout_s
         try:
             with ControlConnection(socket_path, timeout) as conn:
-                connected, relayed, members = self._census(conn)
+                connected, relayed, members, groups = self._census(conn)
                 keep = frozenset(s.valued_peers(time.monotonic()))
                 connected -= self.trimmer.trim(conn, connected, members, keep)
                 with s.lock:
                     s.connected = sorted(connected)
                     s.relayed_peers = relayed & connected
+                    s.peer_groups.update(groups)  # kept after a peer leaves: its queued messages still name it
+                    if len(s.peer_groups) > MAX_GROUPS_KEPT:
+                        s.peer_groups = {pid: groups.get(pid, g) for pid, g in s.peer_groups.items() if pid in connected}
                     s.topic_peers.update({topic: len(peers) for topic, peers in members.items()})
                     now = time.monotonic()
                     s.flood_guard.seen_connected(sorted(connected), now)
@@ -139,13 +146,14 @@ class PeerUpkeep:
                      reach.relay_reservations, "on" if reach.relay_serving else "off", ", ".join(addrs),
                      extra={"event": "reachability", "reachability": reach.reachability, "listen_addrs": addrs})
 
-    def _census(self, conn: ControlConnection) -> tuple[set[str], set[str], dict[str, set[str]]]:
-        """The connected peers, those of them reached through a relay only (relayed.py), and the
-        peers subscribed to each of our topics."""
+    def _census(self, conn: ControlConnection) -> tuple[set[str], set[str], dict[str, set[str]], dict[str, str]]:
+        """The connected peers, those of them reached through a relay only (relayed.py), the peers
+        subscribed to each of our topics, and each connected peer's network group (protocol/netgroups.py)."""
         members = {t: {peer_id_text(p) for p in conn.request(topic_peers_request(t)).pubsub.peerIDs}
                    for t in self.shared.topics()}
         peers = conn.request(list_peers_request()).peers
-        return {peer_id_text(p.id) for p in peers}, relayed_only(peers), members
+        groups = {peer_id_text(p.id): peer_group([a for a in map(addr_text, p.addrs) if a]) for p in peers}
+        return {peer_id_text(p.id) for p in peers}, relayed_only(peers), members, groups
 
     def _remember_peers(self, generation: int) -> bool:
         """Records the connected peers' dialable addresses in the peer cache (True if any)."""
