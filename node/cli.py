@@ -411,8 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--k", type=int, help="samples per task for pass@k (default: the run's eval.k)")
     evaluate.set_defaults(func=cmd_eval)
 
+    from node.service.peers_command import add_peers_parser
     from node.testnet.command import add_testnet_parser
 
+    add_peers_parser(sub)
     add_testnet_parser(sub, presets)
     return parser
 

@@ -267,6 +267,11 @@ class Ingress:
         with self._lock:
             return self.scores.is_banned(peer)
 
+    def block(self, peers: Iterable[str]) -> None:
+        """Bans `peers` until unblocked (an operator's decision, not a score): replaces the set."""
+        with self._lock:
+            self.scores.blocked = frozenset(peers)
+
     def report(self, peer: str, event: str, count: int = 1) -> None:
         """Evidence found after ingress (scoring.WRONG_REWARD, scoring.UNKNOWN_TASK, ...)."""
         with self._lock:

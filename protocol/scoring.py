@@ -105,6 +105,7 @@ class PeerScores:
     """Not thread-safe on its own (the Ingress locks around it)."""
 
     def __init__(self, config: ScoreConfig = ScoreConfig(), clock: Callable[[], float] = time.monotonic) -> None:
+        self.blocked: frozenset[str] = frozenset()  # banned by the operator until unblocked (Ingress.block)
         self.config = config
         self._clock = clock
         self._records: OrderedDict[str, _Record] = OrderedDict()
@@ -174,6 +175,8 @@ class PeerScores:
         return record.score
 
     def is_banned(self, peer: str) -> bool:
+        if peer in self.blocked:
+            return True
         record = self._records.get(peer)
         return record is not None and record.banned_until > self._clock()
 

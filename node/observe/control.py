@@ -44,6 +44,8 @@ def status_reply(s: dict) -> swarm_pb2.StatusReply:
     admission = s.get("admission", {})
     reply.established.update({key: float(at) for key, at in admission.get("established", [])})
     reply.young_keys, reply.established_keys = admission.get("young_count", 0), admission.get("established_count", 0)
+    for record in admission.get("keys", []):
+        reply.keys.add(**record)
     connected = set(s["connected"])
     for info in s["peers"]:
         reply.peers.add(**dataclasses.asdict(info), connected=info.peer_id in connected)

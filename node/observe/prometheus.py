@@ -133,6 +133,11 @@ class NodeCollector(Collector):
         yield _gauge("keys_established", "peer keys established at admission (no longer young)",
                      admission.get("established_count", 0))
         yield _gauge("keys_young", "peer keys still young at admission", admission.get("young_count", 0))
+        yield _gauge("keys_operator_banned", "peer keys the operator banned (swarm-node peers --ban)",
+                     sum(bool(k.get("operator_banned")) for k in admission.get("keys", [])))
+        groups = {k.get("network_group") for k in admission.get("keys", []) if k.get("established")}
+        yield _gauge("established_network_groups", "network groups holding an established key (of the listed keys)",
+                     len(groups))
         yield from _transport(status.get("transport", {}))
 
 

@@ -252,6 +252,26 @@ class Admission:
             oldest = min(self._group_promoted, key=self._group_promoted.get)
             del self._group_promoted[oldest]
 
+    def demote(self, origin: str, before: float = float("inf")) -> bool:
+        """`origin` young again if it was established at or before `before` (the operator's
+        `swarm-node peers --demote`, node/peers/operator.py): it earns its place anew. True if it was."""
+        record = self.keys.get(origin)
+        if record is None or self.is_young(origin) or (record.established_at and record.established_at > before):
+            return False
+        self._restart(record, self._now())
+        return True
+
+    def _restart(self, record: KeyRecord, now: float) -> None:
+        record.established_at, record.credited = 0.0, 0
+        record.first_seen, record.first_seen_s = self._round, now
+
+    def records(self, limit: int) -> list[tuple[str, KeyRecord, bool]]:
+        """Up to `limit` (key, record, established) rows: established keys first, then the young ones
+        with the most credits (what `swarm-node peers` lists)."""
+        rows = [(key, record, not self.is_young(key)) for key, record in self.keys.items()]
+        rows.sort(key=lambda row: (not row[2], -row[1].credited, row[1].arrival))
+        return rows[:limit]
+
     def _decay(self, now: float) -> None:
         """Established keys with nothing credited for `establish_decay_s` become young again and
         earn their place anew (the count, rounds and seconds restart)."""
@@ -259,8 +279,7 @@ class Admission:
             return
         for record in self.keys.values():
             if record.established_at and now - max(record.last_credited_s, record.established_at) > self.establish_decay_s:
-                record.established_at, record.credited = 0.0, 0
-                record.first_seen, record.first_seen_s = self._round, now
+                self._restart(record, now)
 
     def is_young(self, origin: str) -> bool:
         record = self.keys.get(origin)

@@ -52,6 +52,7 @@ from node.peers.exchange_options import ExchangeOptions
 from node.peers.exchange_status import exchange_status
 from node.train.groups import ScoredGroup
 from node.peers.hint_requests import HintRequestQueue
+from node.peers.operator import OperatorDecisions, OperatorWatch
 from node.peers.peek import flat_claim_of_origin
 from node.peers.ingest import ESTABLISHED, YOUNG, IngestWorker, Staged
 from node.peers.pool import GroupPool, PoolEntry
@@ -94,7 +95,8 @@ class SwarmExchange(HintTraffic):
 
     def __init__(self, transport: Transport, identity: NodeIdentity, context: VerifyContext,
                  options: ExchangeOptions = ExchangeOptions(), *,
-                 weakness: Callable[[ScoredGroup], float] | None = None, state: dict | None = None):
+                 weakness: Callable[[ScoredGroup], float] | None = None, state: dict | None = None,
+                 operator: OperatorWatch | None = None):
         """`context`: what verifying peers' messages needs (node/peers/verify.py); `options`: how the
         exchange runs (node/peers/exchange_options.py); `weakness`: for the weak_tasks sampler, 1 - our
         pass rate on a group's family; `state`: what `state_dict` saved (a restarted node's)."""
@@ -134,6 +136,9 @@ class SwarmExchange(HintTraffic):
         self.refusals = Refusals(self.rejected, self._lock)  # counted and logged (rate-limited)
         if state is not None:  # before the ingest worker starts: nothing is pooled yet
             self._load_state(state)
+        self.operator = operator  # the operator's bans and demotions (node/peers/operator.py), read each round
+        self.decisions = OperatorDecisions()
+        self._apply_operator()
         for topic in self.topics.values():
             transport.subscribe(topic)
         if self.sandbox is not None and (context.accept_sender_answers
@@ -279,6 +284,31 @@ class SwarmExchange(HintTraffic):
                 self.observed["pool_sender_cap"] += 1  # the sender's oldest pooled group made room
             self.pool.admission.place(sender, self._delivering_group(verified))
 
+    def _apply_operator(self) -> None:
+        """The operator file's decisions, if it changed: banned keys refused and out of the pool and
+        of the established, demoted ones young again. A malformed file is logged and the last
+        decisions kept."""
+        if self.operator is None:
+            return
+        try:
+            decisions = self.operator.changed()
+        except ValueError as err:
+            log.warning("%s; keeping the operator's earlier decisions", err, extra={"event": "operator_file_invalid"})
+            return
+        if decisions is None:
+            return
+        self.ingress.block(decisions.banned)
+        with self._lock:
+            for key in decisions.banned:
+                self.pool.drop_sender(key)
+                self.pool.admission.demote(key)
+            for key, at in decisions.demoted.items():
+                self.pool.admission.demote(key, at)
+            self.decisions = decisions
+        log.info("operator decisions: %d key(s) banned, %d demoted", len(decisions.banned), len(decisions.demoted),
+                 extra={"event": "operator_decisions", "banned": len(decisions.banned),
+                        "demoted": len(decisions.demoted)})
+
     def _delivering_group(self, verified: Verified) -> str:
         """The network group admission counts a signer in: its own host's where we are (or were)
         connected to it, else that of the neighbour that delivered the group."""
@@ -326,6 +356,7 @@ class SwarmExchange(HintTraffic):
         """This round's external groups from the pool, verified as they are picked (never waits on
         the network). Inline mode first checks what arrived; background mode only takes what the
         worker checked."""
+        self._apply_operator()
         if self._worker is None:
             self._ingest_inline(round_index)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from node.peers.reasons import OUTBOUND_INVALID
 
 MAX_KEYS_SHOWN = 64  # the most recently established keys listed
+MAX_KEY_RECORDS = 256  # key records listed (`swarm-node peers`): established first, then the most credited
 
 
 def exchange_status(ex) -> dict:
@@ -48,5 +49,12 @@ def admission_status(ex) -> dict:
     with ex._lock:
         admission = ex.pool.admission
         established = admission.established()
+        banned = ex.decisions.banned
+        records = [{"key": key, "established": est, "network_group": r.group, "credited": r.credited,
+                    "first_seen_s": r.first_seen_s, "established_at": r.established_at,
+                    "last_credited_s": r.last_credited_s, "operator_banned": key in banned}
+                   for key, r, est in admission.records(MAX_KEY_RECORDS)]
+        records += [{"key": key, "operator_banned": True} for key in banned if key not in admission.keys]
         return {"established": [[key, at] for key, at in established[-MAX_KEYS_SHOWN:]],
-                "established_count": len(established), "young_count": len(admission.keys) - len(established)}
+                "established_count": len(established), "young_count": len(admission.keys) - len(established),
+                "keys": records}

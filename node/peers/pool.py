@@ -109,6 +109,13 @@ class GroupPool:
         self._per_sender[origin] += 1
         return evicted
 
+    def drop_sender(self, origin: str) -> int:
+        """Removes every pooled group of `origin` (a key the operator banned); returns how many."""
+        mine = [e for e in self.entries if e.group.origin == origin]
+        for entry in mine:
+            self._remove(entry)
+        return len(mine)
+
     def replace_unverified(self, candidate, group: ScoredGroup) -> None:
         """`candidate`, if still pooled, is now its verified `group` (an audit passed it)."""
         for entry in self.entries:

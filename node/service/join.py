@@ -15,6 +15,7 @@ from node.config.schema import MAX_START_WAIT_S, ConfigError, NodeConfig
 from node.observe.control import start_control_server
 from node.peers.exchange import SwarmExchange
 from node.peers.exchange_options import ExchangeOptions
+from node.peers.operator import OperatorWatch
 from node.peers.verify import VerifyContext
 from node.observe.logs import json_lines, say
 from node.train.loop import Node
@@ -30,16 +31,18 @@ from protocol import NodeIdentity, topic_name
 
 def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: dict | None = None,
                    ingest: str | None = None, swarm_clock: Callable[[], float] | None = None,
-                   clock: Callable[[], float] = time.time) -> SwarmExchange:
+                   clock: Callable[[], float] = time.time, run_dir: Path | None = None) -> SwarmExchange:
     """The exchange `join` uses, built from the node's parts (node/train/assembly.py); `state`: the admission
     state saved with the checkpoint the node resumes from (assembly.saved_exchange_state);
     `ingest` overrides swarm.ingest.mode (the memory testnet runs inline);
     `swarm_clock`: the time rate limits and publication pace run on (default the wall clock);
-    `clock`: the time messages are stamped and checked on."""
+    `clock`: the time messages are stamped and checked on; `run_dir`: where the operator's decisions
+    about peers' keys are kept (node/peers/operator.py; None: no operator)."""
     options = ExchangeOptions.from_config(parts.cfg, parts.policy.tokenizer_fingerprint, ingest=ingest,
                                           clock=clock, swarm_clock=swarm_clock)
     return SwarmExchange(transport, identity, verify_context(parts, options.ingest), options,
-                         weakness=parts.pass_rates.weakness, state=state)
+                         weakness=parts.pass_rates.weakness, state=state,
+                         operator=None if run_dir is None else OperatorWatch(run_dir))
 
 
 def verify_context(parts: NodeParts, ingest: str) -> VerifyContext:
@@ -76,7 +79,7 @@ def memory_bus_node(cfg: NodeConfig, run_dir: Path, bus, name: str, identity: No
     transport = MemoryTransport(bus, name)
     transport.start()
     exchange = build_exchange(parts, identity or NodeIdentity.generate(), transport, saved_exchange_state(run_dir),
-                              ingest, swarm_clock, clock)
+                              ingest, swarm_clock, clock, run_dir)
     return Node(cfg, run_dir, exchange, parts=parts)
 
 
@@ -105,7 +108,7 @@ def join(cfg: NodeConfig, run_dir: Path, console: Console, quiet: bool = False) 
         transport = ImpairedTransport(transport, Path(cfg.swarm.fault_file), seed=cfg.run.seed)
     transport.start()  # returns once listening; never waits for peers
     try:
-        exchange = build_exchange(parts, identity, transport, saved_exchange_state(run_dir))
+        exchange = build_exchange(parts, identity, transport, saved_exchange_state(run_dir), run_dir=run_dir)
         node = Node(cfg, run_dir, exchange, parts=parts)
         node.resume()  # a restarted node continues its own run (logged: event "resume")
     except BaseException:  # an unreadable checkpoint: stop the daemon we started before saying so
