@@ -86,6 +86,15 @@ class P2pdConfig(_Section):
                            "DHT every round")
     conn_grace_s: float = Field(20.0, ge=0, description="p2pd: a new connection is never closed for the bound "
                                 "before this many seconds (time to subscribe and join the mesh)")
+    relayed_streams: int = Field(16, ge=1, description="p2pd: streams from peers reached through a relay only "
+                                 "read at once; when full, a new stream displaces the oldest stream of the "
+                                 "sender holding the most, so streams that trickle bytes cannot keep anyone out")
+    relayed_streams_per_sender: int = Field(2, ge=1, description="p2pd: relayed streams read at once from one "
+                                            "sender; its next displaces its own oldest")
+    relayed_stream_grace_s: float = Field(5.0, gt=0, description="p2pd: a relayed stream is cut unless it ends "
+                                          "within this many seconds plus the bytes it delivered / relayed_min_rate")
+    relayed_min_rate: float = Field(4096.0, ge=0, description="p2pd: bytes/s a relayed stream must keep up, past "
+                                    "relayed_stream_grace_s, not to be cut (0: every stream ends within the grace)")
 
     @model_validator(mode="after")
     def _connection_bounds_ordered(self) -> "P2pdConfig":
@@ -206,11 +215,13 @@ class NatConfig(_Section):
 # the flat admission keys of the release that moved them (keys added since never were flat)
 FLAT_ADMISSION_KEYS = ("young_share_max", "young_groups", "young_rounds", "young_seconds", "establish_interval_s",
                        "dedup_rounds", "dedup_seconds")
+# swarm.p2pd's keys that were flat before the move (later ones, such as relayed_streams, never were)
+FLAT_P2PD_KEYS = ("flood_cut_rate", "flood_cut_burst", "flood_cut_s", "conn_low", "conn_high", "conn_grace_s")
 # old flat key -> the key that replaced it (a nested section's)
 RENAMED_KEYS: dict[str, str] = {
     **{f"swarm.peer_cache_{k}": f"swarm.peer_cache.{k}" for k in PeerCacheConfig.model_fields if k != "enabled"},
     "swarm.peer_cache": "swarm.peer_cache.enabled",
-    **{f"swarm.{k}": f"swarm.p2pd.{k}" for k in P2pdConfig.model_fields},
+    **{f"swarm.{k}": f"swarm.p2pd.{k}" for k in FLAT_P2PD_KEYS},
     **{f"swarm.ingest_{k}": f"swarm.ingest.{k}" for k in IngestConfig.model_fields if k != "mode"},
     "swarm.ingest": "swarm.ingest.mode",
     **{f"swarm.pool_{k}": f"swarm.pool.{k}" for k in PoolConfig.model_fields},

@@ -154,6 +154,11 @@ class P2pdOptions:
         then the newest), never one younger than ``conn_grace_s``. ``conn_high=0`` = unbounded:
         every discovered peer stays connected, every bootstrap and cached peer is dialed and the
         DHT asked every round.
+    relayed_streams, relayed_streams_per_sender: inbound relayed streams read at once, in all and
+        from one sender; a newcomer displaces the sender's own oldest, or in a full table the
+        heaviest sender's oldest (protocol/transports/p2pd/stream_bounds.py).
+    relayed_stream_grace_s, relayed_min_rate: an inbound relayed stream is cut unless it ends within
+        ``relayed_stream_grace_s`` + (bytes it delivered) / ``relayed_min_rate`` (bytes/s) of opening.
     """
 
     listen: tuple[str, ...] = (LOOPBACK_ANY_PORT,)
@@ -179,6 +184,10 @@ class P2pdOptions:
     conn_low: int = 6
     conn_high: int = 12
     conn_grace_s: float = 20.0
+    relayed_streams: int = 16
+    relayed_streams_per_sender: int = 2
+    relayed_stream_grace_s: float = 5.0
+    relayed_min_rate: float = 4096.0
     nat: NatOptions = NatOptions()
 
     def __post_init__(self) -> None:
@@ -188,6 +197,12 @@ class P2pdOptions:
                              "1 <= conn_low <= conn_high (conn_high=0 for unbounded)")
         if self.conn_high < 0 or self.conn_grace_s < 0:
             raise ValueError(f"conn_high={self.conn_high} and conn_grace_s={self.conn_grace_s} must not be negative")
+        if self.relayed_streams < 1 or self.relayed_streams_per_sender < 1:
+            raise ValueError(f"relayed_streams={self.relayed_streams} and relayed_streams_per_sender="
+                             f"{self.relayed_streams_per_sender} must be at least 1")
+        if self.relayed_stream_grace_s <= 0 or self.relayed_min_rate < 0:
+            raise ValueError(f"relayed_stream_grace_s={self.relayed_stream_grace_s} must be positive and "
+                             f"relayed_min_rate={self.relayed_min_rate} not negative")
         if not 0 < self.max_msg_bytes <= P2PD_MAX_MESSAGE_BYTES:
             raise ValueError(f"max_msg_bytes={self.max_msg_bytes} must be positive and at most what the daemon "
                              f"delivers ({P2PD_MAX_MESSAGE_BYTES})")

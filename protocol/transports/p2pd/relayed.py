@@ -19,9 +19,12 @@ brings into the same inbox as gossip:
   receiver answers a one-byte ACK and the sender closes only then: a message counts as sent once
   acknowledged. (Closing right after writing lost about 1 message in 15 here: the daemon closes and
   then resets the libp2p stream as soon as its client's socket ends, which can drop bytes still in
-  flight through the relay; a half-close ends the stream the same way.) Each read has a deadline; a
-  peer that opens streams and sends nothing costs a worker `timeout_s`, and at most
-  4 x INBOUND_WORKERS streams wait at once (more are dropped and counted).
+  flight through the relay; a half-close ends the stream the same way.)
+* each inbound stream has one deadline for the whole of it (time + bytes / minimum rate), at most
+  `relayed_streams` are read at once, each on a thread of its own, at most
+  `relayed_streams_per_sender` from one sender, and a newcomer displaces the heaviest sender's
+  oldest stream instead of being refused (stream_bounds.py): peers trickling bytes on many
+  streams cannot keep an honest one out. Cut streams are counted, never acknowledged.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ import multiaddr
 from .addrs import peer_id_bytes, peer_id_text
 from .control import ControlConnection, ControlError, varint
 from .shared import TAKEN_CUT, TAKEN_IN, Shared
+from .stream_bounds import StreamDeadline, StreamTable, TableEntry
 from proto import p2pd_control_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -48,7 +52,6 @@ MAX_TOPIC_BYTES = 256
 MAX_PER_STREAM = 64
 ACK = b"\x06"
 OUTBOUND_MAX = 256  # own messages waiting for relayed peers; beyond it the oldest is dropped (counted)
-INBOUND_WORKERS = 4
 SEND_TRIES = 4
 RETRY_BACKOFF_S = 0.25  # doubling between tries: 0.25, 0.5, 1 s
 BATCH_BYTES = 32 * 1024  # payload bytes per stream at most (one message may exceed it)
@@ -107,8 +110,10 @@ class RelayedGossip:
         self.outbound: collections.deque[tuple[str, bytes]] = collections.deque()
         self.wake = threading.Condition(shared.lock)
         self.refused_at: dict[str, float] = {}
-        self._workers = ThreadPoolExecutor(INBOUND_WORKERS, thread_name_prefix="p2pd-relayed-in")
-        self._pending = threading.BoundedSemaphore(4 * INBOUND_WORKERS)
+        o = shared.options
+        self._table = StreamTable(o.relayed_streams, o.relayed_streams_per_sender)
+        # one thread per stream in the table (a displaced stream's thread ends at once when cut)
+        self._workers = ThreadPoolExecutor(o.relayed_streams, thread_name_prefix="p2pd-relayed-in")
 
     # -- inbound ---------------------------------------------------------------------------------
     def serve(self, generation: int) -> None:
@@ -135,21 +140,38 @@ class RelayedGossip:
                     sock, _ = listener.accept()
                 except socket.timeout:
                     continue
-                if not self._pending.acquire(blocking=False):
-                    sock.close()  # every worker busy with slow streams: this one is dropped
-                    s.bump("relayed_dropped_busy")
-                    continue
-                self._workers.submit(self._take, sock)
+                self._admit(sock)
         except OSError:
             pass
         finally:
             listener.close()
 
-    def _take(self, sock: socket.socket) -> None:
+    def _admit(self, sock: socket.socket) -> None:
+        """Names the stream's sender (the daemon's StreamInfo, written as it connects to us), takes
+        the stream into the table, cuts what it displaced, and hands it to a thread of its own."""
         s = self.shared
+        stream = StreamDeadline(sock, s.options.relayed_stream_grace_s, s.options.relayed_min_rate)
+        conn = ControlConnection.on_socket(stream, s.options.control_timeout_s)
         try:
-            conn = ControlConnection.on_socket(sock, s.options.control_timeout_s)
             sender = peer_id_text(conn.read(pb.StreamInfo).peer)
+        except (ControlError, ValueError) as err:
+            s.bump("relayed_refused")
+            log.debug("relayed stream without a sender: %s", err)
+            conn.close()
+            return
+        entry = TableEntry(sender, stream.cut)
+        for displaced in self._table.admit(entry):
+            displaced.cut()  # its thread counts it (relayed_evicted) as its read ends
+        try:
+            self._workers.submit(self._take, conn, entry, stream)
+        except RuntimeError:  # closing: the pool takes no more
+            self._table.release(entry)
+            conn.close()
+
+    def _take(self, conn: ControlConnection, entry: TableEntry, stream: StreamDeadline) -> None:
+        s = self.shared
+        sender = entry.sender
+        try:
             count = conn._read_varint()
             if not 1 <= count <= MAX_PER_STREAM:
                 raise ControlError(f"a stream announced {count} messages (1 to {MAX_PER_STREAM} allowed)")
@@ -157,14 +179,16 @@ class RelayedGossip:
                 topic = conn.read_bytes(MAX_TOPIC_BYTES).decode("utf-8", "replace")
                 if not self.deliver(sender, topic, conn.read_bytes(s.options.max_msg_bytes)):
                     return  # a cut flooder: the rest of its stream is not read, nor acknowledged
-            sock.sendall(ACK)
+            stream.sendall(ACK)
             conn.next_bytes(0)  # the sender closes once it has the ACK (a frame instead is refused)
         except (ControlError, ValueError, OSError) as err:
-            s.bump("relayed_refused")
-            log.debug("relayed stream refused: %s", err)
+            outcome = ("relayed_evicted" if entry.evicted else "relayed_timed_out" if stream.timed_out
+                       else "relayed_refused")
+            s.bump(outcome)
+            log.debug("relayed stream from %s ended (%s): %s", sender, outcome, err)
         finally:
-            sock.close()
-            self._pending.release()
+            self._table.release(entry)
+            conn.close()
 
     def deliver(self, sender: str, topic: str, data: bytes) -> bool:
         """As gossip is delivered (Shared.take_in, under the authenticated sender); False once the

@@ -47,7 +47,9 @@ STAT_KEYS = (
     "relayed_sent", "relayed_send_failures",  # our messages on streams to relayed-only peers (relayed.py)
     "relayed_received",          # messages such peers brought on streams (delivered like gossip)
     "relayed_refused",           # inbound relayed streams that broke the framing or limits
-    "relayed_dropped_outbound", "relayed_dropped_busy",  # queue full; every inbound worker busy
+    "relayed_timed_out",         # inbound relayed streams cut at their deadline (stream_bounds.py)
+    "relayed_evicted",           # inbound relayed streams displaced by a newcomer (sender's cap, full table)
+    "relayed_dropped_outbound",  # our messages for relayed peers dropped: the queue was full
     "relayed_given_up",          # our messages a relayed peer never acknowledged after SEND_TRIES tries
     "relayed_too_big",           # our messages over MAX_RELAYED_BYTES: no relay carries them
 )
