@@ -84,6 +84,13 @@ TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited
 YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
 
 
+def _audit_size(group: Candidate | swarm_pb2.RolloutGroup | Received) -> int:
+    """The bytes the audit memory holds for `group` (node/peers/audit.py bounds them)."""
+    if isinstance(group, Received):
+        return len(group.data)
+    return (group.msg if isinstance(group, Candidate) else group).ByteSize()
+
+
 class SwarmExchange(HintTraffic):
     """Implements the loop's Exchange over any protocol.Transport; never blocks the loop.
 
@@ -122,7 +129,8 @@ class SwarmExchange(HintTraffic):
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
         self._requests = HintRequestQueue()  # unverified until we can answer one (node/peers/hint_requests.py)
         # each sender's latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
-        self._unaudited: Unaudited[Candidate | swarm_pb2.RolloutGroup | Received] = Unaudited()
+        self._unaudited: Unaudited[Candidate | swarm_pb2.RolloutGroup | Received] = Unaudited(
+            _audit_size, max_bytes=options.audit_max_bytes)
         # optional transport capability (p2pd: its peer cache ranks the peers whose groups we use first)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         # re-entrant: collect verifies its picks holding it (the pool's callback counts under it too);
