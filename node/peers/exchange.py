@@ -127,7 +127,8 @@ class SwarmExchange(HintTraffic):
                                           time.time if self.ingest_mode == "background" else None)
         self._init_counters()
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
-        self._requests = HintRequestQueue()  # unverified until we can answer one (node/peers/hint_requests.py)
+        # unverified until we can answer one (node/peers/hint_requests.py); established origins' kept first
+        self._requests = HintRequestQueue(established=lambda peer: self._sender_class(peer) == ESTABLISHED)
         # each sender's latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
         self._unaudited: Unaudited[Candidate | swarm_pb2.RolloutGroup | Received] = Unaudited(
             _audit_size, max_bytes=options.audit_max_bytes)
