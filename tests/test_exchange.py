@@ -95,8 +95,7 @@ def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp
     liar.completions[1].claimed_reward = 1.0  # claims a wrong answer was right
     send("liar", seal_message(hostile, liar, 13, now_ms))
     unknown = honest_group(node, 4)
-    unknown.task_ref.source = "reasoning_gym"
-    unknown.task_ref.dataset = "leg_counting"  # not in this node's sources
+    unknown.task_ref.config_digest = "0" * 16  # a family of ours named wrongly (another source: not configured)
     send("stranger", seal_message(hostile, unknown, 14, now_ms))
     for i, value in enumerate([math.nan, 0.5]):
         bad = honest_group(node, 5 + i)
@@ -121,6 +120,32 @@ def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp
     assert [r["round"] for r in read_metrics(tmp_path)] == [0, 1, 2]
     scores = {p.peer_id: p for p in status["peers"]}
     assert scores[hostile.peer_id()].score < 0 < scores[honest.peer_id()].score
+
+
+def test_a_peer_with_a_family_we_lack_costs_nothing_net_unlike_one_naming_ours_wrongly(node, bus):
+    """An honest peer whose task family (or reasoning-gym seed) we do not configure was banned in
+    1-4 minutes (unknown_task -0.2 against +0.1 a message); a ref to a family of ours that we cannot
+    rebuild (digest, index, a held-out question) still costs."""
+    lacking, lacking_key = peer(bus, "lacking"), NodeIdentity.generate()
+    wrong, wrong_key = peer(bus, "wrong"), NodeIdentity.generate()
+    now_ms = int(time.time() * 1000)
+    for i in range(150):
+        other_family = honest_group(node, i)
+        other_family.task_ref.source = "reasoning_gym"
+        other_family.task_ref.dataset = "leg_counting"  # not in this node's sources
+        lacking.publish(TOPIC, seal_message(lacking_key, other_family, 1 + i, now_ms))
+        misnamed = honest_group(node, i)
+        misnamed.task_ref.config_digest = "0" * 16
+        wrong.publish(TOPIC, seal_message(wrong_key, misnamed, 1 + i, now_ms))
+        if i % 50 == 49:  # rounds of 50: inline ingest scores a round's drain before its refusals, and a
+            node.exchange.collect(i // 50)  # positive score is capped at 10
+    status = node.exchange.status()
+    assert status["rejected_by_reason"]["task_not_configured"] == 150
+    assert status["rejected_by_reason"]["unknown_task"] >= 100  # until its ban
+    scores = {p.peer_id: p for p in status["peers"]}
+    lacking_score = scores[lacking_key.peer_id()]
+    assert not lacking_score.banned and lacking_score.accepted == 150 and abs(lacking_score.score) < 0.01
+    assert scores[wrong_key.peer_id()].banned
 
 
 def test_sender_answers_only_when_opted_in(node, bus):
