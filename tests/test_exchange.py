@@ -15,7 +15,8 @@ from node.observe.metrics import RoundTable, read_metrics
 from node.service.join import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
-from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, topic_name
+from node.peers.ingest import ESTABLISHED, YOUNG, Staging
+from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, Received, topic_name
 from protocol.testing import forge, seal_message, tamper_body
 
 SWARM = "t"
@@ -146,6 +147,34 @@ def test_a_peer_with_a_family_we_lack_costs_nothing_net_unlike_one_naming_ours_w
     lacking_score = scores[lacking_key.peer_id()]
     assert not lacking_score.banned and lacking_score.accepted == 150 and abs(lacking_score.score) < 0.01
     assert scores[wrong_key.peer_id()].banned
+
+
+def test_the_staging_lane_follows_the_signer_once_authenticated(tmp_path, bus, tiny_config):
+    """Staging runs before the Ingress, so it classes a message by its delivering host; once the
+    host's messages are authenticated, by their signer: an established host publishing a fresh key's
+    messages stages young, and a host whose id is not its key stages as its key."""
+    cfg = tiny_config(f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0",
+                      "swarm.admission.young_groups=1", "swarm.admission.young_rounds=0")
+    node = memory_bus_node(cfg, tmp_path, bus, "receiver")
+    exchange = node.exchange
+    established, fresh = NodeIdentity.generate(), NodeIdentity.generate()
+    host = established.peer_id()
+    established_out, host_transport = Outbox(established), peer(bus, host)  # the host's id is its key
+    established_out.publish(host_transport, SWARM, honest_group(node, 0))
+    exchange.collect(0)
+    exchange.collect(1)
+    staging = Staging(per_sender=8, max_total=100, sender_class=exchange._sender_class)
+    staging.add(TOPIC, [Received(host, b"", 0.0)])
+    assert staging.lanes[ESTABLISHED].queued(host) == 1
+    host_transport.publish(TOPIC, Outbox(fresh).seal(honest_group(node, 1)))  # a fresh key's
+    exchange.collect(2)
+    staging.add(TOPIC, [Received(host, b"", 0.0)])
+    assert staging.lanes[YOUNG].queued(host) == 2 and not staging.lanes[ESTABLISHED].queued(host)
+    named = peer(bus, "a-bus-name")  # a host whose id is not its key: classed by its key once authenticated
+    assert exchange._sender_class("a-bus-name") == YOUNG
+    established_out.publish(named, SWARM, honest_group(node, 2))
+    exchange.collect(3)
+    assert exchange._sender_class("a-bus-name") == ESTABLISHED
 
 
 def test_sender_answers_only_when_opted_in(node, bus):

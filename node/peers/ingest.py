@@ -7,7 +7,8 @@ Identities are free, so a verification budget shared round-robin by every origin
 whoever has the most origins: 1,000 fresh keys would leave an established peer one turn in a
 thousand, and its groups would expire unverified. Staging therefore keeps two lanes, by what
 `sender_class(peer)` says now (node/peers/admission.py: "established", or "young" for young and unknown
-origins), and young senders together get at most `young_share` of each round's verification
+origins; the exchange classes a delivering host by the key it was last authenticated publishing for,
+node/peers/signers.py), and young senders together get at most `young_share` of each round's verification
 budget (messages, bytes, seconds) and of staging capacity; established senders get the rest, and
 what young ones leave unused. Within a lane, peers are served round-robin, oldest message first.
 
