@@ -69,8 +69,9 @@ def test_the_audit_memory_stays_within_its_byte_bound_under_a_skim_of_1_mb_messa
             transport.publish(topic_name(SWARM, "rollouts"), raw)
     exchange.collect(2)
     assert exchange.last_round["messages_skimmed"] == 60  # 60 MB skimmed; counts alone kept 48 of them
+    reported = exchange.status()["audit_memory"]["bytes"]  # what `swarm-node status --json` shows
     held = held_bytes(exchange._unaudited)
-    assert 0.75 * AUDIT_MAX_BYTES < held <= AUDIT_MAX_BYTES
+    assert 0.75 * AUDIT_MAX_BYTES < held <= AUDIT_MAX_BYTES and reported == held
 
 
 def test_the_audit_memory_takes_from_the_sender_holding_the_most_bytes():
