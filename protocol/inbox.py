@@ -114,21 +114,28 @@ class FairBuffer(Generic[T]):
             self.evict()
             reasons.append(FULL)
         while self.max_bytes is not None and self._total_bytes > self.max_bytes:
-            self._drop_oldest(self._by_bytes.top())
+            self.evict(by_bytes=True)
             reasons.append(FULL)
         return reasons
 
-    def heaviest(self) -> tuple[str, int] | None:
-        """The sender that `evict` would take from, and how many items it holds (None when empty)."""
+    def heaviest(self, by_bytes: bool = False) -> tuple[str, int] | None:
+        """The sender that `evict(by_bytes)` would take from, and how many items (bytes) it holds
+        (None when empty)."""
         if not self._queues:
             return None
-        sender = self._by_items.top()
-        return sender, len(self._queues[sender])
+        sender = self._heap(by_bytes).top()
+        return sender, self._bytes[sender] if by_bytes else len(self._queues[sender])
 
-    def evict(self) -> tuple[str, T]:
-        """Drops (and counts) the heaviest sender's oldest item; returns its sender and the item."""
-        sender = self._by_items.top()
+    def evict(self, by_bytes: bool = False) -> tuple[str, T]:
+        """Drops (and counts) the oldest item of the sender holding the most items (bytes); returns
+        its sender and the item."""
+        sender = self._heap(by_bytes).top()
         return sender, self._drop_oldest(sender)
+
+    def _heap(self, by_bytes: bool) -> _Heaviest:
+        if by_bytes and self._by_bytes is None:
+            raise ValueError("a FairBuffer without max_bytes does not measure bytes")
+        return self._by_bytes if by_bytes else self._by_items
 
     def take(self, max_items: int | None = None) -> list[T]:
         """Removes up to `max_items` (all if None) items picked round-robin across senders, and

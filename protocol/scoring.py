@@ -2,6 +2,8 @@
 
 Events are plain strings: "accepted", every rejection Reason, and evidence that only node/ can
 see ("wrong_reward": claimed reward disagrees with the locally recomputed one; "unknown_task";
+"task_not_configured": a task family or seed the receiver does not configure, which cancels the
+message's "accepted" and no more, as an honest peer with another task mix sends it;
 "hint_leaks_answer": a hint that contains the task's answer).
 A score below `ban_threshold` bans the peer for `ban_base_s * 2^(bans so far)` (capped), resets
 its score to 0 and, after the ban, lets it earn its way back. Scores decay exponentially toward
@@ -27,12 +29,17 @@ log = logging.getLogger(__name__)
 ACCEPTED = "accepted"
 WRONG_REWARD = "wrong_reward"
 UNKNOWN_TASK = "unknown_task"
+UNCONFIGURED_TASK = "task_not_configured"
 HINT_LEAK = "hint_leaks_answer"
+_ACCEPTED_WEIGHT = 0.1
 
 DEFAULT_WEIGHTS: Mapping[str, float] = {
-    ACCEPTED: 0.1,
+    ACCEPTED: _ACCEPTED_WEIGHT,
     WRONG_REWARD: -2.0,
-    UNKNOWN_TASK: -0.2,     # could be an honest peer with a dataset we lack
+    UNKNOWN_TASK: -0.2,     # a family we configure, named wrongly (digest, index, a held-out question)
+    # a family or seed we do not configure: nothing net, so an honest peer with a dataset we lack is
+    # never banned for it (at -0.2 it was, in 1-4 minutes) nor earns credit with it
+    UNCONFIGURED_TASK: -_ACCEPTED_WEIGHT,
     HINT_LEAK: -2.0,        # a hint that gives the answer away: poisoned, or a careless writer
     # pre-authentication: charged to the transport peer
     Reason.RATE_LIMITED: 0.0,   # dropped, not misbehaviour: an honest peer may briefly out-send us

@@ -15,7 +15,8 @@ from node.observe.metrics import RoundTable, read_metrics
 from node.service.join import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
-from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, topic_name
+from node.peers.ingest import ESTABLISHED, YOUNG, Staging
+from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox, Received, topic_name
 from protocol.testing import forge, seal_message, tamper_body
 
 SWARM = "t"
@@ -95,8 +96,7 @@ def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp
     liar.completions[1].claimed_reward = 1.0  # claims a wrong answer was right
     send("liar", seal_message(hostile, liar, 13, now_ms))
     unknown = honest_group(node, 4)
-    unknown.task_ref.source = "reasoning_gym"
-    unknown.task_ref.dataset = "leg_counting"  # not in this node's sources
+    unknown.task_ref.config_digest = "0" * 16  # a family of ours named wrongly (another source: not configured)
     send("stranger", seal_message(hostile, unknown, 14, now_ms))
     for i, value in enumerate([math.nan, 0.5]):
         bad = honest_group(node, 5 + i)
@@ -121,6 +121,60 @@ def test_node_survives_every_hostile_input_and_counts_each_reason(node, bus, tmp
     assert [r["round"] for r in read_metrics(tmp_path)] == [0, 1, 2]
     scores = {p.peer_id: p for p in status["peers"]}
     assert scores[hostile.peer_id()].score < 0 < scores[honest.peer_id()].score
+
+
+def test_a_peer_with_a_family_we_lack_costs_nothing_net_unlike_one_naming_ours_wrongly(node, bus):
+    """An honest peer whose task family (or reasoning-gym seed) we do not configure was banned in
+    1-4 minutes (unknown_task -0.2 against +0.1 a message); a ref to a family of ours that we cannot
+    rebuild (digest, index, a held-out question) still costs."""
+    lacking, lacking_key = peer(bus, "lacking"), NodeIdentity.generate()
+    wrong, wrong_key = peer(bus, "wrong"), NodeIdentity.generate()
+    now_ms = int(time.time() * 1000)
+    for i in range(150):
+        other_family = honest_group(node, i)
+        other_family.task_ref.source = "reasoning_gym"
+        other_family.task_ref.dataset = "leg_counting"  # not in this node's sources
+        lacking.publish(TOPIC, seal_message(lacking_key, other_family, 1 + i, now_ms))
+        misnamed = honest_group(node, i)
+        misnamed.task_ref.config_digest = "0" * 16
+        wrong.publish(TOPIC, seal_message(wrong_key, misnamed, 1 + i, now_ms))
+        if i % 50 == 49:  # rounds of 50: inline ingest scores a round's drain before its refusals, and a
+            node.exchange.collect(i // 50)  # positive score is capped at 10
+    status = node.exchange.status()
+    assert status["rejected_by_reason"]["task_not_configured"] == 150
+    assert status["rejected_by_reason"]["unknown_task"] >= 100  # until its ban
+    scores = {p.peer_id: p for p in status["peers"]}
+    lacking_score = scores[lacking_key.peer_id()]
+    assert not lacking_score.banned and lacking_score.accepted == 150 and abs(lacking_score.score) < 0.01
+    assert scores[wrong_key.peer_id()].banned
+
+
+def test_the_staging_lane_follows_the_signer_once_authenticated(tmp_path, bus, tiny_config):
+    """Staging runs before the Ingress, so it classes a message by its delivering host; once the
+    host's messages are authenticated, by their signer: an established host publishing a fresh key's
+    messages stages young, and a host whose id is not its key stages as its key."""
+    cfg = tiny_config(f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0",
+                      "swarm.admission.young_groups=1", "swarm.admission.young_rounds=0")
+    node = memory_bus_node(cfg, tmp_path, bus, "receiver")
+    exchange = node.exchange
+    established, fresh = NodeIdentity.generate(), NodeIdentity.generate()
+    host = established.peer_id()
+    established_out, host_transport = Outbox(established), peer(bus, host)  # the host's id is its key
+    established_out.publish(host_transport, SWARM, honest_group(node, 0))
+    exchange.collect(0)
+    exchange.collect(1)
+    staging = Staging(per_sender=8, max_total=100, sender_class=exchange._sender_class)
+    staging.add(TOPIC, [Received(host, b"", 0.0)])
+    assert staging.lanes[ESTABLISHED].queued(host) == 1
+    host_transport.publish(TOPIC, Outbox(fresh).seal(honest_group(node, 1)))  # a fresh key's
+    exchange.collect(2)
+    staging.add(TOPIC, [Received(host, b"", 0.0)])
+    assert staging.lanes[YOUNG].queued(host) == 2 and not staging.lanes[ESTABLISHED].queued(host)
+    named = peer(bus, "a-bus-name")  # a host whose id is not its key: classed by its key once authenticated
+    assert exchange._sender_class("a-bus-name") == YOUNG
+    established_out.publish(named, SWARM, honest_group(node, 2))
+    exchange.collect(3)
+    assert exchange._sender_class("a-bus-name") == ESTABLISHED
 
 
 def test_sender_answers_only_when_opted_in(node, bus):

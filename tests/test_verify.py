@@ -33,6 +33,10 @@ def unknown_ref(msg) -> None:
     msg.task_ref.dataset = "leg_counting"  # not in this node's sources
 
 
+def bad_digest(msg) -> None:
+    msg.task_ref.config_digest = "0" * 16  # a family we configure, named wrongly
+
+
 def refused(result, reason: str) -> Refusal:
     assert isinstance(result, Refusal), result
     assert result.reason == reason, result
@@ -62,12 +66,15 @@ def test_a_hinted_group_is_refused_without_blame(node):
 def test_an_unknown_task_is_blamed_unless_sender_answers_are_accepted(node):
     msg = honest_group(node, 0)
     unknown_ref(msg)
-    refusal = refused(verify_group(SENDER, msg, context(node)), "unknown_task")
+    refusal = refused(verify_group(SENDER, msg, context(node)), "task_not_configured")  # a source we lack
     assert refusal.detail  # what the task source said
     group = verify_group(SENDER, msg, context(node, accept_sender_answers=True))
     assert isinstance(group, ScoredGroup) and group.rewards == [1.0, 0.0, 1.0, 0.0]  # the sender's answer
     msg.answer = ""  # nothing to score against: unknown again, blamed
-    refused(verify_group(SENDER, msg, context(node, accept_sender_answers=True)), "unknown_task")
+    refused(verify_group(SENDER, msg, context(node, accept_sender_answers=True)), "task_not_configured")
+    wrong = honest_group(node, 0)
+    bad_digest(wrong)
+    refused(verify_group(SENDER, wrong, context(node)), "unknown_task")
 
 
 def test_a_sender_question_outside_our_vocabulary_is_untokenizable(node):
@@ -141,6 +148,8 @@ def test_hints(node):
     assert refused(verify_hint(hint(task, "é"), context(node)), "untokenizable").detail.startswith("hint: ")
     unknown = hint(task, "m=")
     unknown_ref(unknown)
+    refused(verify_hint(unknown, context(node)), "task_not_configured")
+    bad_digest(unknown := hint(task, "m="))
     refused(verify_hint(unknown, context(node)), "unknown_task")
 
 

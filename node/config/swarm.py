@@ -127,6 +127,9 @@ class IngestConfig(_Section):
                                    "peer's oldest are dropped (counted)")
     staged_max: int = Field(2048, ge=1, description="messages waiting in all; beyond it the heaviest sender's "
                             "oldest are dropped (counted)")
+    staged_max_bytes: int = Field(64 * 1024 * 1024, ge=1, description="bytes waiting in all; beyond it the sender "
+                                  "holding the most bytes loses its oldest (counted); young senders hold at most "
+                                  "young_share of it")
     young_share: float = Field(0.25, gt=0, le=1, description="background ingest: young and unknown senders "
                                "together get at most this share of each round's verification budget and of "
                                "staging; established senders are served first with the rest (1,000 fresh origins "
@@ -222,7 +225,8 @@ RENAMED_KEYS: dict[str, str] = {
     **{f"swarm.peer_cache_{k}": f"swarm.peer_cache.{k}" for k in PeerCacheConfig.model_fields if k != "enabled"},
     "swarm.peer_cache": "swarm.peer_cache.enabled",
     **{f"swarm.{k}": f"swarm.p2pd.{k}" for k in FLAT_P2PD_KEYS},
-    **{f"swarm.ingest_{k}": f"swarm.ingest.{k}" for k in IngestConfig.model_fields if k != "mode"},
+    **{f"swarm.ingest_{k}": f"swarm.ingest.{k}" for k in IngestConfig.model_fields
+       if k not in ("mode", "staged_max_bytes")},  # (staged_max_bytes came after the sections)
     "swarm.ingest": "swarm.ingest.mode",
     **{f"swarm.pool_{k}": f"swarm.pool.{k}" for k in PoolConfig.model_fields},
     **{f"swarm.{k}": f"swarm.admission.{k}" for k in FLAT_ADMISSION_KEYS},
@@ -281,6 +285,9 @@ class SwarmConfig(_Section):
     audit_per_round: int = Field(2, ge=0, description="peer groups verified each round although the mix did not "
                                  "pick them (one of the latest of randomly chosen senders): a sender of wrong rewards is "
                                  "caught even when its groups are never picked")
+    audit_max_bytes: int = Field(32 * 1024 * 1024, ge=1, description="bytes the audit keeps of senders' "
+                                 "unverified groups at most (4 each, 1024 senders); beyond it the sender holding the "
+                                 "most loses its oldest")
     pool: PoolConfig = Field(default_factory=PoolConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     max_external_tokens: int | None = Field(None, ge=1, description="refuse a peer completion longer than this in "

@@ -1,25 +1,35 @@
 """What the exchange's audit draws from (node/peers/exchange.py `_audit`): each sender's latest groups
 that nobody verified, whatever they are (a prechecked `Candidate`, a zero-variance claim, or skimmed
 bytes). Bounded: AUDIT_KEPT per sender, MAX_AUDIT_SENDERS senders (the least recently heard from
-forgotten first). Not thread-safe: the exchange uses it under its lock."""
+forgotten first) and AUDIT_MAX_BYTES in all, as `size(group)` measures them: past it the sender
+holding the most bytes loses its oldest (the rule of protocol/inbox.py), so a sender of big messages
+pays for them. Counts alone let 4 x 1024 skimmed messages of up to 1 MiB each be held: about 4 GiB.
+The audit re-verifies a group, so it keeps the group, not a digest of it. Not thread-safe: the
+exchange uses it under its lock."""
 from __future__ import annotations
 
 import random
-from collections import OrderedDict, deque
-from typing import Generic, TypeVar
+from collections import Counter, OrderedDict, deque
+from typing import Callable, Generic, TypeVar
 
 AUDIT_KEPT = 4  # a sender's latest unverified groups the audit draws from
 MAX_AUDIT_SENDERS = 1024  # senders whose unverified groups are kept for the audit (the oldest forgotten)
+AUDIT_MAX_BYTES = 32 * 1024 * 1024  # what they may hold in all
 
 G = TypeVar("G")
 
 
 class Unaudited(Generic[G]):
-    """sender -> its latest groups not verified yet (module doc)."""
+    """sender -> its latest groups not verified yet (module doc). `size(group)`: its bytes."""
 
-    def __init__(self, kept: int = AUDIT_KEPT, max_senders: int = MAX_AUDIT_SENDERS):
-        self.kept, self.max_senders = kept, max_senders
-        self._by_sender: OrderedDict[str, deque[G]] = OrderedDict()
+    def __init__(self, size: Callable[[G], int], kept: int = AUDIT_KEPT, max_senders: int = MAX_AUDIT_SENDERS,
+                 max_bytes: int = AUDIT_MAX_BYTES):
+        if max_bytes < 1:
+            raise ValueError(f"the audit memory needs max_bytes >= 1, got {max_bytes}")
+        self.size, self.kept, self.max_senders, self.max_bytes = size, kept, max_senders, max_bytes
+        self._by_sender: OrderedDict[str, deque[tuple[G, int]]] = OrderedDict()  # (group, its bytes)
+        self._bytes: Counter[str] = Counter()
+        self.nbytes = 0
 
     def __len__(self) -> int:
         return len(self._by_sender)
@@ -27,15 +37,21 @@ class Unaudited(Generic[G]):
     def remember(self, sender: str, group: G) -> None:
         """One of the sender's latest groups not verified yet: not only the latest is kept, or a
         sender whose latest is always an honest group the mix picks would never be audited."""
-        self._by_sender.setdefault(sender, deque(maxlen=self.kept)).append(group)
+        kept = self._by_sender.setdefault(sender, deque())
+        kept.append((group, self.size(group)))
+        self._add(sender, kept[-1][1])
+        if len(kept) > self.kept:
+            self._take(sender, 0)
         self._by_sender.move_to_end(sender)
         while len(self._by_sender) > self.max_senders:
-            self._by_sender.popitem(last=False)
+            self._forget_sender(next(iter(self._by_sender)))
+        while self.nbytes > self.max_bytes:
+            self._take(max(self._bytes, key=self._bytes.__getitem__), 0)  # the heaviest sender's oldest
 
     def forget(self, sender: str, group: G) -> None:
         """`group` (by identity) is being verified now: nothing left to audit there."""
         kept = self._by_sender.get(sender)
-        for index, held in enumerate(kept or ()):
+        for index, (held, _) in enumerate(kept or ()):
             if held is group:
                 self._take(sender, index)
                 return
@@ -46,10 +62,19 @@ class Unaudited(Generic[G]):
         chosen = rng.sample(sorted(self._by_sender), min(senders, len(self._by_sender)))
         return [(sender, self._take(sender, rng.randrange(len(self._by_sender[sender])))) for sender in chosen]
 
+    def _add(self, sender: str, nbytes: int) -> None:
+        self._bytes[sender] += nbytes
+        self.nbytes += nbytes
+
+    def _forget_sender(self, sender: str) -> None:
+        del self._by_sender[sender]
+        self.nbytes -= self._bytes.pop(sender, 0)
+
     def _take(self, sender: str, index: int) -> G:
         kept = self._by_sender[sender]
-        group = kept[index]
+        group, nbytes = kept[index]
         del kept[index]
+        self._add(sender, -nbytes)
         if not kept:
-            del self._by_sender[sender]
+            self._forget_sender(sender)
         return group

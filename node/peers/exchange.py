@@ -58,6 +58,7 @@ from node.peers.ingest import ESTABLISHED, YOUNG, IngestWorker, Staged
 from node.peers.pool import GroupPool, PoolEntry
 from node.peers.reasons import DISAGREES, OUTBOUND_INVALID, OWN, VERIFY_ERROR
 from node.peers.refusals import Refusals
+from node.peers.signers import SEVERAL, HostSigners
 from node.peers.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group, timed,
                          verify_candidate)
 from node.peers.wire import to_wire
@@ -83,6 +84,13 @@ EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokeniz
 TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited", "groups_verified_unused",
            *(f"t_exchange_{phase}" for phase in EXCHANGE_PHASES))
 YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
+
+
+def _audit_size(group: Candidate | swarm_pb2.RolloutGroup | Received) -> int:
+    """The bytes the audit memory holds for `group` (node/peers/audit.py bounds them)."""
+    if isinstance(group, Received):
+        return len(group.data)
+    return (group.msg if isinstance(group, Candidate) else group).ByteSize()
 
 
 class SwarmExchange(HintTraffic):
@@ -123,9 +131,12 @@ class SwarmExchange(HintTraffic):
                                           options.trusted_keys)
         self._init_counters()
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
-        self._requests = HintRequestQueue()  # unverified until we can answer one (node/peers/hint_requests.py)
+        self._signers = HostSigners()  # the key each delivering host publishes for (node/peers/signers.py)
+        # unverified until we can answer one (node/peers/hint_requests.py); established origins' kept first
+        self._requests = HintRequestQueue(established=lambda peer: self._sender_class(peer) == ESTABLISHED)
         # each sender's latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
-        self._unaudited: Unaudited[Candidate | swarm_pb2.RolloutGroup | Received] = Unaudited()
+        self._unaudited: Unaudited[Candidate | swarm_pb2.RolloutGroup | Received] = Unaudited(
+            _audit_size, max_bytes=options.audit_max_bytes)
         # optional transport capabilities (p2pd: its peer cache ranks the peers whose groups we use first;
         # p2pd and the memory bus: a peer's network group, protocol/netgroups.py, for admission)
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
@@ -224,13 +235,22 @@ class SwarmExchange(HintTraffic):
         """One message through the Ingress, counted (messages_checked) and timed."""
         self._count(self._work, "messages_checked")
         with self._timed("ingress"):
-            return self.ingress.accept_received(item, kinds)
+            verified = self.ingress.accept_received(item, kinds)
+        self._note_signers([verified] if verified is not None else [])
+        return verified
+
+    def _note_signers(self, accepted: list[Verified]) -> None:
+        with self._lock:
+            for verified in accepted:
+                self._signers.authenticated(verified.from_peer, verified.sender)
 
     def _sender_class(self, from_peer: str) -> str:
-        """Staging's lane for a delivering peer: established at admission, or young (unknown included).
-        A host's origin id is its signing key, so an honest peer's earned weight carries over."""
+        """Staging's lane (and the hint-request queue's class) for a delivering host: that of the key
+        it was last authenticated publishing for (node/peers/signers.py; its own id until then),
+        established at admission, or young (unknown, and a host delivering for several keys, included)."""
         with self._lock:
-            return YOUNG if self.pool.admission.is_young(from_peer) else ESTABLISHED
+            signer = self._signers.signer_of(from_peer)
+            return YOUNG if signer == SEVERAL or self.pool.admission.is_young(signer) else ESTABLISHED
 
     def _verify_staged(self, staged: Staged) -> None:
         """One message from the transport, whatever its topic (the background worker's callback)."""
@@ -348,6 +368,7 @@ class SwarmExchange(HintTraffic):
             self._count(self._work, "messages_checked", len(drained))
             with self._timed("ingress"):
                 accepted = self.ingress.accept_many(drained, self._topic_kinds[topic])
+            self._note_signers(accepted)
             for verified in accepted:
                 self._guarded(verified.from_peer, lambda: self._take(topic, verified, round_index))
 

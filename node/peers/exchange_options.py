@@ -14,6 +14,7 @@ from typing import Callable, Literal
 
 from node.config.schema import NodeConfig
 from node.config.swarm import AdmissionConfig, PoolConfig
+from node.peers.audit import AUDIT_MAX_BYTES
 from node.peers.ingest import IngestBudget
 from node.peers.pool import SamplingPolicy
 from proto import swarm_pb2
@@ -36,6 +37,7 @@ class ExchangeOptions:
     seed: int = 0  # the mix's own RNG stream (never the training RNG)
     external_per_round: int = 4  # J
     audit_per_round: int = 2
+    audit_max_bytes: int = AUDIT_MAX_BYTES  # the audit memory's bound (node/peers/audit.py)
     sampling_policy: SamplingPolicy = "per_sender"
     composition: Literal["sapo", "cross_actor"] = "sapo"
     pool: PoolConfig = field(default_factory=PoolConfig)
@@ -63,6 +65,7 @@ class ExchangeOptions:
                    sampling=swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                                      max_new_tokens=cfg.sampling.max_new_tokens),
                    external_per_round=s.external_per_round, audit_per_round=s.audit_per_round,
+                   audit_max_bytes=s.audit_max_bytes,
                    sampling_policy=s.sampling_policy, composition=s.composition, pool=s.pool,
                    admission=s.admission, ingest=ingest or s.ingest.mode, budget=s.ingest.to_options(),
                    clock=clock, swarm_clock=swarm_clock, trusted_keys=named_keys([*s.peers, *s.relays]))

@@ -40,6 +40,7 @@ def exchange_status(ex) -> dict:
             "ingest": ingest,
             "admission": admission,
             "hint_requests": {"waiting": len(ex._requests), **ex._requests.dropped},
+            "audit_memory": {"senders": len(ex._unaudited), "bytes": ex._unaudited.nbytes},
             "exchange_totals": {key: round(value, 6) for key, value in ex.totals.items()},
         }
 

@@ -15,13 +15,18 @@ hint is not sent (the peer asks again the next time it fails the task). Nothing 
 served is always what the Ingress authenticated.
 
 Bounds: `capacity` requests in all; a delivering peer past `per_sender` loses its oldest; when full,
-the heaviest delivering peer loses its oldest (the rule of every per-sender buffer,
-protocol/inbox.py). A request older than `max_wait_s` goes unverified.
+a delivering peer loses its oldest: one that is not established (`established(peer)`,
+node/peers/admission.py) before one that is, then the heaviest (the rule of every per-sender buffer,
+protocol/inbox.py), and among equally heavy ones the newest origin (whose oldest waiting request
+arrived last). Requests are unauthenticated and origins free: with the oldest origin paying ties,
+64 requests from 64 fresh origins pushed out an honest peer's one. A request older than
+`max_wait_s` goes unverified.
 """
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from typing import Callable
 
 from protocol.transports.base import Received
 
@@ -39,8 +44,10 @@ class Waiting:
 class HintRequestQueue:
     """Waiting requests by task key, oldest first. Not thread-safe: the exchange locks it."""
 
-    def __init__(self, capacity: int = 64, per_sender: int = 8, max_wait_s: float = 300.0):
+    def __init__(self, capacity: int = 64, per_sender: int = 8, max_wait_s: float = 300.0,
+                 established: Callable[[str], bool] = lambda peer: False):
         self.capacity, self.per_sender, self.max_wait_s = capacity, per_sender, max_wait_s
+        self.established = established
         self._waiting: OrderedDict[str, Waiting] = OrderedDict()
         self._by_sender: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
@@ -59,8 +66,7 @@ class HintRequestQueue:
         self._waiting[key] = Waiting(item, ref)
         self._by_sender[sender] += 1
         while len(self._waiting) > self.capacity:
-            heaviest = max(self._by_sender, key=lambda s: self._by_sender[s])
-            self._drop(self._oldest_of(heaviest), FULL)
+            self._drop(self._oldest_of(self._to_drop()), FULL)
 
     def waiting(self, now: float) -> list[tuple[str, Waiting]]:
         """Every request still fresh at `now` (the arrival clock's time), oldest first; the expired
@@ -73,6 +79,13 @@ class HintRequestQueue:
         waiting = self._waiting.pop(key)
         self._forget(waiting.item.from_peer)
         return waiting
+
+    def _to_drop(self) -> str:
+        """The delivering peer that loses a request when full (module doc)."""
+        arrival = {}  # sender -> the position of its oldest waiting request
+        for position, waiting in enumerate(self._waiting.values()):
+            arrival.setdefault(waiting.item.from_peer, position)
+        return max(self._by_sender, key=lambda s: (not self.established(s), self._by_sender[s], arrival[s]))
 
     def _oldest_of(self, sender: str) -> str:
         return next(k for k, w in self._waiting.items() if w.item.from_peer == sender)

@@ -7,13 +7,16 @@ Identities are free, so a verification budget shared round-robin by every origin
 whoever has the most origins: 1,000 fresh keys would leave an established peer one turn in a
 thousand, and its groups would expire unverified. Staging therefore keeps two lanes, by what
 `sender_class(peer)` says now (node/peers/admission.py: "established", or "young" for young and unknown
-origins), and young senders together get at most `young_share` of each round's verification
+origins; the exchange classes a delivering host by the key it was last authenticated publishing for,
+node/peers/signers.py), and young senders together get at most `young_share` of each round's verification
 budget (messages, bytes, seconds) and of staging capacity; established senders get the rest, and
 what young ones leave unused. Within a lane, peers are served round-robin, oldest message first.
 
 When more arrives than the worker may verify, a lane drops from its heaviest sender (the peer with
-the most staged messages loses its oldest; protocol/inbox.py's FairBuffer, the rule every bounded
-per-sender buffer follows), never oldest-first across everyone: a flooder fills only its own queue.
+the most staged messages, or past the byte bound the most bytes, loses its oldest; protocol/inbox.py's
+FairBuffer, the rule every bounded per-sender buffer follows), never oldest-first across everyone: a
+flooder fills only its own queue. Staging is bounded by bytes as well as by count (`staged_max_bytes`):
+2,048 messages of up to 1 MiB would be 2 GiB.
 A message that waited more than `max_wait_s` seconds is dropped unverified when its sender's turn
 comes, and that same turn verifies the sender's next fresh message (protocol/inbox.py
 `take_fresh`): an expired message never costs its sender the turn, so a sender served one turn in N
@@ -57,6 +60,7 @@ class IngestBudget:
     max_share: float = 0.05          # of wall time the worker may spend verifying (GIL shared with training)
     staged_per_sender: int = 64      # staged messages per delivering peer
     staged_max: int = 2048           # staged messages in all
+    staged_max_bytes: int = 64 * 1024 * 1024  # staged bytes in all (messages of up to 1 MiB)
     young_share: float = 0.25        # of the budget and of staging that young senders share at most
     heard_every_s: float = 1.0       # an established sender's message is verified this often at least, budget or not
     max_wait_s: float = 10.0         # a message staged longer than this is dropped unverified at its sender's turn
@@ -69,28 +73,39 @@ class Staged:
     staged_at: float = 0.0  # time.monotonic() when staged: it expires `max_wait_s` later
 
 
+def _staged_bytes(staged: Staged) -> int:
+    return len(staged.item.data)
+
+
 class Staging:
     """Messages waiting for verification, in a lane per sender class, each lane a FairBuffer
     (protocol/inbox.py: a per-sender quota, the heaviest sender's oldest goes when full, round-robin
     take). Not thread-safe (one owner). Young senders together hold at most `young_share` of
-    `max_total`; established senders may use the rest and whatever young ones leave free. When the
-    lanes together are full, the lane whose heaviest sender holds more loses (ties: young pays)."""
+    `max_total` messages and of `max_bytes` bytes; established senders may use the rest and whatever
+    young ones leave free. When the lanes together are full, the lane whose heaviest sender holds
+    more (messages, or bytes when the byte bound is what was passed) loses (ties: young pays)."""
 
     def __init__(self, per_sender: int, max_total: int, sender_class: Callable[[str], str],
-                 young_share: float = 1.0):
+                 young_share: float = 1.0, max_bytes: int = IngestBudget.staged_max_bytes):
         self.per_sender = per_sender
-        self.max_total = max_total
+        self.max_total, self.max_bytes = max_total, max_bytes
         self.young_max = max(1, math.ceil(young_share * max_total))
+        self.young_max_bytes = max(1, math.ceil(young_share * max_bytes))
         self.sender_class = sender_class
         arrivals = itertools.count()  # shared: a queue that changes lanes keeps its age
         self.lanes: dict[str, FairBuffer[Staged]] = {
-            ESTABLISHED: FairBuffer(max_total, per_sender, arrivals=arrivals),
-            YOUNG: FairBuffer(self.young_max, per_sender, arrivals=arrivals)}
+            ESTABLISHED: FairBuffer(max_total, per_sender, max_bytes=max_bytes, size=_staged_bytes, arrivals=arrivals),
+            YOUNG: FairBuffer(self.young_max, per_sender, max_bytes=self.young_max_bytes, size=_staged_bytes,
+                              arrivals=arrivals)}
         self.dropped: Counter[str] = Counter()  # "<reason>/<sender class>"
 
     @property
     def total(self) -> int:
         return sum(len(lane) for lane in self.lanes.values())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(lane.nbytes for lane in self.lanes.values())
 
     def staged(self) -> dict[str, int]:
         return {cls: len(lane) for cls, lane in self.lanes.items()}
@@ -107,8 +122,12 @@ class Staging:
             young = self.lanes[YOUNG]
             while len(young) > self.young_max:  # (a queue that changed lanes can bring several)
                 self._evict(YOUNG)
+            while young.nbytes > self.young_max_bytes:
+                self._evict(YOUNG, by_bytes=True)
             while self.total > self.max_total:
                 self._shed()
+            while self.nbytes > self.max_bytes:
+                self._shed(by_bytes=True)
 
     def _classify(self, peer: str) -> str:
         """The peer's class now; its queue moves lanes when the class changed since it last sent."""
@@ -118,14 +137,18 @@ class Staging:
                 self.lanes[cls].attach(peer, lane.detach(peer))
         return cls
 
-    def _shed(self) -> None:
-        """Full: the heaviest sender loses, but established senders within their reserve never do."""
+    def _shed(self, by_bytes: bool = False) -> None:
+        """Full (of messages, or of bytes): the heaviest sender loses, but established senders within
+        their reserve never do."""
+        def load(cls: str) -> int:
+            return self.lanes[cls].nbytes if by_bytes else len(self.lanes[cls])
+        reserve = self.max_bytes - self.young_max_bytes if by_bytes else self.max_total - self.young_max
         candidates = [cls for cls in (YOUNG, ESTABLISHED) if len(self.lanes[cls])
-                      and (cls == YOUNG or len(self.lanes[cls]) > self.max_total - self.young_max)]
-        self._evict(max(candidates, key=lambda c: self.lanes[c].heaviest()[1]))  # ties: young pays
+                      and (cls == YOUNG or load(cls) > reserve)]
+        self._evict(max(candidates, key=lambda c: self.lanes[c].heaviest(by_bytes)[1]), by_bytes)  # ties: young pays
 
-    def _evict(self, cls: str) -> None:
-        self.lanes[cls].evict()
+    def _evict(self, cls: str, by_bytes: bool = False) -> None:
+        self.lanes[cls].evict(by_bytes)
         self.dropped[f"staging_full/{cls}"] += 1
 
     def take(self, cls: str, not_before: float = float("-inf")) -> Staged | None:
@@ -164,7 +187,8 @@ class IngestWorker:
         self.budget = budget
         self.max_wait_s = budget.max_wait_s
         self.young_capped = young_capped
-        self.staging = Staging(budget.staged_per_sender, budget.staged_max, sender_class, budget.young_share)
+        self.staging = Staging(budget.staged_per_sender, budget.staged_max, sender_class, budget.young_share,
+                               budget.staged_max_bytes)
         self.counters: Counter[str] = Counter()
         self.verified_by_peer: Counter[str] = Counter()  # delivering peer -> messages verified (bounded)
         self._lock = threading.Lock()  # guards counters and the round's budget, read by status()
@@ -191,7 +215,8 @@ class IngestWorker:
 
     def snapshot(self) -> dict:
         with self._lock:
-            return {**self.counters, "staged": self.staging.total, "staged_by_class": self.staging.staged(),
+            return {**self.counters, "staged": self.staging.total, "staged_bytes": self.staging.nbytes,
+                    "staged_by_class": self.staging.staged(),
                     "dropped": dict(self.staging.dropped),
                     "verified_by_peer": dict(self.verified_by_peer.most_common(MAX_PEERS_SHOWN))}
 

@@ -2,16 +2,17 @@
 
 One vocabulary: the strings are counted under `rejected_by_reason` in `swarm-node status` (beside
 the Ingress's own, protocol/errors.py: Reason), logged by node/peers/refusals.py and listed in
-proto/PROTOCOL.md ("Reject reasons"). The three reasons that are evidence against the signer are
+proto/PROTOCOL.md ("Reject reasons"). The reasons reported against the signer are
 the protocol's scoring events (protocol/scoring.py), so what we count and what we report to the
 Ingress are the same string.
 """
 from __future__ import annotations
 
-from protocol.scoring import HINT_LEAK, UNKNOWN_TASK, WRONG_REWARD
+from protocol.scoring import HINT_LEAK, UNCONFIGURED_TASK, UNKNOWN_TASK, WRONG_REWARD
 
 # Reported to the Ingress against the signer (node/peers/verify.py decides; node/peers/exchange.py reports).
 UNKNOWN = UNKNOWN_TASK            # TaskRef we cannot rebuild (and sender answers not accepted)
+NOT_CONFIGURED = UNCONFIGURED_TASK  # ... because it names a source, family or seed we lack: nothing net
 MISMATCH = WRONG_REWARD           # claimed reward disagrees with our recomputation (same verifier)
 LEAK = HINT_LEAK                  # a hint containing the task's answer
 # Never blamed: an honest peer with another model, task set or scorer budget can cause them.
@@ -31,4 +32,4 @@ OUTBOUND_INVALID = "outbound_invalid"
 # counted under `observed`.
 DISAGREES = "reward_disagrees"
 
-BLAMED = frozenset({UNKNOWN, MISMATCH, LEAK})
+BLAMED = frozenset({UNKNOWN, NOT_CONFIGURED, MISMATCH, LEAK})

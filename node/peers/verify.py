@@ -10,7 +10,9 @@ A rollout group is checked cheaply first and expensively only if the node may tr
       call) and pick each completion's behavior tier (node/peers/tiers.py): a `ScoredGroup`
 `verify_group` is both in a row. `verify_hint` and `verify_hint_request` rebuild the task a hint or
 a request is about. Each returns what the message is worth to us, or a `Refusal` naming why not
-(node/peers/reasons.py) and whether that is evidence against the signer (`blame`). Nothing here counts,
+(node/peers/reasons.py) and whether that is evidence against the signer (`blame`): a TaskRef we cannot
+rebuild is `unknown_task`, or `task_not_configured` when it names a source, family or seed this node
+does not configure (what an honest peer with another task mix sends: it costs nothing net). Nothing here counts,
 logs or reports: node/peers/exchange.py does, in one place, with what these return. `context.timer`, when
 given, adds the seconds each expensive step took (rebuild, score, retokenize, tier).
 """
@@ -25,9 +27,9 @@ from typing import Callable
 from node.train.groups import ScoredGroup
 from node.train.hints import leaks_answer
 from node.train.prompts import Retokenizer
-from node.peers.reasons import (GROUP_TOO_LONG, HINT_REQUEST_UNKNOWN, HINTED, LEAK, MISMATCH, REFUSED, TIMEOUT,
-                          TOO_LONG, UNKNOWN, UNTOKENIZABLE)
-from node.tasks.base import Task, TaskSource
+from node.peers.reasons import (GROUP_TOO_LONG, HINT_REQUEST_UNKNOWN, HINTED, LEAK, MISMATCH, NOT_CONFIGURED,
+                          REFUSED, TIMEOUT, TOO_LONG, UNKNOWN, UNTOKENIZABLE)
+from node.tasks.base import NotConfiguredError, Task, TaskSource
 from node.peers.tiers import assign_tier
 from node.scoring.verifiers import Sandbox, Verifier
 from node.peers.wire import local_task_ref
@@ -87,7 +89,7 @@ class TaskCache:
 
     def __init__(self, source: TaskSource, size: int = 4096):
         self.source, self.size = source, size
-        self._tasks: OrderedDict[str, Task | str] = OrderedDict()  # ref key -> task, or why it is unknown
+        self._tasks: OrderedDict[str, Task | ValueError] = OrderedDict()  # ref key -> task, or why it is unknown
         self._prompts: OrderedDict[str, list[int]] = OrderedDict()  # question -> our prompt's token ids
 
     def rebuild(self, ref) -> Task:
@@ -97,13 +99,13 @@ class TaskCache:
             try:
                 hit = self.source.rebuild(ref)
             except ValueError as err:  # UnknownTaskError / UnknownDatasetError, remembered as such
-                hit = str(err)
+                hit = err
             self._tasks[key] = hit
             if len(self._tasks) > self.size:
                 self._tasks.popitem(last=False)
         self._tasks.move_to_end(key)
-        if isinstance(hit, str):
-            raise ValueError(hit)
+        if isinstance(hit, ValueError):
+            raise type(hit)(*hit.args)  # a fresh one: raising the cached one would grow its traceback
         return hit
 
     def prompt(self, question: str, retokenizer: Retokenizer) -> list[int]:
@@ -149,6 +151,8 @@ def _rebuild(msg_ref: swarm_pb2.TaskRef, context: VerifyContext) -> Task | Refus
     try:
         with context.timed("rebuild"):
             return rebuild(local_task_ref(msg_ref))
+    except NotConfiguredError as err:  # a family or seed we lack: an honest peer's, perhaps
+        return Refusal(NOT_CONFIGURED, blame=True, detail=str(err))
     except ValueError as err:  # UnknownTaskError / UnknownDatasetError: we cannot check it
         return Refusal(UNKNOWN, blame=True, detail=str(err))
 

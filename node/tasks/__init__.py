@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .base import SOURCE_KINDS, Task, TaskRef, TaskSource, UnknownDatasetError, UnknownTaskError
+from .base import SOURCE_KINDS, NotConfiguredError, Task, TaskRef, TaskSource, UnknownDatasetError, UnknownTaskError
 
-__all__ = ["SOURCE_KINDS", "Task", "TaskRef", "TaskSource", "UnknownDatasetError", "UnknownTaskError", "make_source"]
+__all__ = ["SOURCE_KINDS", "NotConfiguredError", "Task", "TaskRef", "TaskSource", "UnknownDatasetError",
+           "UnknownTaskError", "make_source"]
 
 
 def make_source(kind: str, datasets: Mapping[str, Any], seed: int, peer_seeds: Sequence[int] = (),

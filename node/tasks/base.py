@@ -28,6 +28,12 @@ class UnknownTaskError(ValueError):
     """A TaskRef this source cannot rebuild (wrong source, dataset not configured, digest mismatch)."""
 
 
+class NotConfiguredError(UnknownTaskError):
+    """A TaskRef of a source, dataset or seed this node does not configure: what an honest peer with
+    another task mix sends (node/peers/verify.py charges it nothing net), unlike a ref that names a
+    configured family wrongly (digest, index, a held-out question)."""
+
+
 class UnknownDatasetError(ValueError):
     """A dataset name that does not exist in a source's registry."""
 
@@ -181,7 +187,7 @@ class TaskSource(ABC):
 
     def _check_ref_source(self, ref: TaskRef) -> None:
         if ref.source != self.name:
-            raise UnknownTaskError(
+            raise NotConfiguredError(
                 f"task {ref.key} comes from source {ref.source!r}; this source builds {self.name!r} tasks"
             )
 

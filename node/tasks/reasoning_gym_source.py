@@ -25,6 +25,7 @@ from .base import (
     Task,
     TaskRef,
     MixtureSource,
+    NotConfiguredError,
     UnknownDatasetError,
     UnknownTaskError,
     WeightedChoice,
@@ -154,12 +155,12 @@ class ReasoningGymSource(MixtureSource):
     def rebuild(self, ref: TaskRef) -> Task:
         self._check_ref_source(ref)
         if ref.dataset not in self._overrides:
-            raise UnknownTaskError(
+            raise NotConfiguredError(
                 f"task {ref.key}: dataset {ref.dataset!r} is not in this node's reasoning-gym mixture "
                 f"{sorted(self._overrides)}"
             )
         if ref.seed not in self.task_seeds:  # refused before any config or dataset is built
-            raise UnknownTaskError(
+            raise NotConfiguredError(
                 f"task {ref.key}: seed {ref.seed} is not one of this node's task seeds {sorted(self.task_seeds)}; "
                 "list a peer's tasks.seed in tasks.peer_seeds to rebuild its tasks"
             )
@@ -252,7 +253,7 @@ class ReasoningGymSource(MixtureSource):
 
     def _dataset_for(self, ref: TaskRef):
         if ref.dataset not in self._overrides:
-            raise UnknownTaskError(f"task {ref.key} is not from this node's reasoning-gym mixture")
+            raise NotConfiguredError(f"task {ref.key} is not from this node's reasoning-gym mixture")
         return self._dataset(ref.dataset, self._resolved(ref.dataset, ref.seed)[1], ref.seed)
 
     def _build(self, dataset: str, seed: int, index: int) -> Task:

@@ -26,6 +26,7 @@ from .base import (
     Task,
     TaskRef,
     MixtureSource,
+    NotConfiguredError,
     UnknownDatasetError,
     UnknownTaskError,
     WeightedChoice,
@@ -148,8 +149,8 @@ class SyntheticSource(MixtureSource):
         # Any synthetic dataset can be rebuilt, even one we do not draw: generation is trivial and
         # has no config beyond the generator version that the digest checks.
         self._check_ref_source(ref)
-        if ref.dataset not in GENERATORS:
-            raise UnknownTaskError(
+        if ref.dataset not in GENERATORS:  # a family of another release, perhaps
+            raise NotConfiguredError(
                 f"task {ref.key}: unknown synthetic dataset {ref.dataset!r}; valid: {sorted(GENERATORS)}"
             )
         expected = dataset_digest(ref.dataset)

@@ -124,11 +124,12 @@ class MemoryBus:
 class MemoryTransport:
     """One peer on a MemoryBus (implements protocol.transports.base.Transport)."""
 
-    def __init__(self, bus: MemoryBus, peer_id: str, *, inbox_capacity: int = 10_000, address: str = "") -> None:
+    def __init__(self, bus: MemoryBus, peer_id: str, *, inbox_capacity: int = 10_000,
+                 inbox_max_bytes: int = 64 * 1024 * 1024, address: str = "") -> None:
         self.bus = bus
         self.peer_id = peer_id
         self.address = address  # a simulated multiaddr, for network groups (protocol/netgroups.py); "": a host of its own
-        self.inbox_capacity = inbox_capacity
+        self.inbox_capacity, self.inbox_max_bytes = inbox_capacity, inbox_max_bytes
         self._lock = threading.Lock()
         self._inboxes: dict[str, FairBuffer[Received]] = {}
         self._on_the_wire: list[tuple[float, int, str, Received]] = []  # heap: (arrives at, order, topic, item)
@@ -147,7 +148,8 @@ class MemoryTransport:
     def subscribe(self, topic: str) -> None:
         with self._lock:
             if topic not in self._inboxes:
-                self._inboxes[topic] = FairBuffer(self.inbox_capacity)
+                self._inboxes[topic] = FairBuffer(self.inbox_capacity, max_bytes=self.inbox_max_bytes,
+                                                  size=lambda item: len(item.data))
 
     def publish(self, topic: str, data: bytes) -> None:
         self.forward(topic, data, self.peer_id)

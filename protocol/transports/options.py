@@ -134,6 +134,8 @@ class P2pdOptions:
     max_msg_bytes: largest payload ``publish`` accepts and readers deliver (at most
         P2PD_MAX_MESSAGE_BYTES: the daemon drops bigger ones silently).
     inbox_size, outbound_size: per-topic inbox and outbound queue lengths.
+    inbox_max_bytes: per-topic inbox bytes (beyond them the sender holding the most bytes loses its
+        oldest): 4,096 messages of up to 1 MiB would be 4 GiB a topic.
     publish_rate: messages per second the writer hands the daemon at most (in small bursts);
         faster overflows the daemon's per-peer queues.
     publish_wait_s: how long a message waits for its topic's first subscribed peer.
@@ -168,6 +170,7 @@ class P2pdOptions:
     peer_cache_limits: PeerCacheLimits | None = None
     max_msg_bytes: int = P2PD_MAX_MESSAGE_BYTES
     inbox_size: int = 4096
+    inbox_max_bytes: int = 64 * MiB
     outbound_size: int = 4096
     publish_rate: float = 500.0
     publish_wait_s: float = 2.0

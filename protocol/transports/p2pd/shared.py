@@ -58,6 +58,11 @@ STAT_KEYS = (
 MAX_USEFUL_TRACKED = 256  # peers whose last useful time is kept
 VALUED_WINDOW_S = 600.0  # a peer useful within this long is kept connected (up to conn_low of them)
 
+def topic_inbox(options: P2pdOptions) -> FairBuffer[Received]:
+    """A topic's fair inbox, bounded by messages and by bytes (protocol/inbox.py)."""
+    return FairBuffer(options.inbox_size, max_bytes=options.inbox_max_bytes, size=lambda item: len(item.data))
+
+
 class Shared:
     """The fields below are read and written under `lock` (the events need no lock). `generation`
     counts daemon runs: a reader or connection made for one run stops when it is no longer current."""
@@ -70,7 +75,7 @@ class Shared:
         self.wake_guard = threading.Event()
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self.flood_guard = FloodGuard(options.flood_cut_rate, options.flood_cut_burst, options.flood_cut_s)
-        self.inbox: dict[str, FairBuffer[Received]] = {t: FairBuffer(options.inbox_size) for t in options.topics}
+        self.inbox: dict[str, FairBuffer[Received]] = {t: topic_inbox(options) for t in options.topics}
         self.outbound: collections.deque[tuple[str, bytes, float]] = collections.deque()
         self.state = STATE_STARTING
         self.daemon: DaemonProcess | None = None

@@ -32,7 +32,6 @@ import threading
 import time
 
 from ...identity import NodeIdentity
-from ...inbox import FairBuffer
 from ..base import COUNTER_DROPPED_OUTBOUND_CLOSED, COUNTER_DROPPED_OUTBOUND_FULL, Received
 from ..options import P2pdOptions
 from .addrs import split_peer_addr
@@ -41,7 +40,7 @@ from .discovery import Dialer
 from .peer_cache import PeerCache, PeerCacheLimits
 from .reader import TopicReaders
 from .relayed import RelayedGossip
-from .shared import STATE_CLOSED, STATE_CODES, STATE_RUNNING, Shared
+from .shared import STATE_CLOSED, STATE_CODES, STATE_RUNNING, Shared, topic_inbox
 from .supervisor import Supervisor
 from .upkeep import PeerUpkeep
 from .writer import Writer
@@ -105,7 +104,7 @@ class P2pdTransport:
         with s.lock:
             if topic in s.inbox:
                 return
-            s.inbox[topic] = FairBuffer(self.options.inbox_size)
+            s.inbox[topic] = topic_inbox(self.options)
             generation = s.generation if s.state == STATE_RUNNING else None
         if generation is not None:
             self._readers.spawn(topic, generation)
