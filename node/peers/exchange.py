@@ -12,6 +12,7 @@ against the signer) reported to the Ingress here, in `_refuse`:
                      verifier (a claimed reward that disagrees refuses the group and counts
                      against the signer), the text re-tokenized, each completion's behavior tier
                      picked (node/peers/tiers.py); a group that fails leaves its slot to another pick
+                     and benches its key (node/peers/bench.py)
                   -> an audit: each round one of the latest unverified groups of each of
                      `swarm.audit_per_round` random senders is verified all the same, so a sender of
                      wrong rewards is caught (and banned by its score) even when none of its groups
@@ -31,8 +32,12 @@ Where ingest runs (swarm.ingest.mode: node/peers/exchange_options.py `ingest`): 
 checks under a per-round budget (swarm.ingest.*) with per-sender staging quotas, established senders
 first (young and unknown origins share a bounded remainder). "inline" (the in-process memory
 testnet, experiments, most tests): `collect` checks everything that arrived, on the caller's thread,
-in swarm time: runs stay deterministic. Either way `collect` verifies the picks (bounded: J,
-MAX_REPICKS retries, the audit). Peers' completions are scored in killable worker processes
+in swarm time: runs stay deterministic. Either way `collect` verifies the picks not verified yet,
+and the audit, within `swarm.verify_budget_s` seconds a round (each scorer deadline cut to what is
+left; beyond it only groups already verified are taken: `t_verify`, `verify_budget_exhausted`);
+in background mode the worker's spare budget verifies pooled groups ahead of the picks
+(`_verify_ahead`). A group that fails when picked, audited or verified ahead benches its key
+(node/peers/bench.py). Peers' completions are scored in killable worker processes
 (node/scoring/sandbox.py), a group's in one round-trip; the workers start with the exchange when our
 scorers may need them.
 """
@@ -57,8 +62,8 @@ from node.peers.ingest import ESTABLISHED, YOUNG, IngestWorker, Staged
 from node.peers.pool import GroupPool, PoolEntry
 from node.peers.reasons import DISAGREES, OUTBOUND_INVALID, OWN, VERIFY_ERROR
 from node.peers.refusals import Refusals
-from node.peers.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group, timed,
-                         verify_candidate)
+from node.peers.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group,
+                               score_candidate, timed, verify_candidate)
 from node.peers.wire import to_wire
 from policy.types import TIERS
 from proto import swarm_pb2
@@ -81,6 +86,7 @@ EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokeniz
 # and each phase's seconds
 TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited", "groups_verified_unused",
            *(f"t_exchange_{phase}" for phase in EXCHANGE_PHASES))
+SCORING_SHARE = 0.8  # of what is left of the round's verification budget, the scorer deadlines' (the checks after take the rest)
 YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
 
 
@@ -138,7 +144,8 @@ class SwarmExchange(HintTraffic):
             self.sandbox.start()  # its workers import for a second or two: now, not in our first round
         self._worker = None if self.ingest_mode == "inline" else IngestWorker(
             transport, list(self.topics.values()), self._verify_staged, options.budget, self._sender_class,
-            name=f"ingest-{self.peer_id[-8:]}", young_capped=lambda: self.pool.admission.any_established)
+            name=f"ingest-{self.peer_id[-8:]}", young_capped=lambda: self.pool.admission.any_established,
+            ahead=self._verify_ahead)
         if self._worker is not None:  # started once assigned: its callback reads self._worker
             self._worker.start()
 
@@ -155,6 +162,8 @@ class SwarmExchange(HintTraffic):
         self._work: Counter[str] = Counter()  # EXCHANGE_WORK since the last collect
         self._seconds: Counter[str] = Counter()  # EXCHANGE_PHASES since the last collect
         self._rejected_at_last_collect = 0
+        self._verify_spent = 0.0  # seconds the training thread spent verifying in this collect
+        self._verify_deferred = 0  # picks and audits this collect left unverified: its budget was spent
 
     def state_dict(self) -> dict:
         """What a restart must not forget (saved with each checkpoint, node/train/loop.py): admission's
@@ -330,6 +339,7 @@ class SwarmExchange(HintTraffic):
         received, flat = self._arrived["received"], self._arrived["flat"]
         self._arrived = {"received": 0, "flat": 0}
         rejected_before = self._rejected_at_last_collect
+        self._verify_spent, self._verify_deferred = 0.0, 0
         self.pool.evict(round_index)
         rng = random.Random(f"{self.options.seed}/{round_index}")  # own stream: never perturbs training RNG
         chosen = []
@@ -384,6 +394,10 @@ class SwarmExchange(HintTraffic):
             "external_tier_reasons": dict(reasons),
             "external_staleness_rounds": [round_index - g.meta["sender_round"] for g in chosen],
             "pool_size": len(self.pool),
+            "t_verify": round(self._verify_spent, 6),  # the training thread's verification, within verify_budget_s
+            "verify_budget_exhausted": self._verify_deferred,  # picks and audits it left unverified
+            "groups_verified_ahead": self._work["groups_verified_ahead"],  # by the ingest worker, since the last collect
+            "keys_benched": len(self.pool.bench.benched_now(round_index)),
             "hint_requests_waiting": len(self._requests),
             "peers_connected": len(self.transport.peers()),
             **self._shared,
@@ -391,27 +405,80 @@ class SwarmExchange(HintTraffic):
             **{f"t_exchange_{phase}": value for phase, value in seconds.items()},
         }
 
-    def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | None:
-        """The pool's callback: a picked group verified now (None: refused, counted and blamed)."""
-        return group if isinstance(group, ScoredGroup) else self._verify_candidate(group)
+    def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | str | None:
+        """The pool's callback on the training thread: a picked group verified now, within what is
+        left of this round's verification budget (`swarm.verify_budget_s`); the reason it was
+        refused (counted, blamed where due); or None when the budget is spent (it stays pooled)."""
+        if isinstance(group, ScoredGroup):  # verified ahead (the ingest worker) or by an audit
+            return group
+        verdict = self._within_budget(lambda left: self._verify_candidate(group, left))
+        return verdict.reason if isinstance(verdict, Refusal) else verdict
+
+    def _within_budget(self, verify: Callable[[float], ScoredGroup | Refusal]) -> ScoredGroup | Refusal | None:
+        """`verify(seconds left)` on the training thread if this round's verification budget is not
+        spent (its scorer deadline cut to what is left, so the round's total stays within the
+        budget, less the checks after scoring), its seconds counted; None, counted, when the budget
+        is spent."""
+        left = self.options.verify_budget_s - self._verify_spent
+        if left <= 0:
+            self._verify_deferred += 1
+            return None
+        started = time.perf_counter()
+        try:
+            return verify(SCORING_SHARE * left)
+        finally:
+            self._verify_spent += time.perf_counter() - started
 
     def _audit(self, rng: random.Random) -> int:
         """Verify one of the latest unverified groups of `audit_per_round` senders chosen at random:
         a sender whose groups are never picked (e.g. claims with no variance) is still checked. One
-        that passes and is still pooled stays verified there. Returns how many were verified."""
-        chosen = self._unaudited.draw(rng, self.options.audit_per_round)
-        for sender, group in chosen:
-            if isinstance(group, Candidate):
-                verified = self._verify_candidate(group)
-                if verified is not None:
-                    self.pool.replace_unverified(group, verified)
-            elif isinstance(group, Received):  # skimmed: the Ingress, then both stages
+        that passes and is still pooled stays verified there; one that fails leaves the pool and
+        benches its key (node/peers/bench.py): a benched liar is still audited, and banned by its
+        score. Within the round's verification budget, as the picks (what it leaves is dropped
+        unaudited). Returns how many were verified."""
+        audited = 0
+        for sender, group in self._unaudited.draw(rng, self.options.audit_per_round):
+            if isinstance(group, Received):  # skimmed: the Ingress first
                 verified = self._accept(group, {Kind.ROLLOUT_GROUP})
-                if verified is not None and verified.sender != self.peer_id:
-                    self.verify_group(verified.sender, verified.body)
+                if verified is None or verified.sender == self.peer_id:
+                    continue
+                sender, group = verified.sender, verified.body
+            if isinstance(group, Candidate):
+                verdict = self._within_budget(lambda left: self._verify_candidate(group, left))
             else:  # a zero-variance claim, never prechecked: both stages now
-                self.verify_group(sender, group)
-        return len(chosen)
+                verdict = self._within_budget(lambda left: self._verify_group(sender, group, left))
+            if verdict is None:
+                continue
+            audited += 1
+            if isinstance(verdict, Refusal):
+                self.pool.failed(sender, verdict.reason, group)
+            elif isinstance(group, Candidate):
+                self.pool.replace_unverified(group, verdict)
+        return audited
+
+    def _verify_ahead(self) -> bool:
+        """The ingest worker's spare time: one pooled group verified before a pick asks for it, so
+        the training thread mostly takes groups already verified. Scored outside the lock (a slow
+        scorer never holds up collect), with the verifier's whole deadline. Only while fewer than
+        2 * J verified groups wait: verification stays lazy. True if it verified one."""
+        with self._lock:
+            if self.pool.verified_count() >= 2 * max(1, self.options.external_per_round):
+                return False
+            candidate = self.pool.next_unverified()
+            if candidate is None:
+                return False
+            self._work["groups_verified"] += 1
+            self._unaudited.forget(candidate.origin, candidate)
+        scores = score_candidate(candidate, self.context)
+        with self._lock:
+            verdict = self._verdict(candidate.origin, verify_candidate(candidate, self.context, scores))
+            self._work["groups_verified_ahead"] += 1
+            if isinstance(verdict, Refusal):
+                self.pool.failed(candidate.origin, verdict.reason, candidate)
+            else:
+                self.pool.bench.passed(candidate.origin)
+                self.pool.replace_unverified(candidate, verdict)
+        return True
 
     def _refuse(self, sender: str, refusal: Refusal) -> None:
         """Count and log a refusal; the only place evidence against a signer goes to the Ingress."""
@@ -421,26 +488,33 @@ class SwarmExchange(HintTraffic):
         if refusal.blame:
             self.ingress.report(sender, refusal.reason)
 
-    def _verify_candidate(self, candidate: Candidate) -> ScoredGroup | None:
-        """The expensive checks of a prechecked group (node/peers/verify.py), or None, counted, if refused."""
+    def _verify_candidate(self, candidate: Candidate, timeout_s: float | None = None) -> ScoredGroup | Refusal:
+        """The expensive checks of a prechecked group (node/peers/verify.py), refusals counted;
+        `timeout_s`: a scorer deadline shorter than the verifier's (what is left of the budget)."""
         with self._lock:
             self._work["groups_verified"] += 1
             self._unaudited.forget(candidate.origin, candidate)
-            verdict = verify_candidate(candidate, self.context)
+            scores = score_candidate(candidate, self.context, timeout_s)
+            verdict = verify_candidate(candidate, self.context, scores)
         return self._verdict(candidate.origin, verdict)
 
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
         """A peer's group through both stages of node/peers/verify.py now, or None, counted, if refused."""
+        verdict = self._verify_group(sender, msg)
+        return None if isinstance(verdict, Refusal) else verdict
+
+    def _verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup,
+                      timeout_s: float | None = None) -> ScoredGroup | Refusal:
         with self._lock:
             candidate = precheck_group(sender, msg, self.context)
         if isinstance(candidate, Refusal):
             return self._verdict(sender, candidate)
-        return self._verify_candidate(candidate)
+        return self._verify_candidate(candidate, timeout_s)
 
-    def _verdict(self, sender: str, verdict: ScoredGroup | Refusal) -> ScoredGroup | None:
+    def _verdict(self, sender: str, verdict: ScoredGroup | Refusal) -> ScoredGroup | Refusal:
         if isinstance(verdict, Refusal):
             self._refuse(sender, verdict)
-            return None
+            return verdict
         if verdict.meta["reward_disagreements"]:
             self._count(self.observed, DISAGREES, verdict.meta["reward_disagreements"])
         return verdict

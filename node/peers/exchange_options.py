@@ -36,6 +36,7 @@ class ExchangeOptions:
     seed: int = 0  # the mix's own RNG stream (never the training RNG)
     external_per_round: int = 4  # J
     audit_per_round: int = 2
+    verify_budget_s: float = 0.5  # the training thread's verification seconds per round (collect)
     sampling_policy: SamplingPolicy = "per_sender"
     composition: Literal["sapo", "cross_actor"] = "sapo"
     pool: PoolConfig = field(default_factory=PoolConfig)
@@ -62,6 +63,7 @@ class ExchangeOptions:
                    sampling=swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                                      max_new_tokens=cfg.sampling.max_new_tokens),
                    external_per_round=s.external_per_round, audit_per_round=s.audit_per_round,
+                   verify_budget_s=s.verify_budget_s,
                    sampling_policy=s.sampling_policy, composition=s.composition, pool=s.pool,
                    admission=s.admission, ingest=ingest or s.ingest.mode, budget=s.ingest.to_options(),
                    clock=clock, swarm_clock=swarm_clock)
