@@ -33,11 +33,8 @@ checks under a per-round budget (swarm.ingest.*) with per-sender staging quotas,
 first (young and unknown origins share a bounded remainder). "inline" (the in-process memory
 testnet, experiments, most tests): `collect` checks everything that arrived, on the caller's thread,
 in swarm time: runs stay deterministic. Either way `collect` verifies the picks not verified yet,
-and the audit, within `swarm.verify_budget_s` seconds a round (each scorer deadline cut to what is
-left; beyond it only groups already verified are taken: `t_verify`, `verify_budget_exhausted`);
-in background mode the worker's spare budget verifies pooled groups ahead of the picks
-(`_verify_ahead`). A group that fails when picked, audited or verified ahead benches its key
-(node/peers/bench.py). Peers' completions are scored in killable worker processes
+and the audit, within a budget (node/peers/verify_budget.py); in background mode the worker's spare
+budget verifies pooled groups ahead of the picks. A failed group benches its key (node/peers/bench.py). Peers' completions are scored in killable worker processes
 (node/scoring/sandbox.py), a group's in one round-trip; the workers start with the exchange when our
 scorers may need them.
 """
@@ -62,6 +59,7 @@ from node.peers.ingest import ESTABLISHED, YOUNG, IngestWorker, Staged
 from node.peers.pool import GroupPool, PoolEntry
 from node.peers.reasons import DISAGREES, OUTBOUND_INVALID, OWN, VERIFY_ERROR
 from node.peers.refusals import Refusals
+from node.peers.verify_budget import VerifyBudget
 from node.peers.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group,
                                score_candidate, timed, verify_candidate)
 from node.peers.wire import to_wire
@@ -86,7 +84,6 @@ EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokeniz
 # and each phase's seconds
 TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited", "groups_verified_unused",
            *(f"t_exchange_{phase}" for phase in EXCHANGE_PHASES))
-SCORING_SHARE = 0.8  # of what is left of the round's verification budget, the scorer deadlines' (the checks after take the rest)
 YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
 
 
@@ -125,6 +122,7 @@ class SwarmExchange(HintTraffic):
         self.pool = GroupPool.from_config(options.pool, options.admission, self.rejected,
                                           time.time if self.ingest_mode == "background" else None)
         self._init_counters()
+        self.verify_budget = VerifyBudget(options.verify_budget_s)  # the training thread's, per round
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
         self._requests = HintRequestQueue()  # unverified until we can answer one (node/peers/hint_requests.py)
         # each sender's latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
@@ -162,8 +160,6 @@ class SwarmExchange(HintTraffic):
         self._work: Counter[str] = Counter()  # EXCHANGE_WORK since the last collect
         self._seconds: Counter[str] = Counter()  # EXCHANGE_PHASES since the last collect
         self._rejected_at_last_collect = 0
-        self._verify_spent = 0.0  # seconds the training thread spent verifying in this collect
-        self._verify_deferred = 0  # picks and audits this collect left unverified: its budget was spent
 
     def state_dict(self) -> dict:
         """What a restart must not forget (saved with each checkpoint, node/train/loop.py): admission's
@@ -339,7 +335,7 @@ class SwarmExchange(HintTraffic):
         received, flat = self._arrived["received"], self._arrived["flat"]
         self._arrived = {"received": 0, "flat": 0}
         rejected_before = self._rejected_at_last_collect
-        self._verify_spent, self._verify_deferred = 0.0, 0
+        self.verify_budget.start_round()
         self.pool.evict(round_index)
         rng = random.Random(f"{self.options.seed}/{round_index}")  # own stream: never perturbs training RNG
         chosen = []
@@ -394,8 +390,8 @@ class SwarmExchange(HintTraffic):
             "external_tier_reasons": dict(reasons),
             "external_staleness_rounds": [round_index - g.meta["sender_round"] for g in chosen],
             "pool_size": len(self.pool),
-            "t_verify": round(self._verify_spent, 6),  # the training thread's verification, within verify_budget_s
-            "verify_budget_exhausted": self._verify_deferred,  # picks and audits it left unverified
+            "t_verify": round(self.verify_budget.spent, 6),  # the training thread's verification seconds
+            "verify_budget_exhausted": self.verify_budget.deferred,  # picks and audits left for the budget
             "groups_verified_ahead": self._work["groups_verified_ahead"],  # by the ingest worker, since the last collect
             "keys_benched": len(self.pool.bench.benched_now(round_index)),
             "hint_requests_waiting": len(self._requests),
@@ -406,36 +402,18 @@ class SwarmExchange(HintTraffic):
         }
 
     def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | str | None:
-        """The pool's callback on the training thread: a picked group verified now, within what is
-        left of this round's verification budget (`swarm.verify_budget_s`); the reason it was
-        refused (counted, blamed where due); or None when the budget is spent (it stays pooled)."""
+        """The pool's callback: a pick verified within the round's budget (node/peers/verify_budget.py),
+        the reason it was refused (counted), or None when the budget is spent (it stays pooled)."""
         if isinstance(group, ScoredGroup):  # verified ahead (the ingest worker) or by an audit
             return group
-        verdict = self._within_budget(lambda left: self._verify_candidate(group, left))
+        verdict = self.verify_budget.run(lambda left: self._verify_candidate(group, left))
         return verdict.reason if isinstance(verdict, Refusal) else verdict
 
-    def _within_budget(self, verify: Callable[[float], ScoredGroup | Refusal]) -> ScoredGroup | Refusal | None:
-        """`verify(seconds left)` on the training thread if this round's verification budget is not
-        spent (its scorer deadline cut to what is left, so the round's total stays within the
-        budget, less the checks after scoring), its seconds counted; None, counted, when the budget
-        is spent."""
-        left = self.options.verify_budget_s - self._verify_spent
-        if left <= 0:
-            self._verify_deferred += 1
-            return None
-        started = time.perf_counter()
-        try:
-            return verify(SCORING_SHARE * left)
-        finally:
-            self._verify_spent += time.perf_counter() - started
-
     def _audit(self, rng: random.Random) -> int:
-        """Verify one of the latest unverified groups of `audit_per_round` senders chosen at random:
-        a sender whose groups are never picked (e.g. claims with no variance) is still checked. One
-        that passes and is still pooled stays verified there; one that fails leaves the pool and
-        benches its key (node/peers/bench.py): a benched liar is still audited, and banned by its
-        score. Within the round's verification budget, as the picks (what it leaves is dropped
-        unaudited). Returns how many were verified."""
+        """Verify one of the latest unverified groups of `audit_per_round` senders chosen at random
+        (within the round's budget): a sender whose groups are never picked is still checked. One that
+        passes stays verified in the pool; one that fails leaves it and benches its key (a benched
+        liar is still audited, and banned by its score). Returns how many were verified."""
         audited = 0
         for sender, group in self._unaudited.draw(rng, self.options.audit_per_round):
             if isinstance(group, Received):  # skimmed: the Ingress first
@@ -444,9 +422,9 @@ class SwarmExchange(HintTraffic):
                     continue
                 sender, group = verified.sender, verified.body
             if isinstance(group, Candidate):
-                verdict = self._within_budget(lambda left: self._verify_candidate(group, left))
+                verdict = self.verify_budget.run(lambda left: self._verify_candidate(group, left))
             else:  # a zero-variance claim, never prechecked: both stages now
-                verdict = self._within_budget(lambda left: self._verify_group(sender, group, left))
+                verdict = self.verify_budget.run(lambda left: self._verify_group(sender, group, left))
             if verdict is None:
                 continue
             audited += 1
@@ -457,10 +435,8 @@ class SwarmExchange(HintTraffic):
         return audited
 
     def _verify_ahead(self) -> bool:
-        """The ingest worker's spare time: one pooled group verified before a pick asks for it, so
-        the training thread mostly takes groups already verified. Scored outside the lock (a slow
-        scorer never holds up collect), with the verifier's whole deadline. Only while fewer than
-        2 * J verified groups wait: verification stays lazy. True if it verified one."""
+        """The ingest worker's spare time: one pooled group verified before a pick asks, scored outside
+        the lock (a slow scorer never holds up collect), while under 2 * J verified groups wait."""
         with self._lock:
             if self.pool.verified_count() >= 2 * max(1, self.options.external_per_round):
                 return False
