@@ -5,6 +5,7 @@ The acceptance test drives a real tiny Node's SwarmExchange on the in-process bu
 deterministic); peers publish real signed envelopes."""
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
@@ -158,3 +159,21 @@ def test_a_candidate_that_fails_its_audit_leaves_the_pool_and_benches_its_key(tm
     key = out.identity.peer_id()
     assert node.exchange.last_round["groups_audited"] == 1 and node.exchange.rejected["untokenizable"] == 1
     assert node.exchange.pool.held_by(key) == 0 and node.exchange.pool.bench.benched(key, 1)
+
+
+def test_the_bench_survives_a_restart_and_a_bad_state_is_refused():
+    now = [1000.0]
+    bench = Bench(rounds=4, seconds=30.0, strikes=3, clock=lambda: now[0])
+    for round_index in range(5):
+        bench.fail("repeat", UNTOKENIZABLE, round_index)
+    bench.fail("once", MISMATCH, 4)
+    now[0] += 60  # the restart took a minute: "once" sat out its 30 s, "repeat" (4 x 30 s) did not
+    again = Bench(rounds=4, seconds=30.0, strikes=3, clock=lambda: now[0])
+    again.load_state_dict(json.loads(json.dumps(bench.state_dict())))  # as a checkpoint writes it
+    assert again.strikes_of("repeat") == 5 and again.benched("repeat", 12) and not again.benched("once", 12)
+    assert again.order("repeat") < again.order("once")
+    again.fail("new", TOO_LONG, 0)
+    assert again.order("new") > again.order("once")  # the failure order carries on after a restart
+    with pytest.raises(ValueError):
+        again.load_state_dict([["key", "not a round", 0.0, 0, 0]])
+    assert again.strikes_of("repeat") == 5  # unchanged

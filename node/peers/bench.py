@@ -12,7 +12,8 @@ tokenizer or a slow answer causes them), but they are counted per key: once a ke
 them since its last verified group, each further one doubles its bench (capped at MAX_DOUBLINGS), so
 a repeat offender sits out for long while an honest peer's rare failure costs it a few rounds. A
 verified group halves the count. Bounded: at most `max_keys` records, the least recently failed
-forgotten first. Not thread-safe: its pool's owner serialises access.
+forgotten first. Saved with each checkpoint (`state_dict`): a restart does not free a repeat
+offender. Not thread-safe: its pool's owner serialises access.
 """
 from __future__ import annotations
 
@@ -84,3 +85,18 @@ class Bench:
 
     def benched_now(self, round_index: int) -> list[str]:
         return [key for key in self._records if self.benched(key, round_index)]
+
+    def state_dict(self) -> list[list]:
+        """[[key, until_round, until_s, strikes, failed_at], ...], least recently failed first (JSON-able)."""
+        return [[key, r.until_round, r.until_s, r.strikes, r.failed_at] for key, r in self._records.items()]
+
+    def load_state_dict(self, rows: list[list]) -> None:
+        """Replaces the records with what `state_dict` saved; raises ValueError (nothing changed) on
+        anything else."""
+        try:
+            records = OrderedDict((str(key), _Record(int(until_round), float(until_s), int(strikes), int(failed_at)))
+                                  for key, until_round, until_s, strikes, failed_at in rows[-self.max_keys:])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"not a bench state: {err!r}") from err
+        self._records = records
+        self._failures = itertools.count(1 + max((r.failed_at for r in records.values()), default=0))

@@ -163,16 +163,20 @@ class SwarmExchange(HintTraffic):
 
     def state_dict(self) -> dict:
         """What a restart must not forget (saved with each checkpoint, node/train/loop.py): admission's
-        key records and dedup memory. The pool and the replay windows are not kept: pooled groups
-        are rounds old by then, and a replayed group that was trained is still duplicate_content."""
+        key records and dedup memory, and the bench. Not the pool (rounds old by then) nor the replay
+        windows (a replayed group that was trained is still duplicate_content)."""
         with self._lock:
-            return {"admission": self.pool.admission.state_dict()}
+            return {"admission": self.pool.admission.state_dict(), "bench": self.pool.bench.state_dict()}
 
     def _load_state(self, state: dict) -> None:
         try:
             self.pool.admission.load_state_dict(state["admission"])
         except (KeyError, TypeError, ValueError) as err:
             log.warning("ignoring the saved admission state (%s): every peer key starts young", err)
+        try:
+            self.pool.bench.load_state_dict(state.get("bench", []))  # none before the bench existed
+        except ValueError as err:
+            log.warning("ignoring the saved bench (%s): no key starts benched", err)
 
     def close(self) -> None:
         """Stop the ingest worker and the scorer processes (idempotent); the transport is the caller's."""
@@ -438,21 +442,17 @@ class SwarmExchange(HintTraffic):
         """The ingest worker's spare time: one pooled group verified before a pick asks, scored outside
         the lock (a slow scorer never holds up collect), while under 2 * J verified groups wait."""
         with self._lock:
-            if self.pool.verified_count() >= 2 * max(1, self.options.external_per_round):
-                return False
-            candidate = self.pool.next_unverified()
+            candidate = self.pool.next_unverified(most_verified=2 * max(1, self.options.external_per_round))
             if candidate is None:
                 return False
-            self._work["groups_verified"] += 1
+            self._work.update(groups_verified=1, groups_verified_ahead=1)
             self._unaudited.forget(candidate.origin, candidate)
         scores = score_candidate(candidate, self.context)
         with self._lock:
             verdict = self._verdict(candidate.origin, verify_candidate(candidate, self.context, scores))
-            self._work["groups_verified_ahead"] += 1
             if isinstance(verdict, Refusal):
                 self.pool.failed(candidate.origin, verdict.reason, candidate)
             else:
-                self.pool.bench.passed(candidate.origin)
                 self.pool.replace_unverified(candidate, verdict)
         return True
 

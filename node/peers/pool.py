@@ -121,6 +121,7 @@ class GroupPool:
 
     def replace_unverified(self, candidate, group: ScoredGroup) -> None:
         """`candidate`, if still pooled, is now its verified `group` (an audit or the worker passed it)."""
+        self.bench.passed(group.origin)
         for entry in self.entries:
             if entry.group is candidate:
                 entry.group = group
@@ -139,10 +140,12 @@ class GroupPool:
         """Pooled groups already verified (ahead of the picks, or by an audit)."""
         return sum(isinstance(e.group, ScoredGroup) for e in self.entries)
 
-    def next_unverified(self):
+    def next_unverified(self, most_verified: int):
         """The pooled group most worth verifying ahead of the picks (not yet verified, its key not
-        benched): established keys' first, then young keys' in the order the
-        young slots take them; None when there is none."""
+        benched): established keys' first, then young keys' in the order the young slots take them;
+        None when there is none, or `most_verified` verified groups already wait."""
+        if self.verified_count() >= most_verified:
+            return None
         waiting = [e for e in self.entries if not isinstance(e.group, ScoredGroup)
                    and not self.bench.benched(e.group.origin, self.round)]
         established = [e for e in waiting if not self._young(e)]
