@@ -136,22 +136,25 @@ class GroupPool:
                 break
         self.bench.fail(origin, reason, self.round)
 
-    def verified_count(self) -> int:
-        """Pooled groups already verified (ahead of the picks, or by an audit)."""
-        return sum(isinstance(e.group, ScoredGroup) for e in self.entries)
+    def verified_count(self, young: bool | None = None) -> int:
+        """Pooled groups already verified (ahead of the picks, or by an audit), of young keys or not."""
+        return sum(isinstance(e.group, ScoredGroup) and young in (None, self._young(e)) for e in self.entries)
 
     def next_unverified(self, most_verified: int):
         """The pooled group most worth verifying ahead of the picks (not yet verified, its key not
-        benched): established keys' first, then young keys' in the order the young slots take them;
-        None when there is none, or `most_verified` verified groups already wait."""
-        if self.verified_count() >= most_verified:
-            return None
+        benched): established keys' while fewer than `most_verified` of theirs wait verified, then
+        young keys' in the order the young slots take them while fewer than their share of it does
+        (young slots are few: their verified groups must not wait in numbers); None when there is none."""
         waiting = [e for e in self.entries if not isinstance(e.group, ScoredGroup)
                    and not self.bench.benched(e.group.origin, self.round)]
         established = [e for e in waiting if not self._young(e)]
-        if established:
+        if established and self.verified_count(young=False) < most_verified:
             return established[-1].group  # the newest: the samplers leave the pool's oldest to age out
-        young = self._seniority(waiting, 1) if self.admission is not None else waiting[-1:]
+        share = 1.0 if self.admission is None else self.admission.young_share_max
+        if self.verified_count(young=True) >= max(1, math.ceil(share * most_verified)):
+            return None
+        young = [e for e in waiting if self._young(e)]
+        young = self._seniority(young, 1) if self.admission is not None else young[-1:]
         return young[0].group if young else None
 
     def evict(self, round_index: int) -> None:
