@@ -115,6 +115,28 @@ def test_background_worker_verifies_without_collect_and_stops_on_close(tmp_path,
     assert not any(t.name.startswith("ingest-") and t.is_alive() for t in threading.enumerate())
 
 
+def test_the_worker_verifies_picks_ahead_so_collect_takes_them_verified(tmp_path, identity):
+    """Issue 42: verification on the training thread has a budget; the worker's spare budget verifies
+    pooled groups before a pick asks, at most 2 * J of them waiting (verification stays lazy)."""
+    bus = MemoryBus()
+    node = background_node(tmp_path, bus, "swarm.external_per_round=2", "swarm.audit_per_round=0")
+    peer = MemoryTransport(bus, "peer")
+    peer.start()
+    key, now_ms = identity(), int(time.time() * 1000)
+    for i in range(8):
+        peer.publish(TOPIC, seal_message(key, honest_group(node, i), i + 1, now_ms))
+    exchange = node.exchange
+    wait_until(lambda: exchange.pool.verified_count() == 4, "the worker to verify 2 * J pooled groups ahead",
+               10.0, step=0.01)
+    time.sleep(0.2)
+    assert exchange.pool.verified_count() == 4 < len(exchange.pool)  # no more than 2 * J ahead
+    used = exchange.collect(0)
+    row = exchange.last_round
+    assert len(used) == 2 and row["groups_verified_ahead"] == 4 and row["verify_budget_exhausted"] == 0
+    assert exchange.status()["ingest"]["verified_ahead"] >= 4
+    exchange.close()
+
+
 def test_a_message_that_breaks_verification_is_dropped_and_the_worker_goes_on(tmp_path, identity):
     bus = MemoryBus()
     node = background_node(tmp_path, bus)

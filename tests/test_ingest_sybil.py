@@ -89,12 +89,14 @@ def attacker_share(used_by_round: list[Counter], honest: str) -> float:
 @pytest.mark.slow
 def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_send(tmp_path, tiny_config):
     bus = MemoryBus()
-    cfg = tiny_config(f"swarm.name={SWARM}", "swarm.external_per_round=4")
-    receiver = memory_bus_node(cfg, tmp_path / "receiver", bus, "receiver", ingest="background")
-    exchange = receiver.exchange
     relay = MemoryTransport(bus, "relay")  # delivers every sender's messages under their own origin
     relay.start()
     honest = Sender(relay)
+    # A is the receiver's --peers: the bootstrap window promotes it once it has its credits and rounds
+    peers = f'swarm.peers=["/ip4/127.0.0.1/tcp/4001/p2p/{honest.peer_id}"]'
+    cfg = tiny_config(f"swarm.name={SWARM}", "swarm.external_per_round=4", peers)
+    receiver = memory_bus_node(cfg, tmp_path / "receiver", bus, "receiver", ingest="background")
+    exchange = receiver.exchange
     honest_groups, attack_groups = GroupMaker(receiver, 1), GroupMaker(receiver, 2)
     admission = exchange.pool.admission
     noted_useful: set[str] = set()  # what p2pd would keep connected and rank first in its peer cache

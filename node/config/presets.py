@@ -50,6 +50,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sampling": {"group_size": 4, "temperature": 1.0, "max_new_tokens": 96},
         "verifier": {"fmt": "lenient", "format_weight": 0.1},
         "optim": {"lr": 1e-6, "autocast_bf16": "auto"},
+        # verifying a pick takes longer than at tiny (a 96-token text, reasoning-gym's scorers); a round, minutes
+        "swarm": {"verify_budget_s": 2.0},
         "run": {"rounds": 20, "checkpoint_every": 1},
         # held-out basic_arithmetic/leg_counting + chain_sum (3 one-digit terms), never trained. One
         # evaluation = 8 tasks x 3 families x (1 greedy + 4 sampled) = 120 completions: about 8 rounds'
@@ -74,6 +76,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sampling": {"group_size": 8, "temperature": 1.0, "max_new_tokens": 16, "answer_style": "direct"},
         "verifier": {"fmt": "lenient", "format_weight": 0.1},
         "optim": {"lr": 2e-5, "autocast_bf16": "auto"},
+        "swarm": {"verify_budget_s": 2.0},
         "run": {"rounds": 60, "checkpoint_every": 20},
         "eval": {"every": 20, "tasks_per_family": 64, "k": 8,
                  "ood": {"chain_sum": {"weight": 1.0, "config": {"min_terms": 3, "max_terms": 3,

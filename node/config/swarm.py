@@ -152,6 +152,14 @@ class PoolConfig(_Section):
     max_age_s: float = Field(60.0, gt=0, description="join (background ingest): a pooled group is also dropped "
                              "this many seconds after it was pooled, whichever comes first")
     max_per_sender: int = Field(32, ge=1, description="no peer holds more of the pool than this")
+    bench_rounds: int = Field(4, ge=1, description="a key whose picked or audited group failed verification "
+                              "(blamed or not) is benched this many rounds: its groups are not picked, and it "
+                              "goes to the back of the young keys' line (node/peers/bench.py)")
+    bench_seconds: float = Field(30.0, ge=0, description="join (background ingest): a benched key also sits out "
+                                 "this many seconds (both must pass)")
+    bench_strikes: int = Field(3, ge=0, description="unverifiable results (score_timeout, score_refused, too_long, "
+                               "untokenizable, group_too_long) a key may have since its last verified group "
+                               "before each further one doubles its bench; they never touch its ban score")
 
 
 class AdmissionConfig(_Section):
@@ -228,7 +236,8 @@ RENAMED_KEYS: dict[str, str] = {
     **{f"swarm.ingest_{k}": f"swarm.ingest.{k}" for k in IngestConfig.model_fields
        if k not in ("mode", "staged_max_bytes")},  # (staged_max_bytes came after the sections)
     "swarm.ingest": "swarm.ingest.mode",
-    **{f"swarm.pool_{k}": f"swarm.pool.{k}" for k in PoolConfig.model_fields},
+    **{f"swarm.pool_{k}": f"swarm.pool.{k}" for k in ("max_groups", "max_age_rounds", "max_age_s",
+                                                       "max_per_sender")},  # the pool's keys before the move
     **{f"swarm.{k}": f"swarm.admission.{k}" for k in FLAT_ADMISSION_KEYS},
 }
 # old keys whose name is now a section's: only a value that is not a table is the old key
@@ -288,6 +297,11 @@ class SwarmConfig(_Section):
     audit_max_bytes: int = Field(32 * 1024 * 1024, ge=1, description="bytes the audit keeps of senders' "
                                  "unverified groups at most (4 each, 1024 senders); beyond it the sender holding the "
                                  "most loses its oldest")
+    verify_budget_s: float = Field(0.5, gt=0, description="seconds per round the training thread may spend "
+                                   "verifying peers' groups (the mix's picks and the audit; each scorer deadline is "
+                                   "cut to what is left); beyond it the round takes only groups already verified "
+                                   "(background ingest verifies picks ahead in its spare budget). In the round's "
+                                   "row: t_verify, verify_budget_exhausted")
     pool: PoolConfig = Field(default_factory=PoolConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     max_external_tokens: int | None = Field(None, ge=1, description="refuse a peer completion longer than this in "

@@ -12,6 +12,7 @@ against the signer) reported to the Ingress here, in `_refuse`:
                      verifier (a claimed reward that disagrees refuses the group and counts
                      against the signer), the text re-tokenized, each completion's behavior tier
                      picked (node/peers/tiers.py); a group that fails leaves its slot to another pick
+                     and benches its key (node/peers/bench.py)
                   -> an audit: each round one of the latest unverified groups of each of
                      `swarm.audit_per_round` random senders is verified all the same, so a sender of
                      wrong rewards is caught (and banned by its score) even when none of its groups
@@ -31,8 +32,9 @@ Where ingest runs (swarm.ingest.mode: node/peers/exchange_options.py `ingest`): 
 checks under a per-round budget (swarm.ingest.*) with per-sender staging quotas, established senders
 first (young and unknown origins share a bounded remainder). "inline" (the in-process memory
 testnet, experiments, most tests): `collect` checks everything that arrived, on the caller's thread,
-in swarm time: runs stay deterministic. Either way `collect` verifies the picks (bounded: J,
-MAX_REPICKS retries, the audit). Peers' completions are scored in killable worker processes
+in swarm time: runs stay deterministic. Either way `collect` verifies the picks not verified yet,
+and the audit, within a budget (node/peers/verify_budget.py); in background mode the worker's spare
+budget verifies pooled groups ahead of the picks. A failed group benches its key (node/peers/bench.py). Peers' completions are scored in killable worker processes
 (node/scoring/sandbox.py), a group's in one round-trip; the workers start with the exchange when our
 scorers may need them.
 """
@@ -59,8 +61,9 @@ from node.peers.pool import GroupPool, PoolEntry
 from node.peers.reasons import DISAGREES, OUTBOUND_INVALID, OWN, VERIFY_ERROR
 from node.peers.refusals import Refusals
 from node.peers.signers import SEVERAL, HostSigners
-from node.peers.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group, timed,
-                         verify_candidate)
+from node.peers.verify_budget import VerifyBudget
+from node.peers.verify import (Candidate, Refusal, TaskCache, VerifyContext, claims_flat, precheck_group,
+                               score_candidate, timed, verify_candidate)
 from node.peers.wire import to_wire
 from policy.types import TIERS
 from proto import swarm_pb2
@@ -130,6 +133,7 @@ class SwarmExchange(HintTraffic):
                                           time.time if self.ingest_mode == "background" else None,
                                           options.trusted_keys)
         self._init_counters()
+        self.verify_budget = VerifyBudget(options.verify_budget_s)  # the training thread's, per round
         self._hints: deque[ReceivedHint] = deque(maxlen=256)  # bounded: nobody may be taking them
         self._signers = HostSigners()  # the key each delivering host publishes for (node/peers/signers.py)
         # unverified until we can answer one (node/peers/hint_requests.py); established origins' kept first
@@ -157,7 +161,8 @@ class SwarmExchange(HintTraffic):
             self.sandbox.start()  # its workers import for a second or two: now, not in our first round
         self._worker = None if self.ingest_mode == "inline" else IngestWorker(
             transport, list(self.topics.values()), self._verify_staged, options.budget, self._sender_class,
-            name=f"ingest-{self.peer_id[-8:]}", young_capped=lambda: self.pool.admission.any_established)
+            name=f"ingest-{self.peer_id[-8:]}", young_capped=lambda: self.pool.admission.any_established,
+            ahead=self._verify_ahead)
         if self._worker is not None:  # started once assigned: its callback reads self._worker
             self._worker.start()
 
@@ -177,16 +182,20 @@ class SwarmExchange(HintTraffic):
 
     def state_dict(self) -> dict:
         """What a restart must not forget (saved with each checkpoint, node/train/loop.py): admission's
-        key records and dedup memory. The pool and the replay windows are not kept: pooled groups
-        are rounds old by then, and a replayed group that was trained is still duplicate_content."""
+        key records and dedup memory, and the bench. Not the pool (rounds old by then) nor the replay
+        windows (a replayed group that was trained is still duplicate_content)."""
         with self._lock:
-            return {"admission": self.pool.admission.state_dict()}
+            return {"admission": self.pool.admission.state_dict(), "bench": self.pool.bench.state_dict()}
 
     def _load_state(self, state: dict) -> None:
         try:
             self.pool.admission.load_state_dict(state["admission"])
         except (KeyError, TypeError, ValueError) as err:
             log.warning("ignoring the saved admission state (%s): every peer key starts young", err)
+        try:
+            self.pool.bench.load_state_dict(state.get("bench", []))  # none before the bench existed
+        except ValueError as err:
+            log.warning("ignoring the saved bench (%s): no key starts benched", err)
 
     def close(self) -> None:
         """Stop the ingest worker and the scorer processes (idempotent); the transport is the caller's."""
@@ -391,6 +400,7 @@ class SwarmExchange(HintTraffic):
         received, flat = self._arrived["received"], self._arrived["flat"]
         self._arrived = {"received": 0, "flat": 0}
         rejected_before = self._rejected_at_last_collect
+        self.verify_budget.start_round()
         self.pool.evict(round_index)
         rng = random.Random(f"{self.options.seed}/{round_index}")  # own stream: never perturbs training RNG
         chosen = []
@@ -445,6 +455,10 @@ class SwarmExchange(HintTraffic):
             "external_tier_reasons": dict(reasons),
             "external_staleness_rounds": [round_index - g.meta["sender_round"] for g in chosen],
             "pool_size": len(self.pool),
+            "t_verify": round(self.verify_budget.spent, 6),  # the training thread's verification seconds
+            "verify_budget_exhausted": self.verify_budget.deferred,  # picks and audits left for the budget
+            "groups_verified_ahead": self._work["groups_verified_ahead"],  # by the ingest worker, since the last collect
+            "keys_benched": len(self.pool.bench.benched_now(round_index)),
             "hint_requests_waiting": len(self._requests),
             "peers_connected": len(self.transport.peers()),
             **self._shared,
@@ -452,27 +466,56 @@ class SwarmExchange(HintTraffic):
             **{f"t_exchange_{phase}": value for phase, value in seconds.items()},
         }
 
-    def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | None:
-        """The pool's callback: a picked group verified now (None: refused, counted and blamed)."""
-        return group if isinstance(group, ScoredGroup) else self._verify_candidate(group)
+    def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | str | None:
+        """The pool's callback: a pick verified within the round's budget (node/peers/verify_budget.py),
+        the reason it was refused (counted), or None when the budget is spent (it stays pooled)."""
+        if isinstance(group, ScoredGroup):  # verified ahead (the ingest worker) or by an audit
+            return group
+        verdict = self.verify_budget.run(lambda left: self._verify_candidate(group, left))
+        return verdict.reason if isinstance(verdict, Refusal) else verdict
 
     def _audit(self, rng: random.Random) -> int:
-        """Verify one of the latest unverified groups of `audit_per_round` senders chosen at random:
-        a sender whose groups are never picked (e.g. claims with no variance) is still checked. One
-        that passes and is still pooled stays verified there. Returns how many were verified."""
-        chosen = self._unaudited.draw(rng, self.options.audit_per_round)
-        for sender, group in chosen:
-            if isinstance(group, Candidate):
-                verified = self._verify_candidate(group)
-                if verified is not None:
-                    self.pool.replace_unverified(group, verified)
-            elif isinstance(group, Received):  # skimmed: the Ingress, then both stages
+        """Verify one of the latest unverified groups of `audit_per_round` senders chosen at random
+        (within the round's budget): a sender whose groups are never picked is still checked. One that
+        passes stays verified in the pool; one that fails leaves it and benches its key (a benched
+        liar is still audited, and banned by its score). Returns how many were verified."""
+        audited = 0
+        for sender, group in self._unaudited.draw(rng, self.options.audit_per_round):
+            if isinstance(group, Received):  # skimmed: the Ingress first
                 verified = self._accept(group, {Kind.ROLLOUT_GROUP})
-                if verified is not None and verified.sender != self.peer_id:
-                    self.verify_group(verified.sender, verified.body)
+                if verified is None or verified.sender == self.peer_id:
+                    continue
+                sender, group = verified.sender, verified.body
+            if isinstance(group, Candidate):
+                verdict = self.verify_budget.run(lambda left: self._verify_candidate(group, left))
             else:  # a zero-variance claim, never prechecked: both stages now
-                self.verify_group(sender, group)
-        return len(chosen)
+                verdict = self.verify_budget.run(lambda left: self._verify_group(sender, group, left))
+            if verdict is None:
+                continue
+            audited += 1
+            if isinstance(verdict, Refusal):
+                self.pool.failed(sender, verdict.reason, group)
+            elif isinstance(group, Candidate):
+                self.pool.replace_unverified(group, verdict)
+        return audited
+
+    def _verify_ahead(self) -> bool:
+        """The ingest worker's spare time: one pooled group verified before a pick asks, scored outside
+        the lock (a slow scorer never holds up collect), while under 2 * J verified groups wait."""
+        with self._lock:
+            candidate = self.pool.next_unverified(most_verified=2 * max(1, self.options.external_per_round))
+            if candidate is None:
+                return False
+            self._work.update(groups_verified=1, groups_verified_ahead=1)
+            self._unaudited.forget(candidate.origin, candidate)
+        scores = score_candidate(candidate, self.context)
+        with self._lock:
+            verdict = self._verdict(candidate.origin, verify_candidate(candidate, self.context, scores))
+            if isinstance(verdict, Refusal):
+                self.pool.failed(candidate.origin, verdict.reason, candidate)
+            else:
+                self.pool.replace_unverified(candidate, verdict)
+        return True
 
     def _refuse(self, sender: str, refusal: Refusal) -> None:
         """Count and log a refusal; the only place evidence against a signer goes to the Ingress."""
@@ -482,26 +525,33 @@ class SwarmExchange(HintTraffic):
         if refusal.blame:
             self.ingress.report(sender, refusal.reason)
 
-    def _verify_candidate(self, candidate: Candidate) -> ScoredGroup | None:
-        """The expensive checks of a prechecked group (node/peers/verify.py), or None, counted, if refused."""
+    def _verify_candidate(self, candidate: Candidate, timeout_s: float | None = None) -> ScoredGroup | Refusal:
+        """The expensive checks of a prechecked group (node/peers/verify.py), refusals counted;
+        `timeout_s`: a scorer deadline shorter than the verifier's (what is left of the budget)."""
         with self._lock:
             self._work["groups_verified"] += 1
             self._unaudited.forget(candidate.origin, candidate)
-            verdict = verify_candidate(candidate, self.context)
+            scores = score_candidate(candidate, self.context, timeout_s)
+            verdict = verify_candidate(candidate, self.context, scores)
         return self._verdict(candidate.origin, verdict)
 
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup) -> ScoredGroup | None:
         """A peer's group through both stages of node/peers/verify.py now, or None, counted, if refused."""
+        verdict = self._verify_group(sender, msg)
+        return None if isinstance(verdict, Refusal) else verdict
+
+    def _verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup,
+                      timeout_s: float | None = None) -> ScoredGroup | Refusal:
         with self._lock:
             candidate = precheck_group(sender, msg, self.context)
         if isinstance(candidate, Refusal):
             return self._verdict(sender, candidate)
-        return self._verify_candidate(candidate)
+        return self._verify_candidate(candidate, timeout_s)
 
-    def _verdict(self, sender: str, verdict: ScoredGroup | Refusal) -> ScoredGroup | None:
+    def _verdict(self, sender: str, verdict: ScoredGroup | Refusal) -> ScoredGroup | Refusal:
         if isinstance(verdict, Refusal):
             self._refuse(sender, verdict)
-            return None
+            return verdict
         if verdict.meta["reward_disagreements"]:
             self._count(self.observed, DISAGREES, verdict.meta["reward_disagreements"])
         return verdict

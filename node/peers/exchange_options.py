@@ -38,6 +38,7 @@ class ExchangeOptions:
     external_per_round: int = 4  # J
     audit_per_round: int = 2
     audit_max_bytes: int = AUDIT_MAX_BYTES  # the audit memory's bound (node/peers/audit.py)
+    verify_budget_s: float = 0.5  # the training thread's verification seconds per round (collect)
     sampling_policy: SamplingPolicy = "per_sender"
     composition: Literal["sapo", "cross_actor"] = "sapo"
     pool: PoolConfig = field(default_factory=PoolConfig)
@@ -65,7 +66,7 @@ class ExchangeOptions:
                    sampling=swarm_pb2.SamplingParams(temperature=cfg.sampling.temperature,
                                                      max_new_tokens=cfg.sampling.max_new_tokens),
                    external_per_round=s.external_per_round, audit_per_round=s.audit_per_round,
-                   audit_max_bytes=s.audit_max_bytes,
+                   audit_max_bytes=s.audit_max_bytes, verify_budget_s=s.verify_budget_s,
                    sampling_policy=s.sampling_policy, composition=s.composition, pool=s.pool,
                    admission=s.admission, ingest=ingest or s.ingest.mode, budget=s.ingest.to_options(),
                    clock=clock, swarm_clock=swarm_clock, trusted_keys=named_keys([*s.peers, *s.relays]))

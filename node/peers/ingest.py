@@ -176,12 +176,15 @@ class IngestWorker:
     share: only once some key is established is there anyone to protect. In a new swarm every peer
     is young, and a quarter of the budget let whole rounds of honest groups expire unverified, so
     peers could not earn the credits that would establish them (a demo node used 2 peer groups in
-    200 rounds)."""
+    200 rounds). `ahead()`, when given, is called while nothing staged waits and the budget allows:
+    it verifies one pooled group before the training thread picks it (node/peers/exchange.py), its
+    seconds counted in the budget like a message's."""
 
     def __init__(self, transport: Transport, topics: list[str], verify: Callable[[Staged], None],
                  budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest",
-                 young_capped: Callable[[], bool] = lambda: True):
+                 young_capped: Callable[[], bool] = lambda: True, ahead: Callable[[], bool] | None = None):
         self.transport = transport
+        self.ahead = ahead  # spare time: verify one pooled group ahead of the picks; True if it did
         self.topics = topics
         self.verify = verify
         self.budget = budget
@@ -272,7 +275,24 @@ class IngestWorker:
                     self._established_heard_at = time.monotonic()
                 self._count_peer(staged.item.from_peer)
             verified_any = True
-        return verified_any
+        return self._step_ahead() or verified_any
+
+    def _step_ahead(self) -> bool:
+        """One verification ahead of the picks, if there is spare budget and anything to verify."""
+        with self._lock:
+            if self.ahead is None or self._stop.is_set() or not self._within_budget():
+                return False
+        started = time.monotonic()
+        try:
+            worked = self.ahead()
+        except Exception:  # our bug or peer data breaking it: the picks verify that group instead
+            log.exception("verifying ahead failed")
+            worked = False
+        with self._lock:
+            if worked:
+                self._round[ESTABLISHED].update(messages=1, seconds=time.monotonic() - started)
+                self.counters["verified_ahead"] += 1
+        return worked
 
     def _count_peer(self, peer: str) -> None:
         """Per-peer verification counts for status; bounded: past the bound the least-verified
@@ -281,15 +301,23 @@ class IngestWorker:
         if len(self.verified_by_peer) > MAX_PEERS_COUNTED:
             self.verified_by_peer = Counter(dict(self.verified_by_peer.most_common(MAX_PEERS_COUNTED // 2)))
 
+    def _limits(self) -> dict[str, float]:
+        return {"messages": self.budget.max_messages, "bytes": self.budget.max_bytes,
+                "seconds": self.budget.max_share * (time.monotonic() - self._round_started)}
+
+    def _within_budget(self) -> bool:
+        """The round's budget (messages, bytes, share of wall time) is not spent yet."""
+        used = self._round[ESTABLISHED] + self._round[YOUNG]
+        return all(used[k] < limit or (k == "seconds" and used[k] <= limit) for k, limit in self._limits().items())
+
     def _class_to_serve(self) -> str | None:
         """Which lane the next message comes from, or None: the round's budget is spent (or nothing
         is staged). Young senders get at most their share of every limit (all of it while
         `young_capped()` is False), and while both lanes wait, of the messages verified so far (so
         they are served early in a round, not only last)."""
-        limits = {"messages": self.budget.max_messages, "bytes": self.budget.max_bytes,
-                  "seconds": self.budget.max_share * (time.monotonic() - self._round_started)}
+        limits = self._limits()
         used = self._round[ESTABLISHED] + self._round[YOUNG]
-        if not all(used[k] < limit or (k == "seconds" and used[k] <= limit) for k, limit in limits.items()):
+        if not self._within_budget():
             if (len(self.staging.lanes[ESTABLISHED])
                     and time.monotonic() - self._established_heard_at >= self.budget.heard_every_s):
                 self.counters["heard_floor"] += 1  # beyond the budget: established peers are heard every second

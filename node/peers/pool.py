@@ -22,10 +22,14 @@ A group is trained on once: sampling removes it from the pool.
 Verified when picked: the exchange pools a peer's group once it passed the cheap checks
 (node/peers/verify.py `Candidate`: signed, a task we know, within limits; its rewards still the sender's
 claims) and passes `sample` / `take_matching` a `verify` callback that runs the expensive checks on
-the picked groups only. A group that fails is gone (the callback counts and blames); its slot is
-picked again, at most `MAX_REPICKS` times a call. A group whose verified rewards turn out flat is
-not trained (an established key's) or only credited (a young key's, as below). Without `verify`
-(a bare pool of verified groups, as the tests build) what is pooled is trained as it is.
+the picked groups only (unless its ingest worker verified them ahead: `next_unverified`). A group
+that fails is gone (the callback counts and blames) and its key is benched (node/peers/bench.py: it
+sits out a while, skipped at once within this call, and goes to the back of the young line); its
+slot is picked again, at most `MAX_REPICKS` times a call. When `verify` says the training thread's
+verification budget is spent (it returns None), the group stays pooled and the rest of the call
+picks only groups already verified. A group whose verified rewards turn out flat is not trained (an
+established key's) or only credited (a young key's, as below). Without `verify` (a bare pool of
+verified groups, as the tests build) what is pooled is trained as it is.
 
 Admission (node/peers/admission.py; on for a node, off for a bare GroupPool): a group whose content is
 already pooled or was credited recently is refused whoever signed it, and keys that have not
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 from node.peers.admission import Admission
+from node.peers.bench import Bench
 from node.train.groups import ScoredGroup
 from node.peers.reasons import DUPLICATE
 from protocol.inbox import heaviest_first
@@ -48,7 +53,9 @@ from protocol.inbox import heaviest_first
 SamplingPolicy = Literal["uniform", "per_sender", "weak_tasks"]
 MIN_WEIGHT = 0.05  # weak_tasks: a family we already master still gets an occasional look
 MAX_REPICKS = 3  # sampling again for slots whose picks failed verification, at most this often a call
-Verify = Callable[[object], "ScoredGroup | None"]  # a pooled group -> verified, or None (refused, counted)
+# a pooled group -> verified, or the reason it was refused (counted by the callback), or None: not
+# verified now (the training thread's verification budget is spent), left pooled
+Verify = Callable[[object], "ScoredGroup | str | None"]
 
 
 @dataclass
@@ -62,7 +69,8 @@ class PoolEntry:
 class GroupPool:
     def __init__(self, max_groups: int, max_age_rounds: int, max_per_sender: int,
                  admission: Admission | None = None, rejected: Counter | None = None, *,
-                 max_age_s: float = float("inf"), clock: Callable[[], float] | None = None):
+                 max_age_s: float = float("inf"), clock: Callable[[], float] | None = None,
+                 bench_rounds: int = 4, bench_seconds: float = 30.0, bench_strikes: int = 3):
         self.max_groups = max_groups
         self.max_age_rounds = max_age_rounds
         self.max_age_s = max_age_s
@@ -72,6 +80,8 @@ class GroupPool:
         self.rejected = rejected if rejected is not None else Counter()  # reasons for refused groups
         self.entries: deque[PoolEntry] = deque()
         self._per_sender: Counter[str] = Counter()  # pooled groups per sender (add checks its cap in O(1))
+        self.bench = Bench(bench_rounds, bench_seconds, bench_strikes, clock)  # keys whose groups failed
+        self.round = 0  # the round being collected (evict starts it)
 
     @classmethod
     def from_config(cls, pool, admission=None, rejected: Counter | None = None,
@@ -117,15 +127,47 @@ class GroupPool:
         return len(mine)
 
     def replace_unverified(self, candidate, group: ScoredGroup) -> None:
-        """`candidate`, if still pooled, is now its verified `group` (an audit passed it)."""
+        """`candidate`, if still pooled, is now its verified `group` (an audit or the worker passed it)."""
+        self.bench.passed(group.origin)
         for entry in self.entries:
             if entry.group is candidate:
                 entry.group = group
                 return
 
+    def failed(self, origin: str, reason: str, candidate=None) -> None:
+        """A group of `origin` failed verification outside a pick (an audit, a verification ahead):
+        `candidate`, if pooled, leaves the pool, and the key is benched."""
+        for entry in self.entries:
+            if candidate is not None and entry.group is candidate:
+                self._remove(entry)
+                break
+        self.bench.fail(origin, reason, self.round)
+
+    def verified_count(self, young: bool | None = None) -> int:
+        """Pooled groups already verified (ahead of the picks, or by an audit), of young keys or not."""
+        return sum(isinstance(e.group, ScoredGroup) and young in (None, self._young(e)) for e in self.entries)
+
+    def next_unverified(self, most_verified: int):
+        """The pooled group most worth verifying ahead of the picks (not yet verified, its key not
+        benched): established keys' while fewer than `most_verified` of theirs wait verified, then
+        young keys' in the order the young slots take them while fewer than their share of it does
+        (young slots are few: their verified groups must not wait in numbers); None when there is none."""
+        waiting = [e for e in self.entries if not isinstance(e.group, ScoredGroup)
+                   and not self.bench.benched(e.group.origin, self.round)]
+        established = [e for e in waiting if not self._young(e)]
+        if established and self.verified_count(young=False) < most_verified:
+            return established[-1].group  # the newest: the samplers leave the pool's oldest to age out
+        share = 1.0 if self.admission is None else self.admission.young_share_max
+        if self.verified_count(young=True) >= max(1, math.ceil(share * most_verified)):
+            return None
+        young = [e for e in waiting if self._young(e)]
+        young = self._young_turns(young, 1) if self.admission is not None else young[-1:]
+        return young[0].group if young else None
+
     def evict(self, round_index: int) -> None:
         """Drops groups too old or over the size bound; also starts round `round_index` for admission."""
         now = self.now()
+        self.round = round_index
         while self.entries and (round_index - self.entries[0].verified_round > self.max_age_rounds
                                 or (self.clock is not None and now - self.entries[0].verified_at > self.max_age_s)):
             self._remove(self.entries[0])
@@ -144,12 +186,14 @@ class GroupPool:
         removed from the pool. Only established keys' groups: young keys reach the mix through
         `sample`'s share alone. Flat groups count here: merged with ours they can carry signal."""
         taken: list[ScoredGroup] = []
+        left: set[int] = set()  # ids of entries `verify` left unverified: the budget is spent
         for _ in range(1 + MAX_REPICKS):
             newest: dict[str, PoolEntry] = {}
             for entry in self.entries:
-                if entry.group.task.prompt_key in prompt_keys and not self._young(entry):
+                if (entry.group.task.prompt_key in prompt_keys and not self._young(entry)
+                        and self._usable(entry, left)):
                     newest[entry.group.task.prompt_key] = entry
-            good, failed = self._verified(list(newest.values()), verify)
+            good, failed = self._verified(list(newest.values()), verify, left)
             taken += self._use(good)
             prompt_keys = prompt_keys - {e.group.task.prompt_key for e in good}
             if not failed:
@@ -161,46 +205,63 @@ class GroupPool:
                verify: Verify | None = None) -> list[ScoredGroup]:
         """Up to k groups with reward variance, removed from the pool (flat groups stay: they are
         only useful merged into one of our groups), each passing `verify` (module doc). Young keys'
-        groups hold at most their share of the mix (Admission.split), oldest keys first; a young
-        key's flat group picked there is credited to it (node/peers/admission.py), not trained, and
-        leaves its slot to established keys. The sampling policy picks the established ones."""
+        groups hold at most their share of the mix (Admission.split), in seniority order with keys
+        whose groups failed at the back (node/peers/bench.py); a young key's flat group picked there
+        is credited to it (node/peers/admission.py), not trained, and leaves its slot to established
+        keys. The sampling policy picks the established ones. Benched keys' groups are not picked."""
         chosen: list[ScoredGroup] = []
+        left: set[int] = set()  # ids of entries `verify` left unverified: from then on, verified ones only
         for _ in range(1 + MAX_REPICKS):
-            picked = self._pick(k - len(chosen), policy, rng, weakness)
-            good, failed = self._verified(picked, verify)
+            picked = self._pick(k - len(chosen), policy, rng, weakness, left)
+            good, failed = self._verified(picked, verify, left)
             self._consume([e for e in good if e.group.flat])  # a young key's: credited, not trained
             chosen += self._use([e for e in good if not e.group.flat])
             if not failed or len(chosen) >= k:
                 break
         return chosen
 
-    def _verified(self, picked: list[PoolEntry], verify: Verify | None) -> tuple[list[PoolEntry], int]:
+    def _usable(self, entry: PoolEntry, left: set[int]) -> bool:
+        """Whether a pick may take `entry` now: its key not benched, and, once the verification
+        budget is spent (`left` holds what it left unverified), only a group already verified."""
+        if self.bench.benched(entry.group.origin, self.round):
+            return False
+        return not left or (isinstance(entry.group, ScoredGroup) and id(entry) not in left)
+
+    def _verified(self, picked: list[PoolEntry], verify: Verify | None,
+                  left: set[int]) -> tuple[list[PoolEntry], int]:
         """The picked entries that pass `verify` (their group replaced by the verified one; an
-        established key's group that turns out flat is dropped, uncredited), and how many failed."""
+        established key's group that turns out flat is dropped, uncredited), and how many failed
+        (each benching its key) or were left unverified (their ids added to `left`)."""
         if verify is None:
             return picked, 0
         good, failed = [], 0
         for entry in picked:
             group = verify(entry.group)
-            if group is None:
+            if group is None:  # the budget is spent: it stays pooled, and its slot goes to a verified group
+                left.add(id(entry))
+                failed += 1
+            elif isinstance(group, str):
                 failed += 1
                 self._remove(entry)
+                self.bench.fail(entry.group.origin, group, self.round)
             elif group.flat and not entry.group.flat and not self._young(entry):
                 self._remove(entry)  # claimed variance our verifier does not see (another verifier's)
             else:
+                self.bench.passed(entry.group.origin)
                 entry.group = group
                 good.append(entry)
         return good, failed
 
     def _pick(self, k: int, policy: SamplingPolicy, rng: random.Random,
-              weakness: Callable[[ScoredGroup], float] | None) -> list[PoolEntry]:
+              weakness: Callable[[ScoredGroup], float] | None, left: set[int]) -> list[PoolEntry]:
         """Up to k entries as `sample` describes (young flat ones included), still pooled."""
-        eligible = [e for e in self.entries if not e.group.flat]
+        usable = [e for e in self.entries if self._usable(e, left)]
+        eligible = [e for e in usable if not e.group.flat]
         chosen: list[PoolEntry] = []
         established = [e for e in eligible if not self._young(e)]
         n = min(k, len(established))
         if self.admission is not None:
-            young = [e for e in self.entries if self._young(e)]  # flat ones too: picking one credits its key
+            young = [e for e in usable if self._young(e)]  # flat ones too: picking one credits its key
             slots, _ = self.admission.split(k, len(young), len(established))
             chosen = self._young_turns(young, slots)
             self.admission.spend(len(chosen))
@@ -224,15 +285,17 @@ class GroupPool:
         return self.admission is not None and self.admission.is_young(entry.group.origin)
 
     def _young_turns(self, young: list[PoolEntry], slots: int) -> list[PoolEntry]:
-        """Up to `slots` young groups, one per key in Admission.young_order (keys still earning
-        credits first, then one key per network group in turn), then again: 200 keys from one
-        network group take that group's turn, not the young slots."""
+        """Up to `slots` young groups, one per key: keys whose groups never failed first, then by
+        latest failure (node/peers/bench.py), each in Admission.young_order (keys still earning
+        credits first, then one key per network group in turn); then again. 200 keys from one
+        network group take that group's turn, not the young slots, and a key whose pick failed goes
+        behind every key that did not fail since."""
         by_key: dict[str, list[PoolEntry]] = defaultdict(list)
         for entry in young:
             by_key[entry.group.origin].append(entry)
         for entries in by_key.values():  # popped from the end: its newest trainable group first
             entries.sort(key=lambda e: (not e.group.flat, e.verified_round))
-        order = self.admission.young_order(list(by_key))
+        order = sorted(self.admission.young_order(list(by_key)), key=self.bench.order)  # stable: turns kept
         chosen: list[PoolEntry] = []
         while len(chosen) < slots and order:
             for key in list(order):

@@ -7,7 +7,9 @@ A rollout group is checked cheaply first and expensively only if the node may tr
       the sender's claims
   `verify_candidate(candidate, context)`  render and tokenize the prompt, re-score every completion
       with our verifier (one sandbox round-trip for the group), re-tokenize the texts (one batched
-      call) and pick each completion's behavior tier (node/peers/tiers.py): a `ScoredGroup`
+      call) and pick each completion's behavior tier (node/peers/tiers.py): a `ScoredGroup`; its slow
+      step, `score_candidate`, may run first on its own (outside the caller's lock, or under a
+      shorter deadline)
 `verify_group` is both in a row. `verify_hint` and `verify_hint_request` rebuild the task a hint or
 a request is about. Each returns what the message is worth to us, or a `Refusal` naming why not
 (node/peers/reasons.py) and whether that is evidence against the signer (`blame`): a TaskRef we cannot
@@ -190,8 +192,28 @@ def precheck_group(sender: str, msg: swarm_pb2.RolloutGroup, context: VerifyCont
     return Candidate(sender, msg, task, verifier, claims_flat(msg))
 
 
-def verify_candidate(candidate: Candidate, context: VerifyContext) -> ScoredGroup | Refusal:
-    """The expensive checks of a prechecked group: our rewards, our tokens, each completion's tier."""
+Scores = list[tuple[float, dict]]  # a group's completions scored by its verifier (Verifier.score_many)
+
+
+def score_candidate(candidate: Candidate, context: VerifyContext, timeout_s: float | None = None) -> Scores:
+    """Every completion scored (one batch; after a timeout the rest are not): the slow step, which
+    touches neither the tokenizer nor the task cache, so a caller may run it outside its lock.
+    `timeout_s`: a deadline per scorer call shorter than the verifier's (the training thread's
+    remaining verification budget), shared among the completions so that the whole group fits in
+    it; the claims are still compared with the verifier's digest."""
+    verifier = candidate.verifier
+    if timeout_s is not None:
+        per_answer = timeout_s / max(1, len(candidate.msg.completions))
+        if per_answer < verifier.timeout_s:
+            verifier = verifier.model_copy(update={"timeout_s": max(per_answer, 1e-3)})
+    with context.timed("score"):
+        return verifier.score_many(candidate.task, context.source, candidate.texts, context.sandbox,
+                                   stop_at_timeout=True)
+
+
+def verify_candidate(candidate: Candidate, context: VerifyContext, scores: Scores | None = None) -> ScoredGroup | Refusal:
+    """The expensive checks of a prechecked group: our rewards, our tokens, each completion's tier;
+    `scores`: what score_candidate gave (scored now when None)."""
     msg, task = candidate.msg, candidate.task
     try:
         with context.timed("retokenize"):
@@ -199,7 +221,7 @@ def verify_candidate(candidate: Candidate, context: VerifyContext) -> ScoredGrou
                           else context.retokenizer.prompt(task.question))
     except Exception as err:  # only a sender-supplied question can be outside our vocabulary
         return Refusal(UNTOKENIZABLE, detail=f"question: {err}")
-    checked = _check_completions(candidate, context)
+    checked = _check_completions(candidate, context, scores if scores is not None else score_candidate(candidate, context))
     if isinstance(checked, Refusal):
         return checked
     rewards, correct, rollouts, reasons = [], [], [], []
@@ -225,14 +247,12 @@ def verify_candidate(candidate: Candidate, context: VerifyContext) -> ScoredGrou
                              "tier_reasons": reasons, "reward_disagreements": disagreements})
 
 
-def _check_completions(candidate: Candidate, context: VerifyContext) -> list[_Checked] | Refusal:
-    """Every completion scored (one batch) and re-tokenized (one batch), in order; the first that
-    fails refuses the group, with the disagreements counted up to it."""
+def _check_completions(candidate: Candidate, context: VerifyContext, scores: Scores) -> list[_Checked] | Refusal:
+    """Every completion's score checked and its text re-tokenized (one batch), in order; the first
+    that fails refuses the group, with the disagreements counted up to it."""
     msg, verifier = candidate.msg, candidate.verifier
     texts = candidate.texts
     same_verifier = msg.verifier_digest == verifier.digest
-    with context.timed("score"):
-        scores = verifier.score_many(candidate.task, context.source, texts, context.sandbox, stop_at_timeout=True)
     with context.timed("retokenize"):
         encoded = context.retokenizer.encode_texts(texts)
     checked: list[_Checked] = []
