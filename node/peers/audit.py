@@ -78,3 +78,11 @@ class Unaudited(Generic[G]):
         if not kept:
             self._forget_sender(sender)
         return group
+
+
+def audit_size(group) -> int:
+    """The bytes the audit memory holds for `group`: a skimmed message's raw bytes, or the size of a
+    checked candidate's or a claim's message."""
+    if hasattr(group, "data"):  # skimmed: protocol Received
+        return len(group.data)
+    return getattr(group, "msg", group).ByteSize()  # a Candidate's message, or a RolloutGroup

@@ -13,12 +13,9 @@ against the signer) reported to the Ingress here, in `_refuse`:
                      against the signer), the text re-tokenized, each completion's behavior tier
                      picked (node/peers/tiers.py); a group that fails leaves its slot to another pick
                      and benches its key (node/peers/bench.py)
-                  -> an audit: each round one of the latest unverified groups of each of
-                     `swarm.audit_per_round` random senders is verified all the same, so a sender of
-                     wrong rewards is caught (and banned by its score) even when none of its groups
-                     is ever picked
-  An established key's own zero-variance claim is dropped before the Ingress, after a peek at its
-  envelope (node/peers/peek.py: dropping hurts no one); the audit may still draw it.
+                  -> an audit: each round a latest unverified group of `swarm.audit_per_round`
+                     random senders is verified all the same: a liar is caught even if never picked
+  An established key's own zero-variance claim is dropped after a peek (node/peers/peek.py).
   hints           -> rebuild the task; a hint that contains the answer is refused and counted
                      against the signer; the node keeps it only if it asked (node/train/hints.py)
   hint requests   -> wait unverified (node/peers/hint_requests.py) until the node can answer one
@@ -27,16 +24,13 @@ against the signer) reported to the Ingress here, in `_refuse`:
 Every phase's seconds are in the round's row (`t_exchange_<phase>`, EXCHANGE_PHASES), beside the
 counts the compute clock charges (EXCHANGE_WORK).
 
-Where ingest runs (swarm.ingest.mode: node/peers/exchange_options.py `ingest`): "background"
-(`swarm-node join`): a worker thread (node/peers/ingest.py) drains the transport and runs the cheap
-checks under a per-round budget (swarm.ingest.*) with per-sender staging quotas, established senders
-first (young and unknown origins share a bounded remainder). "inline" (the in-process memory
-testnet, experiments, most tests): `collect` checks everything that arrived, on the caller's thread,
-in swarm time: runs stay deterministic. Either way `collect` verifies the picks not verified yet,
-and the audit, within a budget (node/peers/verify_budget.py); in background mode the worker's spare
-budget verifies pooled groups ahead of the picks. A failed group benches its key (node/peers/bench.py). Peers' completions are scored in killable worker processes
-(node/scoring/sandbox.py), a group's in one round-trip; the workers start with the exchange when our
-scorers may need them.
+Where ingest runs (swarm.ingest.mode): "background" (`join`): a worker thread (node/peers/ingest.py)
+runs the cheap checks under a per-round budget, established senders first, and verifies pooled
+groups ahead of the picks in its spare budget. "inline" (the in-process testnet, most tests):
+`collect` checks what arrived, on the caller's thread, in swarm time (deterministic). Either way
+`collect` verifies the picks not verified yet, and the audit, within a budget
+(node/peers/verify_budget.py). Peers' completions are scored in killable worker processes
+(node/scoring/sandbox.py), started with the exchange when our scorers may need them.
 """
 from __future__ import annotations
 
@@ -48,13 +42,13 @@ import time
 from collections import Counter, deque
 from typing import Callable
 
-from node.peers.audit import Unaudited
+from node.peers.audit import Unaudited, audit_size
 from node.peers.exchange_hints import NOTHING_TO_TRAIN, TRAINABLE, HintTraffic, ReceivedHint
 from node.peers.exchange_options import ExchangeOptions
-from node.peers.exchange_status import exchange_status
+from node.peers.exchange_status import EXCHANGE_WORK, exchange_status, round_row
 from node.train.groups import ScoredGroup
 from node.peers.hint_requests import HintRequestQueue
-from node.peers.operator import OperatorDecisions, OperatorWatch
+from node.peers.operator import OperatorDecisions, OperatorWatch, apply_decisions
 from node.peers.peek import flat_claim_of_origin
 from node.peers.ingest import ESTABLISHED, YOUNG, IngestWorker, Staged
 from node.peers.pool import GroupPool, PoolEntry
@@ -75,7 +69,6 @@ log = logging.getLogger(__name__)
 # messages through the Ingress (signature, limits, replay), peer groups re-verified (re-score,
 # re-tokenize, tier), messages signed and published, and zero-variance groups of established
 # senders dropped after a peek (node/peers/peek.py), never checked
-EXCHANGE_WORK = ("messages_checked", "groups_verified", "messages_published", "messages_skimmed")
 # where the exchange's seconds go, each a `t_exchange_<phase>` of the round's row (no two overlap):
 # the peek that drops established senders' zero-variance claims (skim), the Ingress, the cheap
 # checks (precheck, less the task rebuild, which is its own phase), the expensive ones (score, retokenize, tier: the mix's picks and the audit), signing and publishing.
@@ -87,13 +80,6 @@ EXCHANGE_PHASES = ("skim", "ingress", "precheck", "rebuild", "score", "retokeniz
 TOTALED = (*EXCHANGE_WORK, "external_received", "external_used", "groups_audited", "groups_verified_unused",
            *(f"t_exchange_{phase}" for phase in EXCHANGE_PHASES))
 YOUNG_FLAT_POOLED = 2  # a young key's pooled groups beyond which its zero-variance claims are skimmed
-
-
-def _audit_size(group: Candidate | swarm_pb2.RolloutGroup | Received) -> int:
-    """The bytes the audit memory holds for `group` (node/peers/audit.py bounds them)."""
-    if isinstance(group, Received):
-        return len(group.data)
-    return (group.msg if isinstance(group, Candidate) else group).ByteSize()
 
 
 class SwarmExchange(HintTraffic):
@@ -140,9 +126,8 @@ class SwarmExchange(HintTraffic):
         self._requests = HintRequestQueue(established=lambda peer: self._sender_class(peer) == ESTABLISHED)
         # each sender's latest groups not verified (a candidate, a zero-variance claim, or skimmed bytes)
         self._unaudited: Unaudited[Candidate | swarm_pb2.RolloutGroup | Received] = Unaudited(
-            _audit_size, max_bytes=options.audit_max_bytes)
-        # optional transport capabilities (p2pd: its peer cache ranks the peers whose groups we use first;
-        # p2pd and the memory bus: a peer's network group, protocol/netgroups.py, for admission)
+            audit_size, max_bytes=options.audit_max_bytes)
+        # optional transport capabilities: p2pd's peer cache ranks useful peers first; network groups for admission
         self._note_useful: Callable[[list[str]], None] | None = getattr(transport, "note_useful_peers", None)
         self._network_group: Callable[[str], str] = getattr(transport, "network_group", lambda peer_id: "")
         # re-entrant: collect verifies its picks holding it (the pool's callback counts under it too);
@@ -151,8 +136,7 @@ class SwarmExchange(HintTraffic):
         self.refusals = Refusals(self.rejected, self._lock)  # counted and logged (rate-limited)
         if state is not None:  # before the ingest worker starts: nothing is pooled yet
             self._load_state(state)
-        self.operator = operator  # the operator's bans and demotions (node/peers/operator.py), read each round
-        self.decisions = OperatorDecisions()
+        self.operator, self.decisions = operator, OperatorDecisions()  # node/peers/operator.py, read each round
         self._apply_operator()
         for topic in self.topics.values():
             transport.subscribe(topic)
@@ -314,29 +298,11 @@ class SwarmExchange(HintTraffic):
             self.pool.admission.place(sender, self._delivering_group(verified))
 
     def _apply_operator(self) -> None:
-        """The operator file's decisions, if it changed: banned keys refused and out of the pool and
-        of the established, demoted ones young again. A malformed file is logged and the last
-        decisions kept."""
-        if self.operator is None:
-            return
-        try:
-            decisions = self.operator.changed()
-        except ValueError as err:
-            log.warning("%s; keeping the operator's earlier decisions", err, extra={"event": "operator_file_invalid"})
-            return
-        if decisions is None:
-            return
-        self.ingress.block(decisions.banned)
-        with self._lock:
-            for key in decisions.banned:
-                self.pool.drop_sender(key)
-                self.pool.admission.demote(key)
-            for key, at in decisions.demoted.items():
-                self.pool.admission.demote(key, at)
-            self.decisions = decisions
-        log.info("operator decisions: %d key(s) banned, %d demoted", len(decisions.banned), len(decisions.demoted),
-                 extra={"event": "operator_decisions", "banned": len(decisions.banned),
-                        "demoted": len(decisions.demoted)})
+        """The operator file's decisions, if it changed (node/peers/operator.py)."""
+        if self.operator is not None and (decisions := self.operator.changed_or_none()) is not None:
+            with self._lock:
+                apply_decisions(decisions, self.ingress, self.pool)
+                self.decisions = decisions
 
     def _delivering_group(self, verified: Verified) -> str:
         """The network group admission counts a signer in: its own host's where we are (or were)
@@ -427,7 +393,7 @@ class SwarmExchange(HintTraffic):
                              "groups_verified": self._work["groups_verified"], "groups_audited": audited,
                              "exchange_s": round(sum(seconds.values()), 6),
                              **{f"tier{t}_rollouts": tiers.get(str(t), 0) for t in TIERS}})
-        self.last_round = self._round_row(received, flat, audited, chosen, tiers, reasons, round_index, seconds)
+        self.last_round = round_row(self, received, flat, audited, chosen, tiers, reasons, round_index, seconds)
         self.totals.update({key: self.last_round[key] for key in TOTALED})
         self._work.clear()
         self._seconds.clear()
@@ -438,33 +404,6 @@ class SwarmExchange(HintTraffic):
         seconds = {phase: self._seconds[phase] for phase in EXCHANGE_PHASES}
         seconds["precheck"] = max(0.0, seconds["precheck"] - seconds["rebuild"])
         return seconds
-
-    def _round_row(self, received: int, flat: int, audited: int, chosen: list[ScoredGroup], tiers: Counter,
-                   reasons: Counter, round_index: int, seconds: dict[str, float]) -> dict:
-        """What the round's metrics row gets from the exchange (node/train/loop.py adds it)."""
-        return {
-            "external_received": received,
-            "external_used": len(chosen),
-            "external_samples_used": sum(len(g.correct) for g in chosen),  # their share correct: the next / this
-            "external_correct_used": sum(sum(g.correct) for g in chosen),
-            "external_zero_variance": flat,
-            "groups_audited": audited,
-            "groups_verified_unused": max(0, self._work["groups_verified"] - len(chosen)),
-            "external_used_by_sender": dict(Counter(g.origin for g in chosen)),
-            "external_tiers": {str(t): tiers.get(str(t), 0) for t in TIERS},
-            "external_tier_reasons": dict(reasons),
-            "external_staleness_rounds": [round_index - g.meta["sender_round"] for g in chosen],
-            "pool_size": len(self.pool),
-            "t_verify": round(self.verify_budget.spent, 6),  # the training thread's verification seconds
-            "verify_budget_exhausted": self.verify_budget.deferred,  # picks and audits left for the budget
-            "groups_verified_ahead": self._work["groups_verified_ahead"],  # by the ingest worker, since the last collect
-            "keys_benched": len(self.pool.bench.benched_now(round_index)),
-            "hint_requests_waiting": len(self._requests),
-            "peers_connected": len(self.transport.peers()),
-            **self._shared,
-            **{key: float(self._work[key]) for key in EXCHANGE_WORK},
-            **{f"t_exchange_{phase}": value for phase, value in seconds.items()},
-        }
 
     def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | str | None:
         """The pool's callback: a pick verified within the round's budget (node/peers/verify_budget.py),

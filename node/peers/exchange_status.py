@@ -3,7 +3,13 @@ admission, ingest and the exchange's costs. Only ever waits for a few dict copie
 exchange's lock, never for ingest."""
 from __future__ import annotations
 
+from collections import Counter
+
 from node.peers.reasons import OUTBOUND_INVALID
+from policy.types import TIERS
+
+# the exchange's work the compute clock charges (node/testnet/clock.py), counted since the last collect
+EXCHANGE_WORK = ("messages_checked", "groups_verified", "messages_published", "messages_skimmed")
 
 MAX_KEYS_SHOWN = 64  # the most recently established keys listed
 MAX_KEY_RECORDS = 256  # key records listed (`swarm-node peers`): established first, then the most credited
@@ -59,3 +65,31 @@ def admission_status(ex) -> dict:
         return {"established": [[key, at] for key, at in established[-MAX_KEYS_SHOWN:]],
                 "established_count": len(established), "young_count": len(admission.keys) - len(established),
                 "keys": records}
+
+
+def round_row(ex, received: int, flat: int, audited: int, chosen: list, tiers: Counter, reasons: Counter,
+              round_index: int, seconds: dict[str, float]) -> dict:
+        """What the round's metrics row gets from the exchange (node/train/loop.py adds it)."""
+        return {
+            "external_received": received,
+            "external_used": len(chosen),
+            "external_samples_used": sum(len(g.correct) for g in chosen),  # their share correct: the next / this
+            "external_correct_used": sum(sum(g.correct) for g in chosen),
+            "external_zero_variance": flat,
+            "groups_audited": audited,
+            "groups_verified_unused": max(0, ex._work["groups_verified"] - len(chosen)),
+            "external_used_by_sender": dict(Counter(g.origin for g in chosen)),
+            "external_tiers": {str(t): tiers.get(str(t), 0) for t in TIERS},
+            "external_tier_reasons": dict(reasons),
+            "external_staleness_rounds": [round_index - g.meta["sender_round"] for g in chosen],
+            "pool_size": len(ex.pool),
+            "t_verify": round(ex.verify_budget.spent, 6),  # the training thread's verification seconds
+            "verify_budget_exhausted": ex.verify_budget.deferred,  # picks and audits left for the budget
+            "groups_verified_ahead": ex._work["groups_verified_ahead"],  # by the ingest worker, since the last collect
+            "keys_benched": len(ex.pool.bench.benched_now(round_index)),
+            "hint_requests_waiting": len(ex._requests),
+            "peers_connected": len(ex.transport.peers()),
+            **ex._shared,
+            **{key: float(ex._work[key]) for key in EXCHANGE_WORK},
+            **{f"t_exchange_{phase}": value for phase, value in seconds.items()},
+        }

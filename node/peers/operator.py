@@ -12,6 +12,7 @@ so a decision reaches a running node within a round and holds across restarts:
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from policy.files import atomic_write_text
 
 OPERATOR_FILE = "operator.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -67,6 +69,15 @@ class OperatorWatch:
         self.path = Path(run_dir) / OPERATOR_FILE
         self._seen: float | None = None
 
+    def changed_or_none(self) -> OperatorDecisions | None:
+        """`changed()`, with a malformed file logged (once per change) instead of raised: the
+        decisions applied before stay."""
+        try:
+            return self.changed()
+        except ValueError as err:
+            log.warning("%s; keeping the operator's earlier decisions", err, extra={"event": "operator_file_invalid"})
+            return None
+
     def changed(self) -> OperatorDecisions | None:
         """The decisions if the file changed since the last call (the first call: if it exists)."""
         try:
@@ -77,3 +88,16 @@ class OperatorWatch:
             return None
         self._seen = mtime
         return OperatorDecisions.load(self.path.parent)
+
+
+def apply_decisions(decisions: OperatorDecisions, ingress, pool) -> None:
+    """Banned keys refused by the Ingress (`Ingress.block`), out of the pool and young; demoted keys
+    established before their demotion young again (node/peers/admission.py `demote`)."""
+    ingress.block(decisions.banned)
+    for key in decisions.banned:
+        pool.drop_sender(key)
+        pool.admission.demote(key)
+    for key, at in decisions.demoted.items():
+        pool.admission.demote(key, at)
+    log.info("operator decisions: %d key(s) banned, %d demoted", len(decisions.banned), len(decisions.demoted),
+             extra={"event": "operator_decisions", "banned": len(decisions.banned), "demoted": len(decisions.demoted)})
