@@ -135,14 +135,16 @@ def test_groups_and_credit_times_survive_a_restart():
 
 
 def test_network_groups_of_addresses():
-    assert network_group("/ip4/203.0.113.7/tcp/4001") == network_group("/ip4/203.0.9.9/udp/1/quic-v1") == "203.0.0.0/16"
-    assert network_group("/ip4/203.1.113.7/tcp/4001") == "203.1.0.0/16"
-    assert network_group("/ip6/2001:db8:1::1/tcp/1") == "2001:db8::/32"
-    assert network_group("/ip6/::ffff:203.0.113.7/tcp/1") == "203.0.0.0/16"  # an IPv4 host is one, however written
+    ip4 = network_group("/ip4/203.0.113.7/tcp/4001")
+    assert ip4 == network_group("/ip4/203.0.9.9/udp/1/quic-v1") == "ip4:203.0.0.0/16"
+    assert network_group("/ip4/203.1.113.7/tcp/4001") == "ip4:203.1.0.0/16"
+    assert network_group("/ip6/2001:db8:1::1/tcp/1") == "ip6:2001:db8::/32"
+    assert network_group("/ip6/::ffff:203.0.113.7/tcp/1") == ip4  # an IPv4 host is one, however written
     assert network_group("/ip4/1.2.3.4/tcp/1/p2p/12D3KooWRelay/p2p-circuit") == "relay:12D3KooWRelay"
-    assert network_group("/dns4/example.org/tcp/1") == "" and network_group("garbage") == ""
+    assert network_group("/dns4/example.org/tcp/1") == "dns4:example.org"  # a name is a group of its own
+    assert network_group("garbage") == "" and network_group("/ip4/not-an-ip/tcp/1") == ""
     relayed = "/ip4/1.2.3.4/tcp/1/p2p/12D3KooWRelay/p2p-circuit"
-    assert peer_group([relayed, "/ip4/10.1.2.3/tcp/9"]) == "10.1.0.0/16"  # a direct connection decides
+    assert peer_group([relayed, "/ip4/10.1.2.3/tcp/9"]) == "ip4:10.1.0.0/16"  # a direct connection decides
     assert peer_group([relayed]) == "relay:12D3KooWRelay" and peer_group([]) == ""
 
 
@@ -158,4 +160,4 @@ def test_a_peers_key_is_counted_in_the_network_group_of_its_host(tmp_path):
         peer.send(node, index, solved=False)
     node.exchange.collect(0)
     keys = node.exchange.pool.admission.keys
-    assert keys[placed.key].group == "198.51.0.0/16" and keys[plain.key].group == "host:laptop"
+    assert keys[placed.key].group == "ip4:198.51.0.0/16" and keys[plain.key].group == "host:laptop"

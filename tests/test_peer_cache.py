@@ -10,7 +10,8 @@ from collections import Counter
 from protocol.transports.p2pd.addrs import peer_id_bytes
 from protocol.transports.p2pd.control import ControlError
 from protocol.transports.p2pd.discovery import Dialer
-from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits, address_group
+from protocol.netgroups import network_group as address_group
+from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits
 
 from fake_clock import FakeClock
 
@@ -39,7 +40,7 @@ def test_address_groups_are_ipv4_16_and_ipv6_32_and_configurable():
     assert address_group("/ip6/2001:db8:1::5/tcp/1") == address_group("/ip6/2001:db8:ffff::1/tcp/1")
     assert address_group("/ip4/127.0.0.1/tcp/1", ipv4_prefix=32) == "ip4:127.0.0.1/32"
     assert address_group("/dns4/example.org/tcp/1") == "dns4:example.org"
-    assert address_group("garbage") == ":garbage"
+    assert address_group("garbage") == ""  # unknown (protocol/netgroups.py)
 
 
 def test_useful_peers_rank_first_then_answering_then_recent(tmp_path):

@@ -22,7 +22,6 @@ mark per useful peer). Thread-safe: the discovery thread and the node's thread b
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import logging
 import math
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ...files import atomic_write_bytes
+from ...netgroups import network_group
 
 log = logging.getLogger(__name__)
 
@@ -96,20 +96,6 @@ def _parse_record(entry: dict, now: float) -> PeerRecord:
     marks = max(1, int(entry.get("useful_marks", 1))) if useful > 0 else 0
     return PeerRecord([str(a) for a in addrs][:MAX_ADDRS_PER_PEER], when("seen"), when("answered"),
                       useful, max(0, int(entry.get("failures", 0))), marks)
-
-
-def address_group(addr: str, ipv4_prefix: int = 16, ipv6_prefix: int = 32) -> str:
-    """'/ip4/10.1.2.3/tcp/4001' -> 'ip4:10.1.0.0/16'; a DNS name is its own group."""
-    parts = addr.split("/")
-    kind, host = (parts[1], parts[2]) if len(parts) > 2 else ("", addr)
-    try:
-        if kind == "ip4":
-            return f"ip4:{ipaddress.ip_network(f'{host}/{ipv4_prefix}', strict=False)}"
-        if kind == "ip6":
-            return f"ip6:{ipaddress.ip_network(f'{host}/{ipv6_prefix}', strict=False)}"
-    except ValueError:
-        pass
-    return f"{kind}:{host}"
 
 
 def _full(counts: dict[str, int], groups: set[str], bound: int) -> bool:
@@ -232,7 +218,7 @@ class PeerCache:
             if len(kept) >= lim.max_peers:
                 break
             # an entry counts against the group of every address it gives (more addresses cost more)
-            groups = {address_group(a, lim.ipv4_prefix, lim.ipv6_prefix) for a in rec.addrs}
+            groups = {network_group(a, lim.ipv4_prefix, lim.ipv6_prefix) for a in rec.addrs}
             dead = rec.dead(lim.max_dial_failures)
             if not groups or _full(per_group, groups, lim.max_per_group) \
                     or (dead and _full(dead_per_group, groups, lim.dead_per_group)):
