@@ -284,7 +284,7 @@ def test_peers_useful_in_more_rounds_rank_first_and_files_without_marks_still_lo
     clock.advance(10)
     cache.remember({"once": [addr(3)]})
     cache.note_useful(["once"])  # the most recent mark, but the fewest
-    assert [(p, r.useful_marks) for p, r in cache.load().items()] == [("long", 3), ("pending", 2), ("once", 1)]
+    assert [(p, round(r.useful_marks, 3)) for p, r in cache.load().items()] == [("long", 3), ("pending", 2), ("once", 1)]
     cache.save()
     assert PeerCache(tmp_path / "peers.json", clock=clock).load() == cache.load()
     old = {"used": {"addrs": [addr(1)], "seen": clock.now, "useful": clock.now - 5},
@@ -307,3 +307,22 @@ def test_the_dialer_redials_a_kept_peer_whatever_the_budget(tmp_path, identity):
     assert dialer.dial_missing(control, connected=set(), count=lambda k: None, budget=0,
                                must=frozenset({honest})) == 1
     assert control.dialed == [peer_id_bytes(honest)]
+
+
+def test_usefulness_marks_halve_every_half_life_so_an_old_favourite_yields_to_todays_peer(tmp_path):
+    """Issue 42: marks never decayed, so a host useful for hours once (an attacker's while it was
+    established) outranked every peer useful later, for good."""
+    cache, clock = make(tmp_path, useful_half_life_s=HOUR)
+    cache.remember({"old": [addr(1)], "today": [addr(2, "10.1")]})
+    for _ in range(16):  # 16 rounds of use, then silence
+        clock.advance(1)
+        cache.note_useful(["old"])
+    clock.advance(5 * HOUR)  # 16 marks halved five times: 0.5
+    for _ in range(2):
+        clock.advance(1)
+        cache.note_useful(["today"])
+    marks = {p: r.marks_at(clock.now, HOUR) for p, r in cache.load().items()}
+    assert abs(marks["old"] - 0.5) < 0.01 and abs(marks["today"] - 2.0) < 0.01
+    assert list(cache.load()) == ["today", "old"]
+    cache.note_useful(["old"])  # a new mark adds to the decayed ones, not to the old count
+    assert abs(cache.load()["old"].useful_marks - 1.5) < 0.01

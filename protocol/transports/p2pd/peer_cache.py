@@ -3,12 +3,14 @@ which connect and leave (free for an attacker) cannot fill it.
 
 Per peer it records when it was last connected (`seen`), when a dial of ours last reached it
 (`answered`), when the node last used a verified group it signed (`useful`) and in how many rounds
-it did (`useful_marks`: one per `note_useful` call), and its consecutive failed dials. An entry is
+it did (`useful_marks`: one per `note_useful` call, halved every `useful_half_life_s` (a day)
+without a new one), and its consecutive failed dials. An entry is
 dead once `max_dial_failures` dials in a row failed (nothing since then reached it or connected);
 until then it is live, whatever its age: a peer we are connected to, or have not tried, is not
 known to be gone. Ranking (the file's order, and the dial order): live entries before dead ones;
-within each, useful peers first, the one used in the most rounds first (a host that was useful
-once during an attack does not outrank a peer useful for hours), then peers that answered a dial,
+within each, useful peers first, the one with the most marks first (a host that was useful once
+during an attack does not outrank a peer useful for hours, nor one useful for hours last month a
+peer useful today), then peers that answered a dial,
 then the rest; ties go to the most recently in contact. Bounds, as Bitcoin's address manager keeps
 them: at most `max_per_group` entries per address group (/16 of IPv4, /32 of IPv6), of which at
 most `dead_per_group` (half of it, at least 1) dead, at most `max_unproven` entries that were never
@@ -49,6 +51,7 @@ class PeerCacheLimits:
     max_age_s: float = 7 * 24 * 3600.0  # any entry silent this long goes
     ipv4_prefix: int = 16          # leading bits that make an IPv4 address group
     ipv6_prefix: int = 32
+    useful_half_life_s: float = 24 * 3600.0  # usefulness marks halve every this long without a new one
 
     @property
     def dead_per_group(self) -> int:
@@ -64,7 +67,7 @@ class PeerRecord:
     answered: float = 0.0  # last time one of our dials reached it (0: never)
     useful: float = 0.0    # last time the node used a verified group it signed (0: never)
     failures: int = 0      # failed dials since it last answered or was seen connected
-    useful_marks: int = 0  # rounds in which the node used its verified groups
+    useful_marks: float = 0.0  # rounds in which the node used its verified groups, decayed to `useful`
 
     @property
     def proven(self) -> bool:
@@ -77,9 +80,14 @@ class PeerRecord:
     def dead(self, max_dial_failures: int) -> bool:
         return self.failures >= max_dial_failures
 
-    def rank_key(self, max_dial_failures: int) -> tuple:
-        return (not self.dead(max_dial_failures), self.useful > 0, self.useful_marks, self.answered > 0,
-                max(self.last_contact, self.useful))
+    def marks_at(self, now: float, half_life_s: float) -> float:
+        """Its usefulness marks as of `now`: halved every `half_life_s` since it was last useful, so
+        a peer useful for hours last month does not outrank one useful today."""
+        return self.useful_marks * 0.5 ** (max(0.0, now - self.useful) / half_life_s)
+
+    def rank_key(self, limits: PeerCacheLimits, now: float) -> tuple:
+        return (not self.dead(limits.max_dial_failures), self.useful > 0,
+                self.marks_at(now, limits.useful_half_life_s), self.answered > 0, max(self.last_contact, self.useful))
 
 
 def _parse_record(entry: dict, now: float) -> PeerRecord:
@@ -93,7 +101,9 @@ def _parse_record(entry: dict, now: float) -> PeerRecord:
     if not isinstance(addrs, list):
         raise TypeError("addrs is not a list")
     useful = when("useful")  # a file from before `useful_marks` existed: one mark per useful peer
-    marks = max(1, int(entry.get("useful_marks", 1))) if useful > 0 else 0
+    marks = max(1.0, float(entry.get("useful_marks", 1))) if useful > 0 else 0.0
+    if not math.isfinite(marks):
+        raise ValueError(f"useful_marks is {marks}")
     return PeerRecord([str(a) for a in addrs][:MAX_ADDRS_PER_PEER], when("seen"), when("answered"),
                       useful, max(0, int(entry.get("failures", 0))), marks)
 
@@ -187,8 +197,8 @@ class PeerCache:
             peers = self._records()
             for pid in dict.fromkeys(peer_ids):  # one mark per peer per call (a round)
                 if pid in peers:
-                    peers[pid].useful = now
-                    peers[pid].useful_marks += 1
+                    rec = peers[pid]
+                    rec.useful_marks, rec.useful = rec.marks_at(now, self.limits.useful_half_life_s) + 1, now
                 else:  # re-inserted: the newest survive the bound
                     marks = self._pending_useful.pop(pid, (0.0, 0))[1]
                     self._pending_useful[pid] = (now, marks + 1)
@@ -213,7 +223,7 @@ class PeerCache:
         per_group: dict[str, int] = {}
         dead_per_group: dict[str, int] = {}
         unproven = 0
-        ranked = sorted(alive.items(), key=lambda pr: pr[1].rank_key(lim.max_dial_failures), reverse=True)
+        ranked = sorted(alive.items(), key=lambda pr: pr[1].rank_key(lim, now), reverse=True)
         for pid, rec in ranked:
             if len(kept) >= lim.max_peers:
                 break
