@@ -86,9 +86,9 @@ def test_young_slots_go_round_robin_across_network_groups_whoever_came_first():
 
 
 def test_keys_of_one_network_group_take_turns_in_the_young_slots():
-    """Within a group the slot rotates over its keys (never strictly the first seen): 4 keys, 8
-    rounds, every key served twice."""
-    p = pool(share=0.25, young_groups=100, young_rounds=0)
+    """Within a group the turn rotates over its keys (never strictly the first seen), each holding it
+    until it has its credits: 4 keys, 2 credits each, 8 rounds, every key served twice."""
+    p = pool(share=0.25, young_groups=2, young_rounds=100)  # young throughout: every pick is a young slot's
     served = Counter()
     for round_index in range(8):
         p.evict(round_index)

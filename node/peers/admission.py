@@ -22,10 +22,13 @@ round) while no established key was heard from lately (`split`), trained or cred
 Diversity, not seniority. Keys are free, addresses are not: every key is placed in the *network
 group* of the host that delivered its groups (protocol/netgroups.py: the /16 of an IPv4 address, the
 /32 of an IPv6 one, the relay of a peer reached only through one; "" while unknown, and for every
-key of the in-process testnet). The young slots go round-robin across groups, and round-robin
-across the keys within a group, turning one step each call (`young_order`; keys still short of
-`young_groups` credits first): whoever arrived first, 200 keys from one group get that group's
-turn and an honest newcomer from another group gets its own. Failing keys are benched by the pool
+key of the in-process testnet). The young slots go in turns: the key whose turn it is keeps it while it
+earns its `young_groups` credits and has groups pooled (for `young_groups` turns at most: one
+that is picked but not credited does not keep it), then the turn passes to the network group
+served longest ago, and within it to the key served longest ago (`young_order`, `took_turn`):
+whoever arrived first, 200 keys from one group share that group's turns and an honest newcomer
+from another group gets its own. A turn held to the end establishes keys one after another (a new swarm's first peer in
+`young_groups` rounds, as first-come did) instead of spreading credits thin over all of them. Failing keys are benched by the pool
 (node/peers/bench.py).
 
 Windows in time (with a `clock`: `swarm-node join`'s background ingest). Rounds alone mean nothing
@@ -127,7 +130,12 @@ class Admission:
         self.trusted = frozenset(trusted)  # keys the operator named: first in the bootstrap window
         self._last_promotion = float("-inf")
         self._group_promoted: dict[str, float] = {}  # network group -> time of its latest promotion
-        self._turn = 0  # young_order's rotation
+        self._turn = 0  # rotation among keys of one group for promotions (_in_turn)
+        self._calls = 0  # young turns taken (took_turn)
+        self._served: dict[str, int] = {}  # key -> the young turn it was last served in
+        self._group_served: dict[str, int] = {}  # network group -> the young turn one of its keys last was
+        self._holder: str | None = None  # the young key whose turn it is until it has its credits
+        self._held = 0  # turns it has held in a row: at most young_groups
         self._established_heard = (-(10**18), float("-inf"))  # (round, time) an established key was last heard
         self.keys: OrderedDict[str, KeyRecord] = OrderedDict()  # in order of first appearance
         self._pooled: set[str] = set()
@@ -294,25 +302,47 @@ class Admission:
         return sorted(keys, key=lambda kv: kv[1])
 
     def young_order(self, keys: list[str]) -> list[str]:
-        """`keys` (young, with groups pooled) in the order the young slots serve them: keys still
-        short of `young_groups` credits first; within that, one key per network group in turn, each
-        group's keys and the groups themselves rotated one step per call (module doc)."""
-        self._turn += 1
+        """`keys` (young, with groups pooled) in the order the young slots serve them (module doc):
+        the key holding the turn first, while it still earns its credits (for `young_groups` turns
+        at most); then keys still short of `young_groups` credits, then the rest; within each, one
+        key per network group in turn, the group served longest ago first and, within a group, the
+        key served longest ago (never served: first seen first). Pure: `took_turn` records a turn."""
+        holder = self._holder if (self._holder in keys and self._earning(self._holder)
+                                  and self._held < max(1, self.young_groups)) else None
         ordered: list[str] = []
         for earning in (True, False):
             by_group: dict[str, list[str]] = defaultdict(list)
-            for key in sorted(keys, key=self._arrival):
-                record = self.keys.get(key)
-                if (record is None or record.credited < self.young_groups) == earning:
+            for key in keys:
+                if key != holder and self._earning(key) == earning:
+                    record = self.keys.get(key)
                     by_group["" if record is None else record.group].append(key)
-            groups = sorted(by_group)
-            groups = groups[self._turn % len(groups):] + groups[:self._turn % len(groups)] if groups else []
-            queues = [_rotated(by_group[g], self._turn) for g in groups]
-            while any(queues):
-                for queue in queues:
-                    if queue:
-                        ordered.append(queue.pop(0))
-        return ordered
+            waited = {g: sorted(ks, key=lambda k: (self._served.get(k, -1), self._arrival(k)))
+                      for g, ks in by_group.items()}
+            queues = sorted(waited.items(), key=lambda gk: (self._group_served.get(gk[0], -1),
+                                                            self._arrival(gk[1][0])))
+            for depth in range(max((len(ks) for _, ks in queues), default=0)):
+                ordered += [ks[depth] for _, ks in queues if depth < len(ks)]
+        return ([holder] if holder is not None else []) + ordered
+
+    def took_turn(self, keys: list[str]) -> None:
+        """The young slots served `keys` this round, in `young_order`'s order (the first holds the turn)."""
+        self._calls += 1
+        for key in keys:
+            record = self.keys.get(key)
+            self._served[key] = self._calls
+            self._group_served["" if record is None else record.group] = self._calls
+        first = keys[0] if keys and self._earning(keys[0]) else None
+        self._held = self._held + 1 if first is not None and first == self._holder else 1
+        self._holder = first
+        if len(self._served) > 2 * self.max_keys:  # bounded like the key table
+            self._served = {k: n for k, n in self._served.items() if k in self.keys}
+            groups = {r.group for r in self.keys.values()}
+            self._group_served = {g: n for g, n in self._group_served.items() if g in groups}
+
+    def _earning(self, key: str) -> bool:
+        """Still short of its credits (a key forgotten from the table counts as earning)."""
+        record = self.keys.get(key)
+        return record is None or record.credited < self.young_groups
 
     def _arrival(self, key: str) -> int:
         record = self.keys.get(key)
@@ -423,10 +453,3 @@ def _key_record(entry: list) -> tuple[str, KeyRecord]:
                                last_active=int(active), first_seen_s=first_s, established_at=established_at,
                                group=group, last_credited_s=last_credited)
 
-
-def _rotated(items: list[str], turn: int) -> list[str]:
-    """`items` rotated left by `turn` (mod its length): a copy."""
-    if not items:
-        return []
-    cut = turn % len(items)
-    return items[cut:] + items[:cut]

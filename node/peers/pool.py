@@ -264,6 +264,7 @@ class GroupPool:
             young = [e for e in usable if self._young(e)]  # flat ones too: picking one credits its key
             slots, _ = self.admission.split(k, len(young), len(established))
             chosen = self._young_turns(young, slots)
+            self.admission.took_turn(list(dict.fromkeys(e.group.origin for e in chosen)))
             self.admission.spend(len(chosen))
             n = min(k - sum(not e.group.flat for e in chosen), len(established))
         if policy == "uniform":
