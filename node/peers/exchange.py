@@ -8,21 +8,19 @@ against the signer) reported to the Ingress here, in `_refuse`:
                      TaskRef (never the sender's copy), lengths bounded; a group whose claimed
                      rewards have no variance goes no further (SAPO would not train it)
                   -> a bounded pool (node/peers/pool.py), still unverified
-                  -> when the mix picks it (and only then): every reward recomputed with our own
-                     verifier (a claimed reward that disagrees refuses the group and counts
-                     against the signer), the text re-tokenized, each completion's behavior tier
-                     picked (node/peers/tiers.py); a group that fails leaves its slot to another pick
-                     and benches its key (node/peers/bench.py)
+                  -> when the mix picks it (or the worker verifies it ahead): every reward recomputed
+                     by our verifier (a disagreeing claim counts against the signer), the text
+                     re-tokenized, each completion's behavior tier picked (node/peers/tiers.py); a
+                     group that fails leaves the pool and benches its key (node/peers/bench.py)
                   -> an audit: each round a latest unverified group of `swarm.audit_per_round`
                      random senders is verified all the same: a liar is caught even if never picked
   An established key's own zero-variance claim is dropped after a peek (node/peers/peek.py).
-  hints           -> rebuild the task; a hint that contains the answer is refused and counted
-                     against the signer; the node keeps it only if it asked (node/train/hints.py)
-  hint requests   -> wait unverified (node/peers/hint_requests.py) until the node can answer one
-  SAPO mixing: J groups with reward variance from the pool (uniform / per_sender / weak_tasks);
-  in cross-actor composition, first every pooled group for a prompt we sampled this round.
-Every phase's seconds are in the round's row (`t_exchange_<phase>`, EXCHANGE_PHASES), beside the
-counts the compute clock charges (EXCHANGE_WORK).
+  hints           -> rebuild the task; one containing the answer counts against the signer; kept
+                     only if we asked (node/train/hints.py)
+  hint requests   -> wait unverified until we can answer one (node/peers/hint_requests.py)
+  SAPO mixing: J groups with reward variance from the pool (uniform / per_sender / weak_tasks;
+  cross-actor: every pooled group for a prompt we sampled first). The round's row has every phase's
+  seconds (`t_exchange_<phase>`) beside the counts the compute clock charges (EXCHANGE_WORK).
 
 Where ingest runs (swarm.ingest.mode): "background" (`join`): a worker thread (node/peers/ingest.py)
 runs the cheap checks under a per-round budget, established senders first, and verifies pooled
@@ -112,8 +110,7 @@ class SwarmExchange(HintTraffic):
         self._topic_kinds = {self.topics["rollouts"]: {Kind.ROLLOUT_GROUP}, self.topics["hints"]: {Kind.HINT},
                              self.topics["hint-requests"]: {Kind.HINT_REQUEST}}  # anything else: wrong_topic
         self.rejected: Counter[str] = Counter()  # node-level reasons (Ingress counts its own)
-        # windows in time where they protect a real node (background ingest, `join`); the inline
-        # in-process testnet runs in virtual time and keeps them in rounds (node/peers/admission.py)
+        # windows in time for `join` (background ingest); the inline testnet keeps them in rounds
         self.ingest_mode = options.ingest
         self.pool = GroupPool.from_config(options.pool, options.admission, self.rejected,
                                           time.time if self.ingest_mode == "background" else None,
@@ -406,8 +403,7 @@ class SwarmExchange(HintTraffic):
         return seconds
 
     def _verify_picked(self, group: Candidate | ScoredGroup) -> ScoredGroup | str | None:
-        """The pool's callback: a pick verified within the round's budget (node/peers/verify_budget.py),
-        the reason it was refused (counted), or None when the budget is spent (it stays pooled)."""
+        """The pool's callback: a pick verified within the round's budget, its refusal, or None (spent)."""
         if isinstance(group, ScoredGroup):  # verified ahead (the ingest worker) or by an audit
             return group
         verdict = self.verify_budget.run(lambda left: self._verify_candidate(group, left))
@@ -440,14 +436,18 @@ class SwarmExchange(HintTraffic):
 
     def _verify_ahead(self) -> bool:
         """The ingest worker's spare time: one pooled group verified before a pick asks, scored outside
-        the lock (a slow scorer never holds up collect), while under 2 * J verified groups wait."""
+        the lock (a slow scorer never holds up collect; picks skip it meanwhile), while under 2 J wait."""
         with self._lock:
             candidate = self.pool.next_unverified(most_verified=2 * max(1, self.options.external_per_round))
             if candidate is None:
                 return False
             self._work.update(groups_verified=1, groups_verified_ahead=1)
             self._unaudited.forget(candidate.origin, candidate)
-        scores = score_candidate(candidate, self.context)
+            self.pool.verifying.add(id(candidate))
+        try:
+            scores = score_candidate(candidate, self.context)
+        finally:
+            self.pool.verifying.discard(id(candidate))  # one set operation: atomic, no lock needed
         with self._lock:
             verdict = self._verdict(candidate.origin, verify_candidate(candidate, self.context, scores))
             if isinstance(verdict, Refusal):

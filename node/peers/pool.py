@@ -82,6 +82,7 @@ class GroupPool:
         self._per_sender: Counter[str] = Counter()  # pooled groups per sender (add checks its cap in O(1))
         self.bench = Bench(bench_rounds, bench_seconds, bench_strikes, clock)  # keys whose groups failed
         self.round = 0  # the round being collected (evict starts it)
+        self.verifying: set[int] = set()  # ids of candidates the ingest worker is verifying ahead now
 
     @classmethod
     def from_config(cls, pool, admission=None, rejected: Counter | None = None,
@@ -223,8 +224,8 @@ class GroupPool:
     def _usable(self, entry: PoolEntry, left: set[int]) -> bool:
         """Whether a pick may take `entry` now: its key not benched, and, once the verification
         budget is spent (`left` holds what it left unverified), only a group already verified."""
-        if self.bench.benched(entry.group.origin, self.round):
-            return False
+        if self.bench.benched(entry.group.origin, self.round) or id(entry.group) in self.verifying:
+            return False  # a group being verified ahead is not verified a second time by a pick
         return not left or (isinstance(entry.group, ScoredGroup) and id(entry) not in left)
 
     def _verified(self, picked: list[PoolEntry], verify: Verify | None,
