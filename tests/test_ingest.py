@@ -179,7 +179,7 @@ FLOOD_SENDERS = 32         # delivering peers with a key each: every one stays u
 # memory bus, the worker's drain and staging) competing for the GIL; issue 8's 10% on wall time
 # needs the receive path out of process (the p2pd transport) or ingest in a process of its own.
 FLOOD_PHASES = 6
-ROUNDS_PER_PHASE = 4
+ROUNDS_PER_PHASE = 6  # 4 gave CPU ratios of 1.03-1.13 run to run against the 1.15 bound (one failure in a suite run)
 MAX_SLOWDOWN = float(os.environ.get("FLOOD_MAX_SLOWDOWN", "1.15"))
 MAX_WALL_SLOWDOWN = float(os.environ.get("FLOOD_MAX_WALL_SLOWDOWN", "2.0"))  # gross GIL starvation only
 
