@@ -128,7 +128,6 @@ class Admission:
         self.bootstrap_young_fraction = bootstrap_young_fraction
         self.establish_decay_s = establish_decay_s  # 0: established for good
         self.trusted = frozenset(trusted)  # keys the operator named: first in the bootstrap window
-        self._last_promotion = float("-inf")
         self._group_promoted: dict[str, float] = {}  # network group -> time of its latest promotion
         self._turn = 0  # rotation among keys of one group for promotions (_in_turn)
         self._calls = 0  # young turns taken (took_turn)
@@ -254,7 +253,6 @@ class Admission:
     def _establish(self, key: str, now: float) -> None:
         record = self.keys[key]
         record.established_at = max(now, 1e-9)
-        self._last_promotion = now
         self._group_promoted[record.group] = now
         if len(self._group_promoted) > self.max_keys:  # bounded like the key table: the oldest go
             oldest = min(self._group_promoted, key=self._group_promoted.get)
@@ -404,9 +402,8 @@ class Admission:
     def state_dict(self) -> dict:
         """Key records and the dedup memory (JSON-able). Pool membership is not kept: the pool
         itself starts empty after a restart."""
-        last_promotion = self._last_promotion if self._last_promotion > float("-inf") else None
         return {"version": STATE_VERSION, "round": self._round, "arrivals": self._arrivals,
-                "slot_credit": self._slot_credit, "last_promotion": last_promotion,
+                "slot_credit": self._slot_credit,
                 "keys": [[key, r.first_seen, r.arrival, r.credited, r.last_active, r.first_seen_s, r.established_at,
                           r.group, r.last_credited_s] for key, r in self.keys.items()],
                 "credited": [[digest, round_index, at] for digest, (round_index, at) in self._credited.items()]}
@@ -425,14 +422,11 @@ class Admission:
             slot_credit = float(state["slot_credit"])
             if not -1.0 <= slot_credit <= 1e6:  # split re-caps it; this only refuses nonsense (nan too)
                 raise ValueError(f"slot credit {slot_credit}")
-            last_promotion = state.get("last_promotion")
-            last_promotion = float("-inf") if last_promotion is None else float(last_promotion)
         except (KeyError, TypeError, ValueError, IndexError) as err:
             raise ValueError(f"not an admission state: {err!r}") from err
         self.keys, self._credited = keys, credited
         self._pooled = set()
         self._round, self._arrivals, self._slot_credit = round_index, arrivals, slot_credit
-        self._last_promotion = last_promotion
         self._group_promoted = {}
         for record in self.keys.values():  # each group's latest promotion: its interval holds across a restart
             if record.established_at:
