@@ -10,7 +10,7 @@ import pytest
 from node.cli import main
 from node.config.schema import load_config
 from node.train.loop import Node
-from node.observe.metrics import COLUMNS, RoundTable, _cell
+from node.observe.metrics import COLUMNS, RoundTable, _cell, read_metrics
 from node.observe.report import write_report
 from node.tasks import make_source
 from node.tasks.base import TaskRef, heldout_seed
@@ -124,6 +124,11 @@ def test_a_trained_policy_scores_higher_on_heldout_copy(tmp_path):
     assert trained["heldout_passk"] >= untrained["heldout_passk"]
     # the evaluation is a pure function of the weights: asking again gives the same numbers
     assert trained_node.evaluate()["heldout_by_family"] == trained["heldout_by_family"]
+    # distinct_successes: the round's correct completions, each distinct one once (copy has one right answer a task)
+    rows = read_metrics(tmp_path / "trained")
+    correct = [round(r["correct_per_rollout"] * r["rollouts_generated"]) for r in rows]
+    assert all(0 <= r["distinct_successes"] <= min(c, r["groups_local"]) for r, c in zip(rows, correct))
+    assert sum(r["distinct_successes"] for r in rows[-10:]) > 0
 
 
 def test_cli_eval_prints_the_table_and_writes_json(tmp_path, capsys):
@@ -162,3 +167,32 @@ def test_cli_eval_reads_a_run_saved_with_the_old_flat_swarm_keys(tmp_path, capsy
         config_file.write_text(json.dumps(data))
     assert main(["eval", str(tmp_path), "--tasks", "2", "--k", "1"]) == 0
     assert "pass@1" in capsys.readouterr().out
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    from node.train.eval import mean_pass_at, pass_at_k
+
+    # 1 - C(n-c, k) / C(n, k): n=10, c=3, k=5 -> 1 - 21/252; n=32, c=1, k=8 -> 8/32 (one success in a draw of 8)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)
+    assert pass_at_k(32, 1, 8) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)  # pass@1 from samples: the success rate
+    assert (pass_at_k(4, 0, 4), pass_at_k(4, 1, 4), pass_at_k(8, 5, 4)) == (0.0, 1.0, 1.0)  # n == k: any of k
+    assert mean_pass_at([0, 2, 4], 4, 2) == pytest.approx((0 + (1 - 1 / 6) + 1) / 3)
+    with pytest.raises(ValueError, match="needs at least 8 samples"):
+        pass_at_k(4, 1, 8)
+
+
+def test_eval_pass_at_estimates_each_k_from_one_set_of_samples(tmp_path):
+    cfg = tiny_cfg("eval.every=0", "eval.k=2", "eval.pass_at=[1, 2, 8]", "eval.tasks_per_family=4")
+    node = Node(cfg, tmp_path / "node")
+    plain = node.evaluate(pass_at=[])
+    assert "heldout_pass_at" not in plain  # off: the samples and figures of before (k samples a task)
+    result = node.evaluate()
+    at = result["heldout_pass_at"]
+    assert set(at) == {"1", "2", "8"} and result["heldout_k"] == 2
+    assert at["1"] <= at["2"] <= at["8"]  # more tries never pass fewer tasks
+    assert result["heldout_passk"] == pytest.approx(at["2"])  # pass@k is the same estimator at k
+    for family in result["heldout_by_family"].values():
+        assert set(family["pass_at"]) == {"1", "2", "8"}
+    with pytest.raises(ValueError, match="must be >= 1"):
+        node.evaluate(pass_at=[0])

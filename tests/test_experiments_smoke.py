@@ -103,6 +103,10 @@ def test_exp_skeptic_quick(tmp_path, monkeypatch):
     assert all(len(row["heldout"]["by_seed"]) == 2 for row in arms.values())  # both paired seeds
     assert all(row["charged_over_wall"]["mean"] > 0 for row in arms.values())
     assert arms["entropy-silo"]["distinct_completions"]["mean"] > arms["silo"]["distinct_completions"]["mean"]
+    # pass@8 and pass@32 at the budget (32 samples a task), distinct successes per virtual second
+    assert all(row["pass32"]["mean"] >= row["pass8"]["mean"] >= 0 for row in arms.values())
+    assert all(row["successes_per_s"]["mean"] >= 0 for row in arms.values())  # 5 warm-up steps: few or none
+    assert set(result["final"]["vs_best_silo"]["pass8"]) == set(arms) - {"silo-best"}
     versus = result["final"]["vs_best_silo"]["heldout"]
     assert set(versus) == set(arms) - {"silo-best"} and all(len(c["diffs"]) == 2 for c in versus.values())
     swarm = arms["swarm"]["heldout"]["by_seed"]

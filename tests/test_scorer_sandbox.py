@@ -10,7 +10,7 @@ import pytest
 
 import node.scoring.verifiers
 from node.scoring.answer_filter import bomb_reason
-from node.scoring.sandbox import ScorerSandbox
+from node.scoring.sandbox import SandboxBusy, ScorerSandbox
 from node.service.join import memory_bus_node
 from node.tasks import make_source
 from node.scoring.verifiers import Verifier
@@ -67,6 +67,29 @@ def test_a_hung_math_scorer_is_killed_at_its_deadline_and_replaced():
         assert len(ticks) >= 0.25 * DEADLINE_S / 0.01  # the process never froze meanwhile (a tick per 10 ms)
         assert sandbox.snapshot()["killed"] == 1 and len(set(sandbox.pids()) - pids) == 1  # respawned
         assert sandbox.correctness("math", task, task.answer, 30.0) == 1.0  # and scoring goes on
+    finally:
+        sandbox.close()
+
+
+def test_a_caller_that_may_not_wait_is_told_the_sandbox_is_busy():
+    """While a bomb holds the sandbox for its deadline, a caller with wait_s (the training thread's
+    verification budget) gets SandboxBusy within it, nothing scored, instead of waiting the deadline out."""
+    source = make_source("synthetic", {"succ": 1.0}, 0)
+    task = source.batch(0, 1)[0]
+    sandbox = ScorerSandbox(None, workers=2)
+    try:
+        assert sandbox.correctness("math", task, task.answer, 30.0) == 1.0  # the workers are up
+        bomb = threading.Thread(target=sandbox.correctness, args=("math", task, "9**9**9**9", DEADLINE_S))
+        bomb.start()
+        time.sleep(0.1)  # the bomb's call holds the sandbox now
+        started = time.monotonic()
+        with pytest.raises(SandboxBusy, match="busy"):
+            sandbox.correctness_many("math", task, [task.answer], 30.0, wait_s=0.05)
+        waited = time.monotonic() - started
+        bomb.join()
+        assert waited < 0.05 + SLACK_S and waited < DEADLINE_S / 2
+        assert sandbox.snapshot()["busy"] == 1
+        assert sandbox.correctness_many("math", task, [task.answer], 30.0, wait_s=5.0) == [1.0]  # free again
     finally:
         sandbox.close()
 

@@ -46,6 +46,8 @@ def test_round_cost_charges_every_part_of_the_exchange():
     assert charged_over_wall([{"cost_s": 0.3, "t_round": 0.6}, {"cost_s": 0.1, "t_round": 0.2}, {"t_round": 9}]) \
         == pytest.approx(0.5)
     assert charged_over_wall([]) is None
+    cpu = [{"cost_s": 0.3, "t_round": 0.9, "t_round_cpu": 0.6}, {"cost_s": 0.1, "t_round": 0.2}]  # no CPU time: left out
+    assert charged_over_wall(cpu, "t_round_cpu") == pytest.approx(0.5)
 
 
 def test_a_swarm_round_counts_its_exchange_work_and_the_evaluation_is_free(tmp_path, tiny_config):
@@ -58,6 +60,8 @@ def test_a_swarm_round_counts_its_exchange_work_and_the_evaluation_is_free(tmp_p
     later = [r for r in rows if r["round"] > 0]
     assert sum(r["messages_checked"] for r in later) > 0 and sum(r["groups_verified"] for r in later) > 0
     assert all(r["groups_verified"] <= r["messages_checked"] for r in rows)
+    # the round's thread CPU time: some, and never more than the wall time it took (one thread a node)
+    assert all(0 < r["t_round_cpu"] <= r["t_round"] * 1.05 + 1e-3 for r in rows)
     silo = MemoryTestnet(plan, (8, 0), 0, tmp_path / "silo").run()
     silo_row = read_metrics(Path(silo["nodes"][0]["run_dir"]))[-1]
     assert "messages_checked" not in silo_row and silo_row["generate_calls"] == 1.0  # one batched call
@@ -271,3 +275,37 @@ def test_the_verdict_says_why_there_is_no_speedup():
     assert "never reached the held-out target" in verdict(row("8/0", 5.0), row("4/4", None))
     assert "the silo never reached" in verdict(row("8/0", None), row("4/4", 3.0))
     assert "1.50x as fast" in verdict(row("8/0", 6.0), row("4/4", 4.0, 1.5))
+
+
+def test_the_profile_fit_recovers_the_rates_rounds_were_made_with():
+    """scripts/tools/measure_profile.py on rounds built from a known profile (every phase exactly its
+    rates, plus a fixed rest): each rate comes back, and the fitted profile charges those rounds their
+    wall time whatever their mix of work (the clock is fair across treatments)."""
+    import random
+
+    from scripts.tools.measure_profile import fit_profile
+
+    truth = DeviceProfile("t", gen_tokens_per_s=5000.0, train_tokens_per_s=2000.0, round_overhead_s=0.004,
+                          generate_call_s=0.02, message_check_s=0.0004, group_verify_s=0.0006,
+                          message_publish_s=0.0002, message_skim_s=0.0001, optimizer_step_s=0.012,
+                          external_group_s=0.001)
+    rng, rows = random.Random(0), []
+    for _ in range(300):
+        work = {"tokens_generated": rng.randint(50, 300), "generate_calls": rng.randint(1, 3),
+                "tokens_trained": rng.randint(0, 200), "optimizer_steps": rng.randint(0, 1),
+                "groups_external": rng.randint(0, 4), "messages_checked": rng.randint(0, 20),
+                "groups_verified": rng.randint(0, 6), "messages_published": rng.randint(0, 8),
+                "messages_skimmed": rng.randint(0, 10)}
+        t_generate = work["tokens_generated"] / 5000.0 + work["generate_calls"] * 0.02
+        t_train = (0.003 + work["tokens_trained"] / 2000.0 + work["optimizer_steps"] * 0.012
+                   + work["groups_external"] * 0.001)
+        t_exchange = (work["messages_checked"] * 0.0004 + work["groups_verified"] * 0.0006
+                      + work["messages_published"] * 0.0002 + work["messages_skimmed"] * 0.0001)
+        rows.append({**work, "t_generate": t_generate, "t_train": t_train, "t_exchange": t_exchange,
+                     "t_round": t_generate + t_train + t_exchange + 0.001})
+    fitted = fit_profile(rows)
+    for field in ("gen_tokens_per_s", "train_tokens_per_s", "round_overhead_s", "generate_call_s", "message_check_s",
+                  "group_verify_s", "message_publish_s", "message_skim_s", "optimizer_step_s", "external_group_s"):
+        assert getattr(fitted, field) == pytest.approx(getattr(truth, field), rel=1e-6), field
+    silo = [r for r in rows if r["groups_external"] == 0]
+    assert charged_over_wall([{**r, "cost_s": round_cost(r, fitted)} for r in silo]) == pytest.approx(1.0)

@@ -70,9 +70,10 @@ def test_each_instant_gets_the_weights_of_the_last_round_ended_by_then(tmp_path,
 
 def test_every_node_of_both_mixes_is_measured_on_the_shared_grid(tmp_path):
     """3 tiny nodes, a silo and a swarm mix at one budget: the same instants for every node, each
-    point with the rounds that had ENDED by then; the nodes' own evaluations are off."""
+    point with the rounds that had ENDED by then; the nodes' own evaluations are off; pass@k' at the
+    budget only."""
     plan = Plan(nodes=3, rounds=4, preset="tiny", transport="memory", mixes=[(2, 0), (1, 1)], clock="compute",
-                heterogeneous=False, out=tmp_path, overrides=FAST)
+                heterogeneous=False, out=tmp_path, overrides=[*FAST, "eval.pass_at=[2]"])
     silo = MemoryTestnet(plan, (2, 0), 0, tmp_path / "silo").run()
     budget = silo["budget_s"]
     swarm = MemoryTestnet(plan, (1, 1), 0, tmp_path / "swarm", budget_s=budget).run()
@@ -85,6 +86,8 @@ def test_every_node_of_both_mixes_is_measured_on_the_shared_grid(tmp_path):
             assert [e["vtime"] for e in node["evals"]] == grid
             assert [e["round"] for e in node["evals"]] == [sum(r["vtime_end"] <= t for r in rows) for t in grid]
             assert not any("heldout_pass1" in r for r in rows)  # eval.every=1, yet no round evaluated itself
+            # eval.pass_at's many samples a task: at the run's end (the budget's point, and instants it settles) alone
+            assert "heldout_pass_at" in node["evals"][-1] and "heldout_pass_at" not in node["evals"][0]
     assert any(0 < e["round"] < len(read_metrics(Path(n["run_dir"])))  # points inside the run, not only its ends
                for run in (silo, swarm) for n in run["nodes"] for e in n["evals"])
     table = compute_table([silo, swarm])

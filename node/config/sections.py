@@ -3,7 +3,7 @@ imports no feature module: the feature imports its section from here (node/train
 EvalConfig, and so on). Torch-free, like the whole config room."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +32,10 @@ class EvalConfig(BaseModel):
                                                         "training never uses), for each training and OOD family")
     k: int = Field(4, ge=1, description="pass@k: k completions per task at sampling.temperature (fixed seed); "
                                         "a task passes if any is correct. pass@1 is greedy")
+    pass_at: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=list, description="also estimate pass@k for each of these k from max(k, every one) "
+                                          "samples per task (unbiased estimator, node/train/eval.py; metrics key "
+                                          "heldout_pass_at). The compute-clock testnet measures them at the budget only")
     ood: dict[str, Any] = Field(default_factory=dict,
                                 description="out-of-distribution families evaluated beside the training mixture "
                                             "(never trained), same format as tasks.datasets; reported as ood:<name>. "

@@ -83,6 +83,10 @@ class _Worker:
                 pass
 
 
+class SandboxBusy(Exception):
+    """The sandbox stayed busy with another caller's answers for longer than this caller may wait."""
+
+
 class ScorerSandbox:
     """correctness(scorer, task, answer, timeout_s) in a worker process; None when it timed out.
     correctness_many does the same for several answers of one task in one round-trip."""
@@ -117,17 +121,24 @@ class ScorerSandbox:
         return self.correctness_many(scorer, task, [answer], timeout_s)[0]
 
     def correctness_many(self, scorer: str, task, answers: list[str], timeout_s: float, *,
-                         stop_at_timeout: bool = False) -> list[float | None]:
+                         stop_at_timeout: bool = False, wait_s: float | None = None) -> list[float | None]:
         """One score per answer, in order; None for an answer that timed out (or found no worker).
         stop_at_timeout: the answers after one that timed out are not scored (None) either: a caller
-        that refuses the whole group then waits for no replacement worker."""
+        that refuses the whole group then waits for no replacement worker. wait_s: how long this
+        caller may wait while another one's answers are being scored (None: as long as it takes);
+        past it SandboxBusy is raised, and nothing was scored (the answers' senders are not to blame)."""
         answers = list(answers)
         results: list[float | None] = []
-        with self._lock:
+        if not self._lock.acquire(timeout=-1 if wait_s is None else max(0.0, wait_s)):
+            self._tally("busy")
+            raise SandboxBusy(f"the scorer sandbox was busy for {wait_s:.3g} s")
+        try:
             while len(results) < len(answers):  # each pass settles at least one answer
                 results.extend(self._request(scorer, task, answers[len(results):], timeout_s))
                 if stop_at_timeout and None in results:
                     return results + [None] * (len(answers) - len(results))
+        finally:
+            self._lock.release()
         return results
 
     def _request(self, scorer: str, task, answers: list[str], timeout_s: float) -> list[float | None]:

@@ -207,13 +207,13 @@ def _math_verify_bounded(pred: str | None, gold: str | None, timeout_s: float) -
 
 
 class Sandbox(Protocol):
-    """Runs capped correctness checks out of process (node/scorer_sandbox.ScorerSandbox): one
+    """Runs capped correctness checks out of process (node/scoring/sandbox.py ScorerSandbox): one
     answer, or several answers of one task in one round-trip (None: that answer timed out)."""
 
     def correctness(self, scorer: str, task: Task, answer: str, timeout_s: float) -> float | None: ...
 
-    def correctness_many(self, scorer: str, task: Task, answers: list[str],
-                         timeout_s: float) -> list[float | None]: ...
+    def correctness_many(self, scorer: str, task: Task, answers: list[str], timeout_s: float, *,
+                         stop_at_timeout: bool = False, wait_s: float | None = None) -> list[float | None]: ...
 
 
 # _screen's correctness for an answer only a capped scorer can decide (None already means timed out)
@@ -258,12 +258,13 @@ class Verifier(BaseModel):
         return self._finish(info, correctness)
 
     def score_many(self, task: Task, source: TaskSource, completions: list[str], sandbox: Sandbox | None = None,
-                   stop_at_timeout: bool = False) -> list[tuple[float, dict[str, Any]]]:
+                   stop_at_timeout: bool = False, wait_s: float | None = None) -> list[tuple[float, dict[str, Any]]]:
         """[self.score(task, source, c, sandbox) for c in completions], with one sandbox round-trip
         (correctness_many) for all the answers that need a capped scorer: a group shares its task,
         so it is sent once. Without a sandbox this is exactly that loop. stop_at_timeout: once an
         answer timed out, the capped ones after it are not scored (timed out too): for a caller
-        that refuses the whole group at its first timeout."""
+        that refuses the whole group at its first timeout. wait_s: how long to wait for a sandbox busy
+        with another caller (node/scoring/sandbox.py SandboxBusy past it)."""
         if sandbox is None:
             return [self.score(task, source, c) for c in completions]
         screened = [self._screen(task, source, c) for c in completions]
@@ -271,7 +272,7 @@ class Verifier(BaseModel):
         if pending:  # every completion has the same task, hence the same scorer
             answers = [screened[i][0]["extracted"] for i in pending]
             values = sandbox.correctness_many(self._scorer_for(task), task, answers, self.timeout_s,
-                                              stop_at_timeout=stop_at_timeout)
+                                              stop_at_timeout=stop_at_timeout, wait_s=wait_s)
             for i, value in zip(pending, values, strict=True):
                 screened[i] = (screened[i][0], value)
         return [self._finish(info, correctness) for info, correctness in screened]

@@ -11,6 +11,10 @@ A round costs (every count from the round's metrics row, node/train/loop.py and 
                                                        round, hinted prompts included; DARS extras are
                                                        calls of their own)
     + tokens_trained / train_tokens_per_s              every row trained, ours and peers'
+    + optimizer_steps * optimizer_step_s               each update's backward and optimizer step (a
+                                                       round with nothing to train takes none)
+    + groups_external * external_group_s               each peer group in the update (re-scored under
+                                                       our policy beside our own groups)
     + messages_checked * message_check_s               every message received: signature, limits, replay
     + messages_skimmed * message_skim_s                every zero-variance group an established peer
                                                        sent, dropped after a peek (node/peers/peek.py)
@@ -48,6 +52,8 @@ class DeviceProfile:
     group_verify_s: float = 0.0  # per peer group re-verified
     message_publish_s: float = 0.0  # per message signed and published
     message_skim_s: float = 0.0  # per message peeked at and dropped unchecked
+    optimizer_step_s: float = 0.0  # per optimizer step taken
+    external_group_s: float = 0.0  # per peer (or replayed) group in the update
     speed: float = 1.0  # relative to the measured device: what `--charge wall` divides wall time by
 
     def scaled(self, factor: float, name: str) -> DeviceProfile:
@@ -57,23 +63,25 @@ class DeviceProfile:
                        round_overhead_s=self.round_overhead_s / factor, generate_call_s=self.generate_call_s / factor,
                        message_check_s=self.message_check_s / factor, group_verify_s=self.group_verify_s / factor,
                        message_publish_s=self.message_publish_s / factor, message_skim_s=self.message_skim_s / factor,
+                       optimizer_step_s=self.optimizer_step_s / factor, external_group_s=self.external_group_s / factor,
                        speed=self.speed * factor)
 
 
 # The "fast" device per preset: one CPU thread of the machine the numbers were measured on, printed by
 # `python -m scripts.tools.measure_profile --preset NAME` (a new preset is one more line). tiny-warm was fitted on
-# the rounds of an 8/0 and a 4/4 testnet of 4 nodes (every cost above, exchange included); tiny and
+# the rounds of every treatment its experiments charge (every cost above, exchange included); tiny and
 # smollm2 on a lone node (no exchange rates: their testnets charge no exchange work).
 MEASURED: dict[str, DeviceProfile] = {
     "tiny": DeviceProfile("fast", gen_tokens_per_s=23750.0, train_tokens_per_s=5770.0, round_overhead_s=0.0055),
-    # `python -m scripts.tools.measure_profile --preset tiny-warm --rounds 60` (464 rounds of 4 + 4 nodes): a 4/4 round
-    # took 0.111 s here against a silo round's 0.045 s (generation 0.050 s: hinted prompts are calls of their
-    # own; exchange 0.040 s); charged/wall on those rounds 1.04 (8/0) and 0.98 (4/4)
-    # message_skim_s (the peek that drops an established peer's zero-variance group, node/peers/peek.py) came later:
-    # `scripts/bench/round_cost.py`'s t_exchange_skim / messages_skimmed on 8 nodes (0.5 ms / 19.8 a round)
-    "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=1.88e+04, train_tokens_per_s=6845, round_overhead_s=0.00942,
-                               generate_call_s=0.0156, message_check_s=0.000514, group_verify_s=0.000755,
-                               message_publish_s=0.00037, message_skim_s=2.5e-05),
+    # `python -m scripts.tools.measure_profile --preset tiny-warm --repeats 3` at `nice -n -19` (3,480 rounds: 4 nodes,
+    # five treatments in turn three times; 2-core AMD EPYC VM, 2026-11-28, refitted after the exchange got cheaper):
+    # a round's update costs 12 ms per optimizer step taken (a positive-only round often takes none) and 0.4 ms per
+    # peer group, a generate call 16 ms whatever its rows; charged/wall on those rounds 1.00 (8/0, own failures
+    # trained), 0.96 (8/0, dropped), 0.97 (4/4, trained), 1.02 (4/4, dropped), 1.05 (8/4 self-replay)
+    "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=4.632e+04, train_tokens_per_s=1.326e+04,
+                               round_overhead_s=0.00083, generate_call_s=0.0157, message_check_s=0.000484,
+                               group_verify_s=0.000536, message_publish_s=0.000169, message_skim_s=0.000247,
+                               optimizer_step_s=0.0123, external_group_s=0.000429),
     # measured with `python -m scripts.tools.measure_profile --preset smollm2 --set sampling.max_new_tokens=48`
     "smollm2": DeviceProfile("fast", gen_tokens_per_s=201.5, train_tokens_per_s=37.79, round_overhead_s=3.2),
     # `python -m scripts.tools.measure_profile --preset smollm2-arith --rounds 10` (64 counted rounds of 4 + 4 nodes,
@@ -121,14 +129,24 @@ def round_cost(row: dict, profile: DeviceProfile, charge: str = "profile") -> fl
     if charge == "wall":
         return row["t_round"] / profile.speed
     return (profile.round_overhead_s + generation_cost(row, profile) + exchange_cost(row, profile)
-            + row.get("tokens_trained", 0.0) / profile.train_tokens_per_s)
+            + training_cost(row, profile))
 
 
-def charged_over_wall(rows: list[dict]) -> float | None:
+def training_cost(row: dict, profile: DeviceProfile) -> float:
+    """Virtual seconds of the round's update (its fixed part is in round_overhead_s)."""
+    return (row.get("tokens_trained", 0.0) / profile.train_tokens_per_s
+            + row.get("optimizer_steps", 0.0) * profile.optimizer_step_s
+            + row.get("groups_external", 0) * profile.external_group_s)
+
+
+def charged_over_wall(rows: list[dict], spent: str = "t_round") -> float | None:
     """What the clock charged over the wall time the rounds took (1.0: the profile charges what this
-    machine spent; a mix far below 1 gets work for free)."""
-    wall = sum(r.get("t_round", 0.0) for r in rows if "cost_s" in r)
-    return sum(r["cost_s"] for r in rows if "cost_s" in r) / wall if wall > 0 else None
+    machine spent; a mix far below 1 gets work for free). spent="t_round_cpu": over the CPU time of
+    the round's thread instead, which another job on the machine barely changes (the memory testnet
+    runs a node's round on one thread), so arms measured on a busy machine compare fairly."""
+    counted = [r for r in rows if "cost_s" in r and spent in r]
+    wall = sum(r[spent] for r in counted)
+    return sum(r["cost_s"] for r in counted) / wall if wall > 0 else None
 
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -45,7 +45,8 @@ def grid_spacing(plan) -> float | None:
     if cfg.eval.every == 0:
         return None
     tokens = max(sum(mix) for mix in plan.mixes) * cfg.sampling.group_size * cfg.sampling.max_new_tokens
-    silo_round = {"tokens_generated": tokens, "tokens_trained": tokens, "generate_calls": 1}  # one batched call
+    silo_round = {"tokens_generated": tokens, "tokens_trained": tokens, "generate_calls": 1,  # one batched call
+                  "optimizer_steps": 1}
     nominal = round_cost(silo_round, fast_profile(plan.preset))
     return cfg.eval.every * nominal
 
@@ -135,7 +136,7 @@ class GridEvaluator:
         """Settle every grid instant up to and including the budget; returns the node's points. (With a
         derived budget an instant just before it may have been measured before the budget was known.)"""
         grid = grid_instants(self.spacing, budget)
-        self._settle(index, node, [*(t for t in self._pending(index, budget) if t in grid), budget])
+        self._settle(index, node, [*(t for t in self._pending(index, budget) if t in grid), budget], final=True)
         track = self.tracks[index]
         track.copy, track.evals = None, [e for e in track.evals if e["vtime"] in grid]
         return track.evals
@@ -150,9 +151,11 @@ class GridEvaluator:
             out.append(t)
             track.next_k += 1
 
-    def _settle(self, index: int, node, instants: list[float]) -> None:
+    def _settle(self, index: int, node, instants: list[float], final: bool = False) -> None:
         """Measure `instants` with the weights the node had at each: the copy inside its latest round,
-        its current weights at or after that round's end; one evaluation per set of weights."""
+        its current weights at or after that round's end; one evaluation per set of weights. eval.pass_at
+        (many samples a task) only when `final`: the budget's point, not every instant of the grid."""
+        pass_at = None if final else []
         track = self.tracks[index]
         inside = [t for t in instants if track.span is not None and t < track.span[1]]
         if any(t < track.span[0] for t in inside):
@@ -160,9 +163,9 @@ class GridEvaluator:
         after = [t for t in instants if t not in inside]
         if inside:
             with track.copy.swapped_in(node):
-                self._record(track, inside, node.next_round - 1, node.evaluate())
+                self._record(track, inside, node.next_round - 1, node.evaluate(pass_at=pass_at))
         if after:
-            self._record(track, after, node.next_round, node.evaluate())
+            self._record(track, after, node.next_round, node.evaluate(pass_at=pass_at))
             node.metrics.last_heldout = track.evals[-1]["heldout_pass1"]  # the live dashboard's column
 
     @staticmethod

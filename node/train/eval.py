@@ -12,6 +12,10 @@ and scores two numbers per family with the node's own verifier:
 
     pass@1  greedy decoding (temperature 0), one completion: correct or not
     pass@k  k completions at the sampling temperature; the task passes if any is correct
+    pass@k' for each k' in `eval.pass_at` (optional): n = max(k, every k') completions per task and
+            the unbiased estimator 1 - C(n - c, k') / C(n, k') of Chen et al. 2021 ("Evaluating Large
+            Language Models Trained on Code", c correct of n); pass@k is that estimator too, which
+            is "any of k correct" when n = k
 
 Both use a FIXED SamplingParams.seed (and every global RNG is restored afterwards), so evaluating
 never consumes or perturbs the training RNG: a run with evaluation trains exactly like one
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -72,6 +77,21 @@ def _quiet_greedy_flags() -> Iterator[None]:
         hf_log.removeFilter(drop)
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one task from n samples of which c are correct (Chen et al. 2021):
+    1 - C(n - c, k) / C(n, k), as a stable product; exactly 1.0 or 0.0 ("any of k") when n == k."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per task, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def mean_pass_at(correct: list[int], n: int, k: int) -> float:
+    """pass@k over tasks: the mean of each task's estimate (correct: c per task, of n samples)."""
+    return sum(pass_at_k(n, c, k) for c in correct) / len(correct)
+
+
 @dataclass
 class Evaluator:
     """Greedy pass@1 and sampled pass@k of the node's policy on the held-out set (module docstring)."""
@@ -105,14 +125,19 @@ class Evaluator:
             self._cache[n] = rows
         return self._cache[n]
 
-    def evaluate(self, tasks_per_family: int | None = None, k: int | None = None) -> dict:
+    def evaluate(self, tasks_per_family: int | None = None, k: int | None = None,
+                 pass_at: list[int] | None = None) -> dict:
         """The metrics of one evaluation: heldout_pass1 / heldout_passk (in-distribution families
-        pooled), heldout_k, heldout_by_family (family -> {pass1, passk, tasks}) and t_eval seconds."""
+        pooled), heldout_k, heldout_by_family (family -> {pass1, passk, tasks}) and t_eval seconds;
+        with `pass_at` (default eval.pass_at) also heldout_pass_at {k': pooled estimate} and each
+        family's pass_at."""
         from policy.types import SamplingParams
 
         k = self.cfg.k if k is None else k
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        pass_at = list(self.cfg.pass_at if pass_at is None else pass_at)
+        if k < 1 or any(x < 1 for x in pass_at):
+            raise ValueError(f"every k of pass@k must be >= 1, got k={k}, pass_at={pass_at}")
+        n = max([k, *pass_at])
         started = time.perf_counter()
         rows = self.tasks(tasks_per_family)
         prompts = [self.ctx.prompt(task.question) for _, task, _ in rows]
@@ -122,22 +147,27 @@ class Evaluator:
                                  seed=self.sampling_seed)
         with preserved_rng(), _quiet_greedy_flags(), self.ctx.autocast():
             firsts = self.ctx.generator.generate(prompts, 1, greedy) if prompts else []
-            samples = self.ctx.generator.generate(prompts, k, sampled) if prompts else []
-        by_family: dict[str, dict[str, list[bool]]] = {}
+            samples = self.ctx.generator.generate(prompts, n, sampled) if prompts else []
+        by_family: dict[str, dict[str, list]] = {}
         for (family, task, source), first, many in zip(rows, firsts, samples, strict=True):
-            slot = by_family.setdefault(family, {"pass1": [], "passk": []})
+            slot = by_family.setdefault(family, {"pass1": [], "correct": []})
             slot["pass1"].append(self._correct(task, source, first[0].text))
-            slot["passk"].append(any(self._correct(task, source, r.text) for r in many))
+            slot["correct"].append(sum(self._correct(task, source, r.text) for r in many))  # c of n
         inside = [v for f, v in by_family.items() if not f.startswith(OOD_PREFIX)]
-        pooled1 = [c for v in inside for c in v["pass1"]]
-        pooledk = [c for v in inside for c in v["passk"]]
+        pooled = {key: [c for v in inside for c in v[key]] for key in ("pass1", "correct")}
+
+        def at(v: dict, k_: int) -> float | None:
+            return mean_pass_at(v["correct"], n, k_) if v["correct"] else None
+
         return {
-            "heldout_pass1": sum(pooled1) / len(pooled1) if pooled1 else None,
-            "heldout_passk": sum(pooledk) / len(pooledk) if pooledk else None,
+            "heldout_pass1": sum(pooled["pass1"]) / len(pooled["pass1"]) if pooled["pass1"] else None,
+            "heldout_passk": at(pooled, k),
             "heldout_k": k,
-            "heldout_by_family": {f: {"pass1": sum(v["pass1"]) / len(v["pass1"]),
-                                      "passk": sum(v["passk"]) / len(v["passk"]),
-                                      "tasks": len(v["pass1"])} for f, v in sorted(by_family.items())},
+            **({"heldout_pass_at": {str(x): at(pooled, x) for x in pass_at}} if pass_at else {}),
+            "heldout_by_family": {f: {"pass1": sum(v["pass1"]) / len(v["pass1"]), "passk": at(v, k),
+                                      "tasks": len(v["pass1"]),
+                                      **({"pass_at": {str(x): at(v, x) for x in pass_at}} if pass_at else {})}
+                                  for f, v in sorted(by_family.items())},
             "t_eval": time.perf_counter() - started,
         }
 

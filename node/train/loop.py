@@ -190,6 +190,7 @@ class Node:
         return tasks
 
     def run_round(self, round_index: int) -> dict:
+        cpu0 = time.thread_time()  # this thread's CPU seconds: what a round cost whatever else the machine ran
         t0 = self.clock()
         tasks = self._tasks(round_index)
         hints = [self.hints.current(t) if self.hinting else None for t in tasks]
@@ -218,13 +219,15 @@ class Node:
         work = self.parts.sampling.take_work()  # generate calls, hint writing for peers
         row = self._row(round_index, tasks, local, external, merged, {**sample_stats, **hint_stats, **stats, **work},
                         (t0, t1, t2, t3))
+        row["t_round_cpu"] = time.thread_time() - cpu0
         return {**row, **self.maybe_evaluate(round_index)}  # after the update; not in t_round
 
     # -- held-out evaluation -----------------------------------------------------------------
-    def evaluate(self, tasks_per_family: int | None = None, k: int | None = None) -> dict:
+    def evaluate(self, tasks_per_family: int | None = None, k: int | None = None,
+                 pass_at: list[int] | None = None) -> dict:
         """Greedy pass@1 and pass@k on the held-out set now (node/train/eval.py); touches no training
         state and no RNG."""
-        return self.evaluator.evaluate(tasks_per_family, k)
+        return self.evaluator.evaluate(tasks_per_family, k, pass_at)
 
     def maybe_evaluate(self, round_index: int) -> dict:
         """The held-out metrics when round `round_index` is an evaluation round
@@ -265,6 +268,11 @@ class Node:
             "pass_rate": sum(correct) / max(1, len(correct)),
             "pass_rate_by_dataset": {k: sum(v) / len(v) for k, v in per_dataset.items() if v},
             "correct_per_rollout": sum(c for g in local for c in g.correct) / max(1, n_rollouts),
+            # successes this update could learn from: correct completions, own and peers' (verified), each
+            # distinct (task, completion) once; hinted ones are not the policy's own successes
+            "distinct_successes": len({(g.task.ref.key, tuple(r.completion_ids)) for g in (*local, *external)
+                                       for r, c, h in zip(g.rollouts, g.correct, g.hinted or [False] * len(g.correct))
+                                       if c and not h}),
             "groups_local": len(local),
             "groups_hinted": len(hinted),
             "hinted_pass_rate": (sum(c for g in hinted for c, h in zip(g.correct, g.hinted) if h)

@@ -36,9 +36,13 @@ Arms of the final stage (docs/testnets-and-experiments.md "The swarm against the
   sapo            4/4 as SAPO: ratio 1, failures trained
 
 Reported per arm: held-out pass@1 at the budget and AUC over the grid (mean over measured nodes,
-sample std over seeds), paired differences against the best silo, the default silo and (for the
+sample std over seeds), pass@8 and pass@32 at the budget (eval.pass_at: 32 samples a task at the
+sampling temperature, the unbiased estimator, node/train/eval.py), distinct successes per virtual
+second (the row's distinct_successes: own and peers' correct completions the updates could use),
+paired differences against the best silo, the default silo and (for the
 controls) the swarm with 95% bootstrap CIs (node/testnet/stats.py), training reward, entropy,
-distinct completions, flat-group share, charged/wall, rounds. Writes <out>/exp_skeptic.json and
+distinct completions, flat-group share, charged/wall (and charged/CPU: over the rounds' thread CPU
+time, which a busy machine barely changes), rounds. Writes <out>/exp_skeptic.json and
 exp_skeptic.png; every run's result is kept (<out>/<stage>/<arm>/seed<k>.json) and reused on a rerun.
 
     .venv/bin/python -m scripts.experiments.skeptic           # 4 nodes, 8 seeds, 3 tuning seeds (hours)
@@ -83,6 +87,9 @@ CONTROLS = ("self-replay", "positive-only", "frozen-peers", "entropy-silo")
 # (arm, reference): does sharing still pay once both sides drop their own failures?
 PAIRS = (("swarm-positive", "positive-only"), ("swarm-positive", "swarm"), ("swarm-positive", "silo-best"))
 GRID_POINTS = 12  # held-out instants after 0, the same for every arm
+# pass@k at the budget beside pass@1 (k samples at the sampling temperature, fixed seeds, never charged):
+# does training on successes alone buy pass@1 at the cost of diversity?
+PASS_AT = (8, 32)
 
 
 def sweep_arm(prompts: int, factor: float) -> dict:
@@ -121,6 +128,12 @@ def run_arm(job: dict) -> dict:
     return figures
 
 
+FIGURE_KEYS = ("heldout", *(f"pass{k}" for k in PASS_AT), "auc", "train_reward", "successes_per_s", "rounds",
+               "charged_over_wall", "charged_over_cpu", "entropy_mean", "distinct_completions", "flat_group_share")
+# the paired comparisons: held-out pass@1 at the budget, its AUC over the grid, pass@8 at the budget
+PAIRED_KEYS = ("heldout", "auc", f"pass{PASS_AT[0]}")
+
+
 def run_figures(result: dict) -> dict:
     """A run's figures, means over its measured (not frozen) nodes, from the testnet report's own
     per-node figures (node/testnet/report_clock.py node_figures, node/testnet/report.py late_diversity)."""
@@ -133,15 +146,17 @@ def run_figures(result: dict) -> dict:
     for node in measured(result)["nodes"]:
         fig = node_figures(node)
         rows = fig["rows"]
+        pass_at = node["evals"][-1].get("heldout_pass_at", {})  # the budget's point
         per_node.append({
             "heldout": fig["heldout_at_budget"], "auc": fig["auc"], "curve": fig["curve"],
+            **{f"pass{k}": value for k, value in pass_at.items()},
             "train_reward": mean([r["reward_mean"] for r in rows if r["vtime"] >= budget / 2] or [0.0]),
-            "rounds": fig["rounds"], "charged_over_wall": charged_over_wall(rows), **late_diversity(rows),
+            "successes_per_s": sum(r.get("distinct_successes", 0) for r in rows if r["vtime_end"] <= budget) / budget,
+            "rounds": fig["rounds"], "charged_over_wall": charged_over_wall(rows),
+            "charged_over_cpu": charged_over_wall(rows, "t_round_cpu"), **late_diversity(rows),
             "learned": fig["families"],
         })
-    keys = ("heldout", "auc", "train_reward", "rounds", "charged_over_wall", "entropy_mean", "distinct_completions",
-            "flat_group_share")
-    out = {key: mean_of(per_node, key) for key in keys}
+    out = {key: mean_of(per_node, key) for key in FIGURE_KEYS}
     grid, heldout = zip(*mean_curve([n["curve"] for n in per_node]))
     out["curve"] = {"t": list(grid), "heldout": list(heldout)}
     out["learned_runs"] = [n["learned"] for n in per_node]
@@ -186,8 +201,8 @@ def paired(arm: list[dict], reference: list[dict], key: str) -> dict:
 
 
 def paired_both(arm: list[dict], reference: list[dict]) -> dict:
-    """The paired comparison of held-out pass@1 at the budget and of the AUC."""
-    return {key: paired(arm, reference, key) for key in ("heldout", "auc")}
+    """The paired comparisons of PAIRED_KEYS."""
+    return {key: paired(arm, reference, key) for key in PAIRED_KEYS}
 
 
 def summarise(arms: dict[str, list[dict]]) -> dict:
@@ -196,8 +211,7 @@ def summarise(arms: dict[str, list[dict]]) -> dict:
     rows = {}
     for name, figs in arms.items():
         row = {}
-        for key in ("heldout", "auc", "train_reward", "rounds", "charged_over_wall", "entropy_mean",
-                    "distinct_completions", "flat_group_share"):
+        for key in FIGURE_KEYS:
             values = [f[key] for f in figs if f.get(key) is not None]
             row[key] = {"mean": mean(values) if values else None, "std": sample_std(values), "by_seed": values}
         row["learned"] = learned_counts([tuple(run) for f in figs for run in f["learned_runs"]])
@@ -231,10 +245,10 @@ def final(args, budget: float, grid: float, best: dict) -> dict:
     by_arm = run_arms(args, "final", {"silo-best": best, **ARMS}, args.seeds, budget, grid)
     swarm_vs = {name: by_arm[name] for name in ("swarm", *CONTROLS, "join-old", "sapo")}
     return {"arms": summarise(by_arm),
-            "vs_best_silo": {key: compare(by_arm, "silo-best", key) for key in ("heldout", "auc")},
-            "vs_silo": {key: compare(by_arm, "silo", key) for key in ("heldout", "auc")},
+            "vs_best_silo": {key: compare(by_arm, "silo-best", key) for key in PAIRED_KEYS},
+            "vs_silo": {key: compare(by_arm, "silo", key) for key in PAIRED_KEYS},
             "swarm_vs": {key: {name: _negated(c) for name, c in compare(swarm_vs, "swarm", key).items()}
-                         for key in ("heldout", "auc")},
+                         for key in PAIRED_KEYS},
             "pairs": {f"{arm} minus {ref}": paired_both(by_arm[arm], by_arm[ref]) for arm, ref in PAIRS},
             "curves": {name: [f["curve"] for f in figs] for name, figs in by_arm.items()}}
 
@@ -253,20 +267,21 @@ def derive_budget(args) -> float:
 
 
 # -- report ----------------------------------------------------------------------------------------
-def verdict_line(title: str, heldout: dict, auc: dict) -> str:
-    """One paired comparison: held-out and AUC with their CIs, and whether the held-out claim holds."""
+def verdict_line(title: str, block: dict) -> str:
+    """One paired comparison: held-out, AUC and pass@8 with their CIs, and whether the held-out claim holds."""
     from node.testnet.stats import ci_excludes_zero, format_interval
 
-    verdict = "holds" if ci_excludes_zero(heldout) else "not shown"
-    return f"  {title}: {format_interval(heldout)}  AUC {format_interval(auc)}  -> {verdict}"
+    verdict = "holds" if ci_excludes_zero(block["heldout"]) else "not shown"
+    return (f"  {title}: {format_interval(block['heldout'])}  AUC {format_interval(block['auc'])}  "
+            f"pass@{PASS_AT[0]} {format_interval(block[PAIRED_KEYS[2]])}  -> {verdict}")
 
 
 def report_lines(result: dict) -> list[str]:
     fin = result["final"]
     lines = [f"budget {result['budget_s']:.4g} virtual s, held-out every {result['grid_s']:.4g} s; "
              f"{len(result['seeds'])} paired seeds; best silo (chosen on training reward): {result['best_silo']}",
-             f"{'arm':>14} {'held-out':>15} {'AUC':>15} {'train rew':>9} {'entropy':>7} {'flat':>5} "
-             f"{'distinct':>8} {'chg/wall':>8} {'rounds':>6}"]
+             f"{'arm':>14} {'held-out':>15} {'pass@8':>6} {'pass@32':>7} {'AUC':>15} {'train rew':>9} {'succ/s':>7} "
+             f"{'entropy':>7} {'flat':>5} {'distinct':>8} {'chg/wall':>8} {'rounds':>6}"]
     for name, row in fin["arms"].items():
         def pm(key: str) -> str:
             m, s = row[key]["mean"], row[key]["std"]
@@ -275,17 +290,18 @@ def report_lines(result: dict) -> list[str]:
         def one(key: str, digits: int = 2) -> str:
             m = row[key]["mean"]
             return "-" if m is None else f"{m:.{digits}f}"
-        lines.append(f"{name:>14} {pm('heldout'):>15} {pm('auc'):>15} {one('train_reward', 3):>9} "
-                     f"{one('entropy_mean'):>7} {one('flat_group_share'):>5} {one('distinct_completions'):>8} "
-                     f"{one('charged_over_wall'):>8} {one('rounds', 0):>6}")
+        lines.append(f"{name:>14} {pm('heldout'):>15} {one('pass8', 3):>6} {one('pass32', 3):>7} {pm('auc'):>15} "
+                     f"{one('train_reward', 3):>9} {one('successes_per_s', 1):>7} {one('entropy_mean'):>7} "
+                     f"{one('flat_group_share'):>5} {one('distinct_completions'):>8} {one('charged_over_wall'):>8} "
+                     f"{one('rounds', 0):>6}")
     for title, block in (("vs the best silo", fin["vs_best_silo"]), ("vs the default silo", fin["vs_silo"]),
                          ("swarm minus", fin["swarm_vs"])):
         lines.append(f"paired held-out pass@1 at the budget, {title} (a claim holds only where its CI excludes 0):")
         for name, comparison in block["heldout"].items():
-            lines.append(verdict_line(f"{name:>14}", comparison, block["auc"][name]))
+            lines.append(verdict_line(f"{name:>14}", {key: block[key][name] for key in PAIRED_KEYS}))
     lines.append("paired held-out pass@1 at the budget:")
     for title, block in fin["pairs"].items():
-        lines.append(verdict_line(title, block["heldout"], block["auc"]))
+        lines.append(verdict_line(title, block))
     conf = result.get("confirm")
     if conf:
         lines.append(f"confirmation on fresh seeds {conf['seeds'][0]}-{conf['seeds'][-1]} (best positive-only silo, "
@@ -294,7 +310,7 @@ def report_lines(result: dict) -> list[str]:
             held = row["heldout"]
             lines.append(f"  {name:>14}: held-out {held['mean']:.3f}" + (f" ± {held['std']:.3f}" if held["std"] else ""))
         for title, block in conf["pairs"].items():
-            lines.append(verdict_line(title, block["heldout"], block["auc"]))
+            lines.append(verdict_line(title, block))
     return lines
 
 
@@ -338,11 +354,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "in this process")
     p.add_argument("--out", default=str(runs_dir("exp-skeptic")))
     args = p.parse_args(argv)
-    args.sweep, args.extra = len(SWEEP), []
+    args.sweep, args.extra = len(SWEEP), [f"eval.pass_at={list(PASS_AT)}"]
     if args.quick:
         args.nodes, args.rounds, args.seeds, args.tune_seeds, args.sweep, args.workers = 2, 3, 2, 1, 2, 1
         args.confirm_seeds = 1
-        args.extra = ["warm.steps=5", "eval.tasks_per_family=2", "sampling.group_size=4"]
+        args.extra += ["warm.steps=5", "eval.tasks_per_family=2", "sampling.group_size=4"]
     args.confirm_seeds = list(range(args.seeds, args.seeds + args.confirm_seeds))
     args.seeds, args.tune_seeds = list(range(args.seeds)), [100 + k for k in range(args.tune_seeds)]
     return args
