@@ -13,7 +13,7 @@ A round costs (every count from the round's metrics row, node/train/loop.py and 
     + tokens_trained / train_tokens_per_s              every row trained, ours and peers'
     + messages_checked * message_check_s               every message received: signature, limits, replay
     + messages_skimmed * message_skim_s                every zero-variance group an established peer
-                                                       sent, dropped after a peek (node/peers/peek.py)
+                                                       sent, dropped after a skim (node/peers/skim.py)
     + groups_verified * group_verify_s                 every peer group re-verified (the mix's picks and
                                                        the audit): rebuild, re-score, re-tokenize, tier
     + messages_published * message_publish_s           every message we sign and publish
@@ -47,7 +47,7 @@ class DeviceProfile:
     message_check_s: float = 0.0  # per message received and checked by the Ingress
     group_verify_s: float = 0.0  # per peer group re-verified
     message_publish_s: float = 0.0  # per message signed and published
-    message_skim_s: float = 0.0  # per message peeked at and dropped unchecked
+    message_skim_s: float = 0.0  # per message skimmed and dropped unchecked
     speed: float = 1.0  # relative to the measured device: what `--charge wall` divides wall time by
 
     def scaled(self, factor: float, name: str) -> DeviceProfile:
@@ -69,7 +69,7 @@ MEASURED: dict[str, DeviceProfile] = {
     # `python -m scripts.tools.measure_profile --preset tiny-warm --rounds 60` (464 rounds of 4 + 4 nodes): a 4/4 round
     # took 0.111 s here against a silo round's 0.045 s (generation 0.050 s: hinted prompts are calls of their
     # own; exchange 0.040 s); charged/wall on those rounds 1.04 (8/0) and 0.98 (4/4)
-    # message_skim_s (the peek that drops an established peer's zero-variance group, node/peers/peek.py) came later:
+    # message_skim_s (the skim that drops an established peer's zero-variance group, node/peers/skim.py) came later:
     # `scripts/bench/round_cost.py`'s t_exchange_skim / messages_skimmed on 8 nodes (0.5 ms / 19.8 a round)
     "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=1.88e+04, train_tokens_per_s=6845, round_overhead_s=0.00942,
                                generate_call_s=0.0156, message_check_s=0.000514, group_verify_s=0.000755,
