@@ -157,7 +157,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-VERIFIED_BY_PEER = "verified_by_peer/"  # the ingest's per-peer counts in StatusReply.ingest
+CHECKED_BY_PEER = "checked_by_peer/"  # the ingest's per-peer counts in StatusReply.ingest
 DAEMON_STATES = {0: "starting", 1: "running", 2: "restarting", 3: "closed"}  # protocol/transports/p2pd/shared.py codes
 
 
@@ -201,19 +201,19 @@ def cmd_status(args: argparse.Namespace) -> int:
               + "  (0 exact, 1 aligned, 2 proxy)", highlight=False)
     out.print("observed: " + (", ".join(f"{k}={v}" for k, v in sorted(s.observed.items())) or "nothing"),
               highlight=False)
-    counts = {k: v for k, v in sorted(s.ingest.items()) if not k.startswith(VERIFIED_BY_PEER)}
+    counts = {k: v for k, v in sorted(s.ingest.items()) if not k.startswith(CHECKED_BY_PEER)}
     out.print("ingest: " + (", ".join(f"{k}={v}" for k, v in counts.items()) or "inline"), highlight=False)
     out.print(f"admission: {s.established_keys} keys established, {s.young_keys} young", highlight=False)
     out.print("hints: " + (", ".join(f"{k}={v}" for k, v in sorted(s.hint_counters.items())) or "none"),
               highlight=False)
     peers = Table(title="peers")
-    for col in ("peer", "connected", "score", "banned", "ban left s", "accepted", "rejected", "verified",
+    for col in ("peer", "connected", "score", "banned", "ban left s", "accepted", "rejected", "checked",
                 "established"):
         peers.add_column(col)
     for p in s.peers:
         promoted = s.established.get(p.peer_id)
         peers.add_row(p.peer_id, str(p.connected), f"{p.score:+.2f}", str(p.banned), f"{p.ban_remaining_s:.0f}",
-                      str(p.accepted), str(p.rejected), str(s.ingest.get(VERIFIED_BY_PEER + p.peer_id, 0)),
+                      str(p.accepted), str(p.rejected), str(s.ingest.get(CHECKED_BY_PEER + p.peer_id, 0)),
                       "no" if promoted is None else "yes")
     out.print(peers)
     out.print(exchange_summary(dict(s.exchange_totals)), highlight=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from node.peers.admission import DUPLICATE
-from node.peers.exchange import to_wire
+from node.peers.wire import to_wire
 from node.train.groups import ScoredGroup
 from node.train.loop import EXCHANGE_STATE, Node
 from node.service.join import memory_bus_node

@@ -68,12 +68,14 @@ def test_within_one_sample_call_a_key_whose_group_failed_is_skipped():
     pool.add(PoolEntry(scored(10, "good"), 0))
     calls = Counter()
 
-    def verify(group):
-        calls[group.origin] += 1
-        return UNTOKENIZABLE if group.origin == "bad" else group
+    class Verifier:  # stands in for node/peers/verification.py: "bad"'s groups fail
+        @staticmethod
+        def verify_pick(group):
+            calls[group.origin] += 1
+            return UNTOKENIZABLE if group.origin == "bad" else group
 
     pool.evict(0)
-    chosen = pool.sample(1, "uniform", random.Random(0), verify=verify)
+    chosen = pool.sample(1, "uniform", random.Random(0), verifier=Verifier())
     assert [g.origin for g in chosen] == ["good"] and calls["bad"] <= 1  # one failure, then skipped
     assert pool.bench.benched("bad", 0) and pool.held_by("bad") == 4 - calls["bad"]
 

@@ -2,7 +2,7 @@
 memory (node/peers/audit.py), the ingest staging (node/peers/ingest.py) and the transports' inboxes.
 
 The audit memory is checked on a real tiny Node's exchange on the in-process bus: established keys
-skim messages of about 1 MB (zero-variance claims, node/peers/peek.py), and what the audit holds is
+skim messages of about 1 MB (zero-variance claims, node/peers/skim.py), and what the audit holds is
 counted by draining it."""
 import random
 import time
@@ -70,7 +70,7 @@ def test_the_audit_memory_stays_within_its_byte_bound_under_a_skim_of_1_mb_messa
     exchange.collect(2)
     assert exchange.last_round["messages_skimmed"] == 60  # 60 MB skimmed; counts alone kept 48 of them
     reported = exchange.status()["audit_memory"]["bytes"]  # what `swarm-node status --json` shows
-    held = held_bytes(exchange._unaudited)
+    held = held_bytes(exchange.unaudited)
     assert 0.75 * AUDIT_MAX_BYTES < held <= AUDIT_MAX_BYTES and reported == held
 
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from node.peers.exchange import SwarmExchange, to_wire
+from node.peers.exchange import SwarmExchange
+from node.peers.wire import to_wire
 from node.train.groups import ScoredGroup
 from node.train.loop import Node
 from node.observe.metrics import RoundTable, read_metrics
@@ -163,7 +164,7 @@ def test_the_staging_lane_follows_the_signer_once_authenticated(tmp_path, bus, t
     established_out.publish(host_transport, SWARM, honest_group(node, 0))
     exchange.collect(0)
     exchange.collect(1)
-    staging = Staging(per_sender=8, max_total=100, sender_class=exchange._sender_class)
+    staging = Staging(per_sender=8, max_total=100, sender_class=exchange.gate.sender_class)
     staging.add(TOPIC, [Received(host, b"", 0.0)])
     assert staging.lanes[ESTABLISHED].queued(host) == 1
     host_transport.publish(TOPIC, Outbox(fresh).seal(honest_group(node, 1)))  # a fresh key's
@@ -171,10 +172,10 @@ def test_the_staging_lane_follows_the_signer_once_authenticated(tmp_path, bus, t
     staging.add(TOPIC, [Received(host, b"", 0.0)])
     assert staging.lanes[YOUNG].queued(host) == 2 and not staging.lanes[ESTABLISHED].queued(host)
     named = peer(bus, "a-bus-name")  # a host whose id is not its key: classed by its key once authenticated
-    assert exchange._sender_class("a-bus-name") == YOUNG
+    assert exchange.gate.sender_class("a-bus-name") == YOUNG
     established_out.publish(named, SWARM, honest_group(node, 2))
     exchange.collect(3)
-    assert exchange._sender_class("a-bus-name") == ESTABLISHED
+    assert exchange.gate.sender_class("a-bus-name") == ESTABLISHED
 
 
 def test_sender_answers_only_when_opted_in(node, bus):
@@ -198,7 +199,9 @@ def test_untokenizable_text_is_dropped_not_crashing(node):
     assert node.exchange.rejected["untokenizable"] == 1
 
 
-def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus, identity):
+def test_per_sender_sampling_and_cap_resist_a_flooding_peer(tmp_path, bus, tiny_config, identity):
+    cfg = tiny_config(f"swarm.name={SWARM}", "swarm.external_per_round=2", "swarm.admission.young_share_max=1.0")
+    node = memory_bus_node(cfg, tmp_path, bus, "receiver")
     flood_key, honest_key = identity(), identity()
     flood, honest = Outbox(flood_key), Outbox(honest_key)
     flooder, good = peer(bus, "flooder"), peer(bus, "good")
@@ -208,7 +211,6 @@ def test_per_sender_sampling_and_cap_resist_a_flooding_peer(node, bus, identity)
         flood.publish(flooder, SWARM, honest_group(node, 100 + i, texts=texts))
     honest.publish(good, SWARM, honest_group(node, 0))
     exchange = node.exchange
-    exchange.options = dataclasses.replace(exchange.options, external_per_round=2)
     used = exchange.collect(0)
     assert {g.origin for g in used} == {flood_key.peer_id(), honest_key.peer_id()}  # one of each sender
     assert sum(e.group.origin == flood_key.peer_id() for e in exchange.pool.entries) <= exchange.pool.max_per_sender

@@ -143,11 +143,11 @@ def test_hint_requests_wait_unverified_and_are_checked_only_when_answered(tmp_pa
     assert [(t.prompt_key, sender) for t, sender in served] == [(tasks[2].prompt_key,
                                                                  asker_out.identity.peer_id())]
     assert exchange.ingress.snapshot().accepted == 1  # only the one answered met the Ingress
-    assert exchange.take_hint_requests(5, lambda task: False) == [] and len(exchange._requests) == 2
+    assert exchange.take_hint_requests(5, lambda task: False) == [] and len(exchange.hint_traffic.requests) == 2
 
 
 def test_an_established_senders_zero_variance_claims_are_skimmed_yet_audited(tmp_path, bus, identity):
-    """Established keys' flat claims skip the Ingress (node/peers/peek.py); the audit still checks them."""
+    """Established keys' flat claims skip the Ingress (node/peers/skim.py); the audit still checks them."""
     node = make_node(tmp_path, bus, "swarm.external_per_round=2", "swarm.audit_per_round=1",
                      "swarm.admission.young_groups=1", "swarm.admission.young_rounds=0")
     key = identity()

@@ -83,7 +83,7 @@ def test_a_flood_of_many_keys_leaves_the_honest_peer_heard(heard):
                                  "attackers": attackers, "limits": result["limits"]}))
     sent = sum(a["messages"] or 0 for a in attackers)
     assert all(a["connected_at_start"] for a in attackers) and sent >= 0.7 * KEYS * RATE * FLOOD_S, attackers
-    assert b["verified_source"] == "ingest.verified_by_peer", result["missing"]
+    assert b["verified_source"] == "ingest.checked_by_peer", result["missing"]
     assert b["honest_verified_every_second"], b  # every ~1-s poll interval after the first SETTLE_S
     assert b["honest_trained_fraction"] >= TRAINED_MIN, b
     young = result["limits"]["young_share_max"]

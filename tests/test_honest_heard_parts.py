@@ -86,7 +86,7 @@ def probe_with(tmp_path, samples: list[Sample], rows: list[tuple[float, dict]]) 
 
 
 def sample(t: float, verified: int, established=None) -> Sample:
-    return Sample(t, int(t), {A: verified}, "ingest.verified_by_peer", established, [A])
+    return Sample(t, int(t), {A: verified}, "ingest.checked_by_peer", established, [A])
 
 
 def test_figures_count_rounds_seconds_and_the_attackers_share(tmp_path):

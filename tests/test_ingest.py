@@ -60,6 +60,16 @@ def test_staging_keeps_room_for_established_senders_and_drops_what_expired():
     assert [staging.take(ESTABLISHED).item.from_peer for _ in range(2)] == ["honest", "sybil0"]
 
 
+class Recorder:
+    """Stands in for the checks the worker runs (node/peers/intake.py): records whose messages it got."""
+
+    def __init__(self, peers: list[str]):
+        self.peers = peers
+
+    def check(self, staged, round_index: int) -> None:
+        self.peers.append(staged.item.from_peer)
+
+
 class _Staged:
     def __init__(self, items):
         self.items = items
@@ -73,28 +83,28 @@ def test_worker_serves_established_senders_first_and_young_ones_within_their_sha
     """A round's budget of 8: young senders get 2 (their quarter), interleaved, never more."""
     items = ([Received(f"sybil{i}", b"s", 0.0) for i in range(100)]
              + [Received(p, b"h", 0.0) for p in ("honest1", "honest2") for _ in range(10)])
-    verified = []
+    checked = []
     budget = IngestBudget(max_messages=8, max_share=1.0, young_share=0.25)
-    worker = IngestWorker(_Staged(items), ["t"], lambda staged: verified.append(staged.item.from_peer), budget,
+    worker = IngestWorker(_Staged(items), ["t"], Recorder(checked), budget,
                           lambda peer: ESTABLISHED if peer.startswith("honest") else YOUNG)
     worker.step()
-    assert [peer.startswith("honest") for peer in verified] == [False, True, True, True, False, True, True, True]
-    assert worker.snapshot()["verified/established"] == 6
+    assert [peer.startswith("honest") for peer in checked] == [False, True, True, True, False, True, True, True]
+    assert worker.snapshot()["checked/established"] == 6
     worker.new_round(1)
-    verified.clear()
+    checked.clear()
     worker.step()
     worker.step()
-    assert sum(peer.startswith("sybil") for peer in verified) == 2 and len(verified) == 8
-    verified.clear()
-    idle = IngestWorker(_Staged(items[:100]), ["t"], lambda staged: verified.append(staged.item.from_peer), budget,
+    assert sum(peer.startswith("sybil") for peer in checked) == 2 and len(checked) == 8
+    checked.clear()
+    idle = IngestWorker(_Staged(items[:100]), ["t"], Recorder(checked), budget,
                         lambda peer: YOUNG)
     idle.step()
-    assert len(verified) == 2 and idle.counters["young_budget_waits"] > 0  # established idle: still only theirs
-    verified.clear()
-    new_swarm = IngestWorker(_Staged(items[:100]), ["t"], lambda staged: verified.append(staged.item.from_peer),
+    assert len(checked) == 2 and idle.counters["young_budget_waits"] > 0  # established idle: still only theirs
+    checked.clear()
+    new_swarm = IngestWorker(_Staged(items[:100]), ["t"], Recorder(checked),
                              budget, lambda peer: YOUNG, young_capped=lambda: False)
     new_swarm.step()
-    assert len(verified) == 8  # nobody established yet: nobody to protect, young peers share the whole budget
+    assert len(checked) == 8  # nobody established yet: nobody to protect, young peers share the whole budget
 
 
 def test_background_worker_verifies_without_collect_and_stops_on_close(tmp_path, identity):
@@ -111,7 +121,7 @@ def test_background_worker_verifies_without_collect_and_stops_on_close(tmp_path,
     assert len(used) == 4 and {g.origin for g in used} == {key.peer_id()}
     assert exchange.status()["ingest"]["alive"]
     exchange.close()
-    assert not exchange._worker.alive  # no thread outlives the exchange
+    assert not exchange.worker.alive  # no thread outlives the exchange
     assert not any(t.name.startswith("ingest-") and t.is_alive() for t in threading.enumerate())
 
 
@@ -257,9 +267,9 @@ def test_a_flood_of_valid_messages_does_not_lengthen_rounds(tmp_path):
     print(f"\nflood: {ordinary * FLOOD_FACTOR:.0f} msgs/s ({FLOOD_FACTOR}x {own_groups} groups per round; quiet "
           f"{ordinary:.0f} msgs/s); median round quiet {quiet_ms:.1f} ms, flood {flood_ms:.1f} ms; paired wall ratio "
           f"{wall_ratio:.3f} {[round(r, 3) for r in paired(1)]}, training-thread CPU ratio {cpu_ratio:.3f} "
-          f"{[round(r, 3) for r in paired(2)]}; verified {ingest['verified']}, dropped {ingest['dropped']}, "
+          f"{[round(r, 3) for r in paired(2)]}; checked {ingest['checked']}, dropped {ingest['dropped']}, "
           f"accepted {status['accepted']}, used {sum(status['used_by_sender'].values())}")
-    assert ingest["verified"] > 0 and status["accepted"] > 0  # the flood really was ingested
+    assert ingest["checked"] > 0 and status["accepted"] > 0  # the flood really was ingested
     assert sum(ingest["dropped"].values()) > 0  # and more arrived than the budget allowed
     assert cpu_ratio <= MAX_SLOWDOWN, phases
     assert wall_ratio <= MAX_WALL_SLOWDOWN, phases
@@ -327,14 +337,14 @@ def _max_min_share(rates: dict[str, float], capacity: float) -> dict[str, float]
 
 def test_an_established_sender_is_heard_every_second_even_when_the_budget_is_spent():
     items = [Received("honest", b"h%d" % i, 0.0) for i in range(10)] + [Received("sybil", b"s", 0.0)] * 10
-    verified = []
+    checked = []
     budget = IngestBudget(max_messages=1, max_share=1.0, young_share=0.25, heard_every_s=1.0)
-    worker = IngestWorker(_Staged(items), ["t"], lambda staged: verified.append(staged.item.from_peer), budget,
+    worker = IngestWorker(_Staged(items), ["t"], Recorder(checked), budget,
                           lambda peer: ESTABLISHED if peer == "honest" else YOUNG)
     worker.step()  # the round's budget of one goes to a young sender (its share, served early)...
-    assert verified == ["sybil", "honest"] and worker.counters["heard_floor"] == 1  # ...the floor to honest
+    assert checked == ["sybil", "honest"] and worker.counters["heard_floor"] == 1  # ...the floor to honest
     worker.step()
-    assert len(verified) == 2 and worker.counters["budget_waits"] > 0  # within the second: nothing more
+    assert len(checked) == 2 and worker.counters["budget_waits"] > 0  # within the second: nothing more
     worker._established_heard_at -= 1.0  # a second passes with the budget still spent
     worker.step()
-    assert verified[2:] == ["honest"] and worker.counters["heard_floor"] == 2  # heard again, once
+    assert checked[2:] == ["honest"] and worker.counters["heard_floor"] == 2  # heard again, once

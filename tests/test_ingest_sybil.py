@@ -100,7 +100,7 @@ def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_s
     honest_groups, attack_groups = GroupMaker(receiver, 1), GroupMaker(receiver, 2)
     admission = exchange.pool.admission
     noted_useful: set[str] = set()  # what p2pd would keep connected and rank first in its peer cache
-    exchange._note_useful = noted_useful.update
+    exchange.note_useful = noted_useful.update
     try:
         # A earns weight: one group a round, used in the young slot, then enough rounds pass
         for round_index in range(WARMUP_ROUNDS):
@@ -146,12 +146,12 @@ def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_s
     assert attacker_used + honest_used == sum(sum(c.values()) for c in used_by_round)
     assert attacker_used >= 1, summary  # the flood was verified and competed for the young slots
     assert attacker_used <= cfg.swarm.admission.young_share_max * (attacker_used + honest_used), summary
-    assert ingest["verified/young"] > 0 and sum(ingest["dropped"].values()) > 0, summary  # a real flood
-    assert reply.ingest["verified/established"] == ingest["verified/established"] > 0
+    assert ingest["checked/young"] > 0 and sum(ingest["dropped"].values()) > 0, summary  # a real flood
+    assert reply.ingest["checked/established"] == ingest["checked/established"] > 0
     assert {k for k in reply.ingest if k.startswith("dropped/")} == {f"dropped/{k}" for k in ingest["dropped"]}
     # `swarm-node status` names the established peer (promoted by the bootstrap window) and how often
     # each peer was verified
     assert list(reply.established) == [honest.peer_id] and reply.established_keys == 1
-    assert reply.young_keys >= 1 and reply.ingest[f"verified_by_peer/{honest.peer_id}"] >= ATTACK_ROUNDS
+    assert reply.young_keys >= 1 and reply.ingest[f"checked_by_peer/{honest.peer_id}"] >= ATTACK_ROUNDS
     # the attackers' groups trained in young slots buy them neither a kept connection nor cache rank
     assert noted_useful == {honest.peer_id}, noted_useful - {honest.peer_id}

@@ -12,7 +12,7 @@ import time
 
 from node.train.loop import Node
 from node.service.join import memory_bus_node
-from protocol import Ingress, Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name
+from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 
 from tiny_node import tiny_cfg
 
@@ -28,19 +28,18 @@ class ShiftedClock:
         return time.time() + self.offset
 
 
-def tiny_node(tmp_path, name: str, bus: MemoryBus, identity: NodeIdentity, *extra: str) -> Node:
+def tiny_node(tmp_path, name: str, bus: MemoryBus, identity: NodeIdentity, *extra: str, clock=time.time) -> Node:
+    """`clock`: what the node stamps and checks messages on (its Ingress's)."""
     cfg = tiny_cfg(f"swarm.name={SWARM}", *extra)
-    node = memory_bus_node(cfg, tmp_path / name, bus, identity.peer_id(), identity)
-    return node
+    return memory_bus_node(cfg, tmp_path / name, bus, identity.peer_id(), identity, clock=clock)
 
 
 def test_replaying_an_honest_peers_messages_later_never_bans_it(tmp_path, identity):
     clock = ShiftedClock()  # the world's time, shiftable: arrival times and the receiver's checks
     bus = MemoryBus(clock=clock)
     honest_key, receiver_key = identity(), identity()
-    receiver = tiny_node(tmp_path, "receiver", bus, receiver_key)
+    receiver = tiny_node(tmp_path, "receiver", bus, receiver_key, clock=clock)
     honest = tiny_node(tmp_path, "honest", bus, honest_key, "run.seed=1", "tasks.seed=1")
-    receiver.exchange.ingress = Ingress(Limits(), clock=clock)
     capture = MemoryTransport(bus, "capture")
     for topic in TOPICS:
         capture.subscribe(topic)
@@ -74,7 +73,7 @@ def test_replaying_an_honest_peers_messages_later_never_bans_it(tmp_path, identi
     print(f"FIGURES replayed={replayed} delivery_faults={faults} honest_banned={peer.banned} "
           f"ban_count={peer.ban_count} score={peer.score:.2f} reasons={reasons}")
     # every replay is refused as a delivery fault, or never checked: a zero-variance group the
-    # receiver skims (node/peers/peek.py) and a hint request that waits, or is dropped, unverified
+    # receiver skims (node/peers/skim.py) and a hint request that waits, or is dropped, unverified
     # (node/peers/hint_requests.py); none is held against the honest peer
     unchecked = status["exchange_totals"].get("messages_skimmed", 0) + sum(status["hint_requests"].values())
     assert faults + unchecked >= replayed - reasons.get("rate_limited", 0) > 0 and faults > 0

@@ -89,7 +89,7 @@ def test_a_stalling_scorer_from_established_keys_stays_within_the_budget_and_the
                    "swarm.admission.young_groups=0", "swarm.admission.young_rounds=0")  # every key established
     node = memory_bus_node(cfg, tmp_path, bus, "receiver")
     exchange = node.exchange
-    exchange.context = dataclasses.replace(exchange.context, source=Stalling(node.source), sandbox=None)
+    exchange.verification.context = dataclasses.replace(exchange.context, source=Stalling(node.source), sandbox=None)
     honest, stallers = sender(bus, "honest"), [sender(bus, f"staller-{i}") for i in range(2)]
     index = 0
 

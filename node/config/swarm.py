@@ -111,17 +111,17 @@ class P2pdConfig(_Section):
 
 
 class IngestConfig(_Section):
-    """swarm.ingest: where peers' messages are verified, and background ingest's budget (IngestBudget)."""
+    """swarm.ingest: where peers' messages are checked on arrival, and background ingest's budget (IngestBudget)."""
 
     mode: Literal["background", "inline"] = Field(
-        "background", description="where `join` verifies peers' messages: background (a worker thread with a "
+        "background", description="where `join` checks peers' messages on arrival: background (a worker thread with a "
                                   "per-round budget; rounds never wait on ingest) or inline (in collect, as the "
                                   "in-process memory testnet does for determinism)")
-    max_messages: int = Field(64, ge=1, description="background ingest: messages verified per round at most")
+    max_messages: int = Field(64, ge=1, description="background ingest: messages checked per round at most")
     max_share: float = Field(0.05, gt=0, le=1, description="background ingest: share of wall time spent "
-                             "verifying at most (it competes with training for the GIL)")
+                             "checking at most (it competes with training for the GIL)")
     max_wait_s: float = Field(10.0, gt=0, description="background ingest: a message staged longer than this is "
-                              "dropped unverified when its sender's turn comes (that turn verifies the sender's "
+                              "dropped unchecked when its sender's turn comes (that turn checks the sender's "
                               "next fresh one)")
     staged_per_sender: int = Field(64, ge=1, description="messages waiting per delivering peer; beyond it that "
                                    "peer's oldest are dropped (counted)")
@@ -131,10 +131,10 @@ class IngestConfig(_Section):
                                   "holding the most bytes loses its oldest (counted); young senders hold at most "
                                   "young_share of it")
     young_share: float = Field(0.25, gt=0, le=1, description="background ingest: young and unknown senders "
-                               "together get at most this share of each round's verification budget and of "
+                               "together get at most this share of each round's checking budget and of "
                                "staging; established senders are served first with the rest (1,000 fresh origins "
-                               "must not crowd an established peer out of verification). Until some key is "
-                               "established, young senders share the whole verification budget")
+                               "must not crowd an established peer out). Until some key is "
+                               "established, young senders share the whole budget")
 
     def to_options(self) -> IngestBudget:
         from node.peers.ingest import IngestBudget

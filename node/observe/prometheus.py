@@ -38,7 +38,7 @@ ROW_GAUGES = {
     "groups_verified": ("external_groups_verified", "peers' groups verified last round (the mix's picks and the "
                         "audit)"),
 }
-# the exchange's phases (node/peers/exchange.py EXCHANGE_PHASES, and hint serving from node/train/loop.py)
+# the exchange's phases (node/peers/ledger.py EXCHANGE_PHASES, and hint serving from node/train/loop.py)
 EXCHANGE_PARTS = ("skim", "ingress", "precheck", "rebuild", "score", "retokenize", "tier", "publish", "hints")
 # status()["exchange_totals"] counts -> the `kind` label of swarm_node_exchange_groups_total
 GROUP_TOTALS = {"external_received": "received", "groups_verified": "verified", "external_used": "used",
@@ -152,11 +152,12 @@ def _ingest(ingest: dict):
     """Background ingest's staging queue (absent when ingest is inline)."""
     if "staged" not in ingest:
         return
-    yield _gauge("ingest_staged", "peers' messages waiting for verification", ingest["staged"])
-    verified = CounterMetricFamily(f"{NS}_ingest_verified_total", "peers' messages the ingest worker verified")
-    verified.add_metric([], ingest.get("verified", 0))
-    yield verified
-    dropped = CounterMetricFamily(f"{NS}_ingest_dropped_total", "peers' messages dropped unverified, by reason "
+    yield _gauge("ingest_staged", "peers' messages waiting to be checked", ingest["staged"])
+    checked = CounterMetricFamily(f"{NS}_ingest_checked_total", "peers' messages the ingest worker checked "
+                                  "(the Ingress and the cheap checks)")
+    checked.add_metric([], ingest.get("checked", 0))
+    yield checked
+    dropped = CounterMetricFamily(f"{NS}_ingest_dropped_total", "peers' messages dropped unchecked, by reason "
                                   "and sender class", labels=["reason", "sender_class"])
     for key, n in sorted(ingest.get("dropped", {}).items()):
         reason, _, cls = key.partition("/")

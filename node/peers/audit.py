@@ -1,16 +1,29 @@
-"""What the exchange's audit draws from (node/peers/exchange.py `_audit`): each sender's latest groups
-that nobody verified, whatever they are (a prechecked `Candidate`, a zero-variance claim, or skimmed
-bytes). Bounded: AUDIT_KEPT per sender, MAX_AUDIT_SENDERS senders (the least recently heard from
-forgotten first) and AUDIT_MAX_BYTES in all, as `size(group)` measures them: past it the sender
-holding the most bytes loses its oldest (the rule of protocol/inbox.py), so a sender of big messages
+"""The audit stage of the inbound path (node/peers/exchange.py), and the memory it draws from.
+
+`Audit.run`: each round a latest unverified group of `swarm.audit_per_round` random senders is
+verified all the same (node/peers/verification.py), so a liar is caught even if the mix never picks
+its groups. `Unaudited` is what it draws from: each sender's latest groups that nobody verified,
+whatever they are (a prechecked `Candidate`, a zero-variance claim, or skimmed bytes). Bounded:
+AUDIT_KEPT per sender, MAX_AUDIT_SENDERS senders (the least recently heard from forgotten first)
+and AUDIT_MAX_BYTES in all, as `size(group)` measures them: past it the sender holding the most
+bytes loses its oldest (the rule of protocol/inbox.py), so a sender of big messages
 pays for them. Counts alone let 4 x 1024 skimmed messages of up to 1 MiB each be held: about 4 GiB.
 The audit re-verifies a group, so it keeps the group, not a digest of it. Not thread-safe: the
-exchange uses it under its lock."""
+stages use it under the ledger's lock (node/peers/ledger.py)."""
 from __future__ import annotations
 
 import random
 from collections import Counter, OrderedDict, deque
-from typing import Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, TypeVar
+
+from node.peers.verify import Candidate, Refusal
+from protocol import Kind
+from protocol.transports.base import Received
+
+if TYPE_CHECKING:  # the stages it is handed (verification.py imports this module)
+    from node.peers.gate import Gate
+    from node.peers.pool import GroupPool
+    from node.peers.verification import Verification
 
 AUDIT_KEPT = 4  # a sender's latest unverified groups the audit draws from
 MAX_AUDIT_SENDERS = 1024  # senders whose unverified groups are kept for the audit (the oldest forgotten)
@@ -86,3 +99,38 @@ def audit_size(group) -> int:
     if hasattr(group, "data"):  # skimmed: protocol Received
         return len(group.data)
     return getattr(group, "msg", group).ByteSize()  # a Candidate's message, or a RolloutGroup
+
+
+class Audit:
+    """Stage: the round's RNG -> how many unverified groups were verified (module doc), within the
+    training thread's verification budget. One that passes stays verified in the pool; one that
+    fails leaves it and benches its key (a benched liar is still audited, and banned by its score).
+    Skimmed bytes meet the Ingress first (`gate`); a zero-variance claim, never prechecked, both
+    stages of verification."""
+
+    def __init__(self, unaudited: Unaudited, gate: Gate, verification: Verification, pool: GroupPool,
+                 peer_id: str, per_round: int):
+        self.unaudited, self.gate, self.verification, self.pool = unaudited, gate, verification, pool
+        self.peer_id, self.per_round = peer_id, per_round
+
+    def run(self, rng: random.Random) -> int:
+        audited = 0
+        budget = self.verification.budget
+        for sender, group in self.unaudited.draw(rng, self.per_round):
+            if isinstance(group, Received):  # skimmed: the Ingress first
+                verified = self.gate.accept(group, {Kind.ROLLOUT_GROUP})
+                if verified is None or verified.sender == self.peer_id:
+                    continue
+                sender, group = verified.sender, verified.body
+            if isinstance(group, Candidate):
+                verdict = budget.run(lambda left: self.verification.verify_candidate(group, left))
+            else:  # a zero-variance claim, never prechecked: both stages now
+                verdict = budget.run(lambda left: self.verification.verify_group(sender, group, left))
+            if verdict is None:
+                continue
+            audited += 1
+            if isinstance(verdict, Refusal):
+                self.pool.failed(sender, verdict.reason, group)
+            elif isinstance(group, Candidate):
+                self.pool.replace_unverified(group, verdict)
+        return audited

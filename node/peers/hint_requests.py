@@ -3,13 +3,13 @@
 A node serves at most `hints.serve_per_round` requests a round, and only for prompts it has solved
 (node/train/hint_writer.py), yet peers send many (20.7 a round on an 8-node tiny-warm swarm, of which at
 most one was served). Checking each on arrival (signature, rebuild, a scan for duplicates) was most
-of that cost. So a request is only peeked at on arrival: its envelope and body are decoded, not
+of that cost. So a request is only skimmed on arrival: its envelope and body are decoded, not
 authenticated, to learn which task it names, and it waits here, one per task (the first; later
-ones for the same task are dropped as duplicates, unverified). When the node can answer a task,
+ones for the same task are dropped as duplicates, unchecked). When the node can answer a task,
 the request for it goes through the Ingress (signature, limits, replay, rate) and node/peers/verify.py
 like any message, with its arrival time, and only then is it served.
 
-What an unauthenticated peek costs an honest peer: a forged request for the same task, queued
+What an unauthenticated skim costs an honest peer: a forged request for the same task, queued
 first, makes its request a duplicate; the forgery then fails the Ingress when served, and that one
 hint is not sent (the peer asks again the next time it fails the task). Nothing else: what is
 served is always what the Ingress authenticated.
@@ -42,7 +42,7 @@ class Waiting:
 
 
 class HintRequestQueue:
-    """Waiting requests by task key, oldest first. Not thread-safe: the exchange locks it."""
+    """Waiting requests by task key, oldest first. Not thread-safe: used under the ledger's lock (node/peers/ledger.py)."""
 
     def __init__(self, capacity: int = 64, per_sender: int = 8, max_wait_s: float = 300.0,
                  established: Callable[[str], bool] = lambda peer: False):

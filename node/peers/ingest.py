@@ -1,34 +1,39 @@
 """Ingest off the training thread: staging in two lanes by sender class, a per-round budget, a worker thread.
 
     transport.drain (every topic) -> Staging: a lane per sender class, a queue per delivering peer
-        -> take: established senders first, young ones within their share -> verify -> pool
+        -> take: established senders first, young ones within their share
+        -> the checks (node/peers/intake.py: skim, Ingress, precheck) -> pool
+    spare budget -> one pooled group verified ahead of the picks (node/peers/verification.py)
 
-Identities are free, so a verification budget shared round-robin by every origin would go to
+The worker is handed the two stage objects it runs (`checks`, `ahead`) and never calls back into
+the exchange. Identities are free, so a checking budget shared round-robin by every origin would go to
 whoever has the most origins: 1,000 fresh keys would leave an established peer one turn in a
-thousand, and its groups would expire unverified. Staging therefore keeps two lanes, by what
+thousand, and its groups would expire unchecked. Staging therefore keeps two lanes, by what
 `sender_class(peer)` says now (node/peers/admission.py: "established", or "young" for young and unknown
 origins; the exchange classes a delivering host by the key it was last authenticated publishing for,
-node/peers/signers.py), and young senders together get at most `young_share` of each round's verification
+node/peers/signers.py), and young senders together get at most `young_share` of each round's checking
 budget (messages, bytes, seconds) and of staging capacity; established senders get the rest, and
 what young ones leave unused. Within a lane, peers are served round-robin, oldest message first.
 
-When more arrives than the worker may verify, a lane drops from its heaviest sender (the peer with
+When more arrives than the worker may check, a lane drops from its heaviest sender (the peer with
 the most staged messages, or past the byte bound the most bytes, loses its oldest; protocol/inbox.py's
 FairBuffer, the rule every bounded per-sender buffer follows), never oldest-first across everyone: a
 flooder fills only its own queue. Staging is bounded by bytes as well as by count (`staged_max_bytes`):
 2,048 messages of up to 1 MiB would be 2 GiB.
-A message that waited more than `max_wait_s` seconds is dropped unverified when its sender's turn
-comes, and that same turn verifies the sender's next fresh message (protocol/inbox.py
+A message that waited more than `max_wait_s` seconds is dropped unchecked when its sender's turn
+comes, and that same turn checks the sender's next fresh message (protocol/inbox.py
 `take_fresh`): an expired message never costs its sender the turn, so a sender served one turn in N
-is verified one time in N, not never. The limit is in seconds, not rounds: 5 rounds were 0.1 s at a
-node running 50 rounds/s (hundreds of honest messages expired unverified) and 5 minutes at a slow
+is checked one time in N, not never. The limit is in seconds, not rounds: 5 rounds were 0.1 s at a
+node running 50 rounds/s (hundreds of honest messages expired unchecked) and 5 minutes at a slow
 one. Drops are counted by reason and sender class ("expired/young").
-The budget bounds what the worker verifies per round (messages, bytes, and its share of wall time,
-since verification holds the GIL the training thread also needs), with one floor: while established
-senders have messages waiting, one of theirs is verified at least every `heard_every_s` (1 s)
-whatever the budget. Under a flood on a saturated machine (load 16 on 2 cores) a verification took
+The budget bounds what the worker checks per round (messages, bytes, and its share of wall time,
+since checking holds the GIL the training thread also needs), with one floor: while established
+senders have messages waiting, one of theirs is checked at least every `heard_every_s` (1 s)
+whatever the budget. Under a flood on a saturated machine (load 16 on 2 cores) a check took
 so long that the share of wall time was spent for seconds at a time, and the honest peer went 2-3 s
-unheard; the floor costs at most one verification a second.
+unheard; the floor costs at most one check a second. "Checked" is what the worker does to a
+message (the Ingress and the cheap checks); "verified" is a group's full verification (re-score,
+re-tokenize, tier), which the worker does only ahead of the picks (`verified_ahead`).
 """
 from __future__ import annotations
 
@@ -39,15 +44,15 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 from protocol import Received, Transport
 from protocol.inbox import FULL, QUOTA, FairBuffer
 
 log = logging.getLogger(__name__)
 
-MAX_PEERS_COUNTED, MAX_PEERS_SHOWN = 1024, 64  # verified_by_peer: kept, and shown in status
-IDLE_SLEEP_S = 0.02  # nothing to verify now: poll again after this long (each wake-up wants the GIL)
+MAX_PEERS_COUNTED, MAX_PEERS_SHOWN = 1024, 64  # checked_by_peer: kept, and shown in status
+IDLE_SLEEP_S = 0.02  # nothing to check now: poll again after this long (each wake-up wants the GIL)
 ESTABLISHED, YOUNG = "established", "young"  # sender classes (young: young and unknown origins)
 CLASSES = (ESTABLISHED, YOUNG)
 _REASONS = {QUOTA: "sender_quota", FULL: "staging_full"}  # a FairBuffer's drop reasons, as staging counts them
@@ -55,15 +60,15 @@ _REASONS = {QUOTA: "sender_quota", FULL: "staging_full"}  # a FairBuffer's drop 
 
 @dataclass(frozen=True)
 class IngestBudget:
-    max_messages: int = 64           # verified per round at most
-    max_bytes: int = 8 * 1024 * 1024  # of envelopes verified per round at most
-    max_share: float = 0.05          # of wall time the worker may spend verifying (GIL shared with training)
+    max_messages: int = 64           # checked per round at most
+    max_bytes: int = 8 * 1024 * 1024  # of envelopes checked per round at most
+    max_share: float = 0.05          # of wall time the worker may spend checking (GIL shared with training)
     staged_per_sender: int = 64      # staged messages per delivering peer
     staged_max: int = 2048           # staged messages in all
     staged_max_bytes: int = 64 * 1024 * 1024  # staged bytes in all (messages of up to 1 MiB)
     young_share: float = 0.25        # of the budget and of staging that young senders share at most
-    heard_every_s: float = 1.0       # an established sender's message is verified this often at least, budget or not
-    max_wait_s: float = 10.0         # a message staged longer than this is dropped unverified at its sender's turn
+    heard_every_s: float = 1.0       # an established sender's message is checked this often at least, budget or not
+    max_wait_s: float = 10.0         # a message staged longer than this is dropped unchecked at its sender's turn
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,21 @@ def _staged_bytes(staged: Staged) -> int:
     return len(staged.item.data)
 
 
+class Checks(Protocol):
+    """What the worker runs on each staged message (node/peers/intake.py `Intake`)."""
+
+    def check(self, staged: Staged, round_index: int) -> None: ...
+
+
+class VerifiesAhead(Protocol):
+    """What the worker runs in its spare budget (node/peers/verification.py `Verification`): True if
+    it verified a pooled group."""
+
+    def verify_ahead(self) -> bool: ...
+
+
 class Staging:
-    """Messages waiting for verification, in a lane per sender class, each lane a FairBuffer
+    """Messages waiting to be checked, in a lane per sender class, each lane a FairBuffer
     (protocol/inbox.py: a per-sender quota, the heaviest sender's oldest goes when full, round-robin
     take). Not thread-safe (one owner). Young senders together hold at most `young_share` of
     `max_total` messages and of `max_bytes` bytes; established senders may use the rest and whatever
@@ -169,35 +187,35 @@ class Staging:
 
 
 class IngestWorker:
-    """Drains `topics` of `transport` into staging and verifies within `budget` per round, on its own
-    thread. `verify(staged)` does the work; an exception from it drops that message (counted).
-    `sender_class(peer)` says ESTABLISHED or YOUNG; a message staged more than `max_wait_s` seconds
-    ago is dropped unverified. `young_capped()` says whether young senders are held to their
+    """Drains `topics` of `transport` into staging and checks within `budget` per round, on its own
+    thread. `checks.check(staged, round_index)` does the work; an exception from it drops that message
+    (counted). `sender_class(peer)` says ESTABLISHED or YOUNG; a message staged more than `max_wait_s`
+    seconds ago is dropped unchecked. `young_capped()` says whether young senders are held to their
     share: only once some key is established is there anyone to protect. In a new swarm every peer
-    is young, and a quarter of the budget let whole rounds of honest groups expire unverified, so
+    is young, and a quarter of the budget let whole rounds of honest groups expire unchecked, so
     peers could not earn the credits that would establish them (a demo node used 2 peer groups in
-    200 rounds). `ahead()`, when given, is called while nothing staged waits and the budget allows:
-    it verifies one pooled group before the training thread picks it (node/peers/exchange.py), its
-    seconds counted in the budget like a message's."""
+    200 rounds). `ahead.verify_ahead()`, when given, runs while nothing staged waits and the budget
+    allows: it verifies one pooled group before the training thread picks it, its seconds counted in
+    the budget like a message's."""
 
-    def __init__(self, transport: Transport, topics: list[str], verify: Callable[[Staged], None],
+    def __init__(self, transport: Transport, topics: list[str], checks: Checks,
                  budget: IngestBudget, sender_class: Callable[[str], str], name: str = "ingest",
-                 young_capped: Callable[[], bool] = lambda: True, ahead: Callable[[], bool] | None = None):
+                 young_capped: Callable[[], bool] = lambda: True, ahead: VerifiesAhead | None = None):
         self.transport = transport
-        self.ahead = ahead  # spare time: verify one pooled group ahead of the picks; True if it did
+        self.ahead = ahead  # spare time: one pooled group verified ahead of the picks
         self.topics = topics
-        self.verify = verify
+        self.checks = checks
         self.budget = budget
         self.max_wait_s = budget.max_wait_s
         self.young_capped = young_capped
         self.staging = Staging(budget.staged_per_sender, budget.staged_max, sender_class, budget.young_share,
                                budget.staged_max_bytes)
         self.counters: Counter[str] = Counter()
-        self.verified_by_peer: Counter[str] = Counter()  # delivering peer -> messages verified (bounded)
+        self.checked_by_peer: Counter[str] = Counter()  # delivering peer -> messages checked (bounded)
         self._lock = threading.Lock()  # guards counters and the round's budget, read by status()
         self._round_started = time.monotonic()
         self._round = self._fresh_usage()
-        self._established_heard_at = float("-inf")  # when an established sender's message was last verified
+        self._established_heard_at = float("-inf")  # when an established sender's message was last checked
         self.round_index = 0  # the training loop's current round
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -221,7 +239,7 @@ class IngestWorker:
             return {**self.counters, "staged": self.staging.total, "staged_bytes": self.staging.nbytes,
                     "staged_by_class": self.staging.staged(),
                     "dropped": dict(self.staging.dropped),
-                    "verified_by_peer": dict(self.verified_by_peer.most_common(MAX_PEERS_SHOWN))}
+                    "checked_by_peer": dict(self.checked_by_peer.most_common(MAX_PEERS_SHOWN))}
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
@@ -246,12 +264,12 @@ class IngestWorker:
                 self._stop.wait(IDLE_SLEEP_S)
 
     def step(self) -> bool:
-        """Drain, stage, verify what the budget allows; True if it verified anything."""
+        """Drain, stage, check what the budget allows (then verify ahead); True if it did anything."""
         with self._lock:
             now = time.monotonic()
             for topic in self.topics:
                 self.staging.add(topic, self.transport.drain(topic), now)
-        verified_any = False
+        checked_any = False
         while not self._stop.is_set():
             with self._lock:
                 cls = self._class_to_serve()
@@ -260,22 +278,22 @@ class IngestWorker:
                 break
             started = time.monotonic()
             try:
-                self.verify(staged)
+                self.checks.check(staged, self.round_index)
             except Exception as err:  # peer data broke our code: drop that message, never the worker
-                log.warning("dropping a message from %s: verification raised %r", staged.item.from_peer, err,
+                log.warning("dropping a message from %s: checking raised %r", staged.item.from_peer, err,
                             extra={"event": "verify_error", "peer_id": staged.item.from_peer, "error": repr(err)})
                 with self._lock:
                     self.counters["verify_error"] += 1
             spent = time.monotonic() - started
             with self._lock:
                 self._round[cls].update(messages=1, bytes=len(staged.item.data), seconds=spent)
-                self.counters["verified"] += 1
-                self.counters[f"verified/{cls}"] += 1
+                self.counters["checked"] += 1
+                self.counters[f"checked/{cls}"] += 1
                 if cls == ESTABLISHED:
                     self._established_heard_at = time.monotonic()
                 self._count_peer(staged.item.from_peer)
-            verified_any = True
-        return self._step_ahead() or verified_any
+            checked_any = True
+        return self._step_ahead() or checked_any
 
     def _step_ahead(self) -> bool:
         """One verification ahead of the picks, if there is spare budget and anything to verify."""
@@ -284,7 +302,7 @@ class IngestWorker:
                 return False
         started = time.monotonic()
         try:
-            worked = self.ahead()
+            worked = self.ahead.verify_ahead()
         except Exception:  # our bug or peer data breaking it: the picks verify that group instead
             log.exception("verifying ahead failed")
             worked = False
@@ -295,11 +313,11 @@ class IngestWorker:
         return worked
 
     def _count_peer(self, peer: str) -> None:
-        """Per-peer verification counts for status; bounded: past the bound the least-verified
-        half is forgotten (a flood of fresh origins cannot grow it)."""
-        self.verified_by_peer[peer] += 1
-        if len(self.verified_by_peer) > MAX_PEERS_COUNTED:
-            self.verified_by_peer = Counter(dict(self.verified_by_peer.most_common(MAX_PEERS_COUNTED // 2)))
+        """Per-peer check counts for status; bounded: past the bound the least-checked half is
+        forgotten (a flood of fresh origins cannot grow it)."""
+        self.checked_by_peer[peer] += 1
+        if len(self.checked_by_peer) > MAX_PEERS_COUNTED:
+            self.checked_by_peer = Counter(dict(self.checked_by_peer.most_common(MAX_PEERS_COUNTED // 2)))
 
     def _limits(self) -> dict[str, float]:
         return {"messages": self.budget.max_messages, "bytes": self.budget.max_bytes,
@@ -313,7 +331,7 @@ class IngestWorker:
     def _class_to_serve(self) -> str | None:
         """Which lane the next message comes from, or None: the round's budget is spent (or nothing
         is staged). Young senders get at most their share of every limit (all of it while
-        `young_capped()` is False), and while both lanes wait, of the messages verified so far (so
+        `young_capped()` is False), and while both lanes wait, of the messages checked so far (so
         they are served early in a round, not only last)."""
         limits = self._limits()
         used = self._round[ESTABLISHED] + self._round[YOUNG]

@@ -21,14 +21,15 @@ A group is trained on once: sampling removes it from the pool.
 
 Verified when picked: the exchange pools a peer's group once it passed the cheap checks
 (node/peers/verify.py `Candidate`: signed, a task we know, within limits; its rewards still the sender's
-claims) and passes `sample` / `take_matching` a `verify` callback that runs the expensive checks on
-the picked groups only (unless its ingest worker verified them ahead: `next_unverified`). A group
-that fails is gone (the callback counts and blames) and its key is benched (node/peers/bench.py: it
+claims) and passes `sample` / `take_matching` its verification stage (node/peers/verification.py,
+a `PickVerifier`), which runs the expensive checks on the picked groups only (unless the ingest
+worker verified them ahead: `next_unverified`). A group that fails is gone (the stage's ledger
+counts and blames) and its key is benched (node/peers/bench.py: it
 sits out a while, skipped at once within this call, and goes to the back of the young line); its
-slot is picked again, at most `MAX_REPICKS` times a call. When `verify` says the training thread's
+slot is picked again, at most `MAX_REPICKS` times a call. When the verifier says the training thread's
 verification budget is spent (it returns None), the group stays pooled and the rest of the call
 picks only groups already verified. A group whose verified rewards turn out flat is not trained (an
-established key's) or only credited (a young key's, as below). Without `verify` (a bare pool of
+established key's) or only credited (a young key's, as below). Without a verifier (a bare pool of
 verified groups, as the tests build) what is pooled is trained as it is.
 
 Admission (node/peers/admission.py; on for a node, off for a bare GroupPool): a group whose content is
@@ -42,7 +43,7 @@ import math
 import random
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Literal, Protocol
 
 from node.peers.admission import Admission
 from node.peers.bench import Bench
@@ -53,9 +54,14 @@ from protocol.inbox import heaviest_first
 SamplingPolicy = Literal["uniform", "per_sender", "weak_tasks"]
 MIN_WEIGHT = 0.05  # weak_tasks: a family we already master still gets an occasional look
 MAX_REPICKS = 3  # sampling again for slots whose picks failed verification, at most this often a call
-# a pooled group -> verified, or the reason it was refused (counted by the callback), or None: not
-# verified now (the training thread's verification budget is spent), left pooled
-Verify = Callable[[object], "ScoredGroup | str | None"]
+
+
+class PickVerifier(Protocol):
+    """A picked group (a Candidate, or a ScoredGroup already verified) -> verified, or the reason it
+    was refused (counted by the verifier), or None: not verified now (the training thread's
+    verification budget is spent), left pooled."""
+
+    def verify_pick(self, group) -> ScoredGroup | str | None: ...
 
 
 @dataclass
@@ -182,19 +188,19 @@ class GroupPool:
                     self._remove(entry)
                     excess -= 1
 
-    def take_matching(self, prompt_keys: set[str], verify: Verify | None = None) -> list[ScoredGroup]:
-        """Cross-actor: the newest pooled group for each of `prompt_keys` that passes `verify`,
+    def take_matching(self, prompt_keys: set[str], verifier: PickVerifier | None = None) -> list[ScoredGroup]:
+        """Cross-actor: the newest pooled group for each of `prompt_keys` that `verifier` passes,
         removed from the pool. Only established keys' groups: young keys reach the mix through
         `sample`'s share alone. Flat groups count here: merged with ours they can carry signal."""
         taken: list[ScoredGroup] = []
-        left: set[int] = set()  # ids of entries `verify` left unverified: the budget is spent
+        left: set[int] = set()  # ids of entries the verifier left unverified: the budget is spent
         for _ in range(1 + MAX_REPICKS):
             newest: dict[str, PoolEntry] = {}
             for entry in self.entries:
                 if (entry.group.task.prompt_key in prompt_keys and not self._young(entry)
                         and self._usable(entry, left)):
                     newest[entry.group.task.prompt_key] = entry
-            good, failed = self._verified(list(newest.values()), verify, left)
+            good, failed = self._verified(list(newest.values()), verifier, left)
             taken += self._use(good)
             prompt_keys = prompt_keys - {e.group.task.prompt_key for e in good}
             if not failed:
@@ -203,18 +209,18 @@ class GroupPool:
 
     def sample(self, k: int, policy: SamplingPolicy, rng: random.Random,
                weakness: Callable[[ScoredGroup], float] | None = None,
-               verify: Verify | None = None) -> list[ScoredGroup]:
+               verifier: PickVerifier | None = None) -> list[ScoredGroup]:
         """Up to k groups with reward variance, removed from the pool (flat groups stay: they are
-        only useful merged into one of our groups), each passing `verify` (module doc). Young keys'
+        only useful merged into one of our groups), each passed by `verifier` (module doc). Young keys'
         groups hold at most their share of the mix (Admission.split), in seniority order with keys
         whose groups failed at the back (node/peers/bench.py); a young key's flat group picked there
         is credited to it (node/peers/admission.py), not trained, and leaves its slot to established
         keys. The sampling policy picks the established ones. Benched keys' groups are not picked."""
         chosen: list[ScoredGroup] = []
-        left: set[int] = set()  # ids of entries `verify` left unverified: from then on, verified ones only
+        left: set[int] = set()  # ids of entries the verifier left unverified: from then on, verified ones only
         for _ in range(1 + MAX_REPICKS):
             picked = self._pick(k - len(chosen), policy, rng, weakness, left)
-            good, failed = self._verified(picked, verify, left)
+            good, failed = self._verified(picked, verifier, left)
             self._consume([e for e in good if e.group.flat])  # a young key's: credited, not trained
             chosen += self._use([e for e in good if not e.group.flat])
             if not failed or len(chosen) >= k:
@@ -228,16 +234,16 @@ class GroupPool:
             return False  # a group being verified ahead is not verified a second time by a pick
         return not left or (isinstance(entry.group, ScoredGroup) and id(entry) not in left)
 
-    def _verified(self, picked: list[PoolEntry], verify: Verify | None,
+    def _verified(self, picked: list[PoolEntry], verifier: PickVerifier | None,
                   left: set[int]) -> tuple[list[PoolEntry], int]:
-        """The picked entries that pass `verify` (their group replaced by the verified one; an
+        """The picked entries `verifier` passes (their group replaced by the verified one; an
         established key's group that turns out flat is dropped, uncredited), and how many failed
         (each benching its key) or were left unverified (their ids added to `left`)."""
-        if verify is None:
+        if verifier is None:
             return picked, 0
         good, failed = [], 0
         for entry in picked:
-            group = verify(entry.group)
+            group = verifier.verify_pick(entry.group)
             if group is None:  # the budget is spent: it stays pooled, and its slot goes to a verified group
                 left.add(id(entry))
                 failed += 1

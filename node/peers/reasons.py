@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from protocol.scoring import HINT_LEAK, UNCONFIGURED_TASK, UNKNOWN_TASK, WRONG_REWARD
 
-# Reported to the Ingress against the signer (node/peers/verify.py decides; node/peers/exchange.py reports).
+# Reported to the Ingress against the signer (node/peers/verify.py decides; node/peers/ledger.py reports).
 UNKNOWN = UNKNOWN_TASK            # TaskRef we cannot rebuild (and sender answers not accepted)
 NOT_CONFIGURED = UNCONFIGURED_TASK  # ... because it names a source, family or seed we lack: nothing net
 MISMATCH = WRONG_REWARD           # claimed reward disagrees with our recomputation (same verifier)

@@ -1,4 +1,4 @@
-"""Counting and logging this node's refusals of peers' messages (node/peers/exchange.py).
+"""Counting and logging this node's refusals of peers' messages, for the ledger (node/peers/ledger.py).
 
 Each refusal is counted (by reason, for `swarm-node status`) and logged as a `message_rejected`
 record (stage "node"; the Ingress logs its own with stage "ingress"), rate-limited per reason and
@@ -31,7 +31,7 @@ def refusal_level(reason: str) -> int:
 
 
 class Refusals:
-    """`counter` is the exchange's `rejected` Counter, guarded by its `lock`."""
+    """`counter` is the ledger's `rejected` Counter, guarded by its `lock`."""
 
     def __init__(self, counter: Counter, lock: threading.Lock):
         self.counter = counter

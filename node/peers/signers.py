@@ -8,7 +8,7 @@ classed by that signer: an established host that publishes a fresh key's message
 them in the established lane, and a host whose id is not its key (e.g. a bus name) is classed by its
 key. A host seen delivering for two keys is classed by neither (young: nothing of ours does that),
 for as long as it is remembered: `max_hosts` hosts, the least recently authenticated forgotten.
-Not thread-safe: the exchange uses it under its lock."""
+Not thread-safe: used under the ledger's lock (node/peers/ledger.py)."""
 from __future__ import annotations
 
 from collections import OrderedDict

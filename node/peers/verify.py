@@ -15,7 +15,7 @@ a request is about. Each returns what the message is worth to us, or a `Refusal`
 (node/peers/reasons.py) and whether that is evidence against the signer (`blame`): a TaskRef we cannot
 rebuild is `unknown_task`, or `task_not_configured` when it names a source, family or seed this node
 does not configure (what an honest peer with another task mix sends: it costs nothing net). Nothing here counts,
-logs or reports: node/peers/exchange.py does, in one place, with what these return. `context.timer`, when
+logs or reports: node/peers/ledger.py does, in one place, with what these return. `context.timer`, when
 given, adds the seconds each expensive step took (rebuild, score, retokenize, tier).
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ A round costs (every count from the round's metrics row, node/train/loop.py and 
                                                        our policy beside our own groups)
     + messages_checked * message_check_s               every message received: signature, limits, replay
     + messages_skimmed * message_skim_s                every zero-variance group an established peer
-                                                       sent, dropped after a peek (node/peers/peek.py)
+                                                       sent, dropped after a skim (node/peers/skim.py)
     + groups_verified * group_verify_s                 every peer group re-verified (the mix's picks and
                                                        the audit): rebuild, re-score, re-tokenize, tier
     + messages_published * message_publish_s           every message we sign and publish
@@ -51,7 +51,7 @@ class DeviceProfile:
     message_check_s: float = 0.0  # per message received and checked by the Ingress
     group_verify_s: float = 0.0  # per peer group re-verified
     message_publish_s: float = 0.0  # per message signed and published
-    message_skim_s: float = 0.0  # per message peeked at and dropped unchecked
+    message_skim_s: float = 0.0  # per message skimmed and dropped unchecked
     optimizer_step_s: float = 0.0  # per optimizer step taken
     external_group_s: float = 0.0  # per peer (or replayed) group in the update
     speed: float = 1.0  # relative to the measured device: what `--charge wall` divides wall time by

@@ -12,7 +12,7 @@ metrics.jsonl; `node_figures` turns what it saw in a time window into the accept
   honest_trained_seconds    the same per 1-s poll interval (a node faster than its peer publishes
                             cannot train the peer's groups in every round, but can every second)
   honest_verified_seconds   poll intervals in which the count of the honest peer's messages the node
-                            verified grew (status ingest "verified_by_peer/<peer>"; `peers[].accepted`
+                            checked grew (status ingest "checked_by_peer/<peer>"; `peers[].accepted`
                             where a node does not report it yet: `verified_source` says which)
   attacker_share            groups trained from any signer but the honest peer, over all trained
   establishment             when attacker keys became established (status "established" entries:
@@ -38,11 +38,11 @@ from node.service.child_env import child_env
 ROOT = Path(__file__).resolve().parents[2]
 JOIN = ["join", "--preset", "tiny", "--rounds", "1000000", "--quiet", "--listen", "/ip4/127.0.0.1/tcp/0",
         "--set", "run.threads=1"]
-VERIFIED_PREFIX = "verified_by_peer/"
+VERIFIED_PREFIX = "checked_by_peer/"  # the messages the ingest worker checked, per peer
 MIN_INTERVAL_S = 0.5  # polls closer than this are merged into the next interval
 ESTABLISHED_KEY = re.compile(r"(?:^|/)established(?:_at)?/([^/]+)$")
-MISSING_VERIFIED = ("status has no ingest verified_by_peer/<peer> counters (node/peers/ingest.py snapshot "
-                    "'verified_by_peer'); per-second verification falls back to peers[].accepted")
+MISSING_VERIFIED = ("status has no ingest checked_by_peer/<peer> counters (node/peers/ingest.py snapshot "
+                    "'checked_by_peer'); per-second checks fall back to peers[].accepted")
 MISSING_ESTABLISHED = ("status carries no established keys: neither a StatusReply field 'established' / "
                        "'admission' nor flattened 'established/<key>' counters (node/observe/control.py status_reply "
                        "copies only the fields it knows; a list of [key, time] is dropped by flat_counts)")
@@ -163,7 +163,7 @@ class Sample:
     verified_source: str
     established: dict[str, dict] | None
     connected: list[str]
-    counters: dict[str, int] = field(default_factory=dict)  # rejected_by_reason and ingest (verified_by_peer aside)
+    counters: dict[str, int] = field(default_factory=dict)  # rejected_by_reason and ingest (checked_by_peer aside)
 
 
 @dataclass
@@ -203,7 +203,7 @@ class Probe:
             self.status_failures += 1
             return None
         verified = {k[len(VERIFIED_PREFIX):]: int(v) for k, v in reply.ingest.items() if k.startswith(VERIFIED_PREFIX)}
-        source = "ingest.verified_by_peer"
+        source = "ingest.checked_by_peer"
         if not verified:
             verified, source = {p.peer_id: int(p.accepted) for p in reply.peers}, "peers.accepted"
         counters = {**{f"rejected/{k}": int(v) for k, v in reply.rejected_by_reason.items()},

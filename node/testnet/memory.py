@@ -86,7 +86,7 @@ class MemoryTestnet:
         self.bus = MemoryBus(loss=impairment.loss if impairment else 0.0, latency_s=latency, seed=seed,
                              clock=self.protocol_clock)
         # each node's bus name is its key's peer id, as a libp2p host's origin id is its signing key:
-        # what a receiver may assume of an origin (node/peers/peek.py) holds here as on a real network
+        # what a receiver may assume of an origin (node/peers/skim.py) holds here as on a real network
         self.bus_names = [derived_identity(f"{seed}/node{i}").peer_id() for i in range(plan.nodes)]
         measured = [self.bus_names[i] for i in range(plan.nodes) if i not in frozen_nodes(plan)]
         for name in measured if frozen_nodes(plan) else []:  # --frozen-peers: measured nodes hear frozen ones only
