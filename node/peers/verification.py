@@ -19,6 +19,7 @@ from node.peers.ledger import Ledger
 from node.peers.pool import GroupPool
 from node.peers.verify import Candidate, Refusal, VerifyContext, precheck_group, score_candidate, verify_candidate
 from node.peers.verify_budget import VerifyBudget
+from node.scoring.sandbox import SandboxBusy
 from node.train.groups import ScoredGroup
 from proto import swarm_pb2
 
@@ -64,18 +65,24 @@ class Verification:
                 self.pool.replace_unverified(candidate, verdict)
         return True
 
-    def verify_candidate(self, candidate: Candidate, timeout_s: float | None = None) -> ScoredGroup | Refusal:
+    def verify_candidate(self, candidate: Candidate, timeout_s: float | None = None) -> ScoredGroup | Refusal | None:
         """The expensive checks of a prechecked group, counted; `timeout_s`: a scorer deadline shorter
-        than the verifier's (what is left of the budget)."""
+        than the verifier's (what is left of the budget), and as long as it waits for a scorer sandbox
+        busy with the worker's verification ahead: past that, None (nothing checked, nobody blamed: the
+        group stays pooled, counted as `verify_sandbox_busy`), as when the budget is spent."""
         with self.ledger.lock:
+            try:
+                scores = score_candidate(candidate, self.context, timeout_s)
+            except SandboxBusy:
+                self.ledger.observe("verify_sandbox_busy")
+                return None
             self.ledger.count("groups_verified")
             self.unaudited.forget(candidate.origin, candidate)
-            scores = score_candidate(candidate, self.context, timeout_s)
             verdict = verify_candidate(candidate, self.context, scores)
         return self.ledger.verdict(candidate.origin, verdict)
 
     def verify_group(self, sender: str, msg: swarm_pb2.RolloutGroup,
-                     timeout_s: float | None = None) -> ScoredGroup | Refusal:
+                     timeout_s: float | None = None) -> ScoredGroup | Refusal | None:
         """A peer's group through both stages of node/peers/verify.py now (an audited zero-variance claim)."""
         with self.ledger.lock:
             candidate = precheck_group(sender, msg, self.context)

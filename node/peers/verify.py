@@ -200,7 +200,8 @@ def score_candidate(candidate: Candidate, context: VerifyContext, timeout_s: flo
     touches neither the tokenizer nor the task cache, so a caller may run it outside its lock.
     `timeout_s`: a deadline per scorer call shorter than the verifier's (the training thread's
     remaining verification budget), shared among the completions so that the whole group fits in
-    it; the claims are still compared with the verifier's digest."""
+    it, and the longest it waits for a sandbox busy with another caller (SandboxBusy past it); the
+    claims are still compared with the verifier's digest."""
     verifier = candidate.verifier
     if timeout_s is not None:
         per_answer = timeout_s / max(1, len(candidate.msg.completions))
@@ -208,7 +209,7 @@ def score_candidate(candidate: Candidate, context: VerifyContext, timeout_s: flo
             verifier = verifier.model_copy(update={"timeout_s": max(per_answer, 1e-3)})
     with context.timed("score"):
         return verifier.score_many(candidate.task, context.source, candidate.texts, context.sandbox,
-                                   stop_at_timeout=True)
+                                   stop_at_timeout=True, wait_s=timeout_s)
 
 
 def verify_candidate(candidate: Candidate, context: VerifyContext, scores: Scores | None = None) -> ScoredGroup | Refusal:
