@@ -1,48 +1,70 @@
-"""The dependency rule, read from the source of every module: node -> policy, node -> protocol;
-policy and protocol never import node or each other (imports inside functions count too)."""
+"""The dependency rules, read from the source of every module (imports inside functions count too):
+
+- node -> policy, node -> protocol; policy and protocol never import node or each other, but the
+  ground floor node/ground/, which all may import and which imports only the standard library;
+- no import circle inside node/, policy/ or protocol/;
+Each rule has its negative control: the same reader, shown an import that breaks the rule, says so."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+GROUND = "node.ground"
 FORBIDDEN = {"policy": {"node", "protocol"}, "protocol": {"node", "policy"}}
 
 
-def imported_packages(source: str) -> set[str]:
-    """Top-level packages that `source` imports by absolute name, wherever the import stands.
-    Relative imports are left out: Python keeps them inside the importing module's package."""
+def layer_violations(layer: str, source: str) -> list[str]:
+    """What `source`, a module of `layer` (policy or protocol), imports against the rule: node/ (but
+    its ground floor) or the other layer."""
+    return sorted(name for name in imported_names(source) if name.split(".")[0] in FORBIDDEN[layer]
+                  and not (name == GROUND or name.startswith(GROUND + ".")))
+
+
+def imported_names(source: str) -> set[str]:
+    """Dotted names that `source` imports by absolute name, wherever the import stands (type-only
+    ones included): `from a.b import c` yields a.b.c."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            found.add(node.module.split(".")[0])
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
     return found
 
 
 def test_policy_and_protocol_never_import_node_or_each_other():
     broken = []
-    for layer, forbidden in FORBIDDEN.items():
+    for layer in FORBIDDEN:
         files = sorted((REPO / layer).rglob("*.py"))
         assert len(files) > 5, f"no modules found under {layer}/"
         for path in files:
-            bad = imported_packages(path.read_text()) & forbidden
-            broken += [f"{path.relative_to(REPO)} imports {name}" for name in sorted(bad)]
-    assert not broken, "dependency rule (node -> policy, node -> protocol only): " + "; ".join(broken)
+            broken += [f"{path.relative_to(REPO)} imports {name}" for name in layer_violations(layer, path.read_text())]
+    assert not broken, "dependency rule (node -> policy, node -> protocol only; node.ground for all): " + "; ".join(broken)
+
+
+def test_the_layer_rule_sees_node_but_lets_the_ground_through():
+    """The negative control: node.groundless is not the ground; node.ground.files is."""
+    assert layer_violations("protocol", "from node.ground.files import atomic_write_bytes") == []
+    assert layer_violations("policy", "import node.ground.parent_death") == []
+    assert layer_violations("protocol", "from node.groundless import x\nfrom node import cli, ground") == [
+        "node.cli", "node.groundless.x"]
+    assert layer_violations("policy", "def f():\n    from protocol.files import atomic_write_bytes") == [
+        "protocol.files.atomic_write_bytes"]
 
 
 def test_the_reader_sees_every_form_of_import():
-    """The negative control: each way of writing an import is seen."""
-    assert imported_packages("import node.loop") == {"node"}
-    assert imported_packages("from node import cli") == {"node"}
-    assert imported_packages("import torch, protocol.kinds as kinds") == {"torch", "protocol"}
-    assert imported_packages("def f():\n    if True:\n        from policy.losses import make_objective") == {"policy"}
-    assert imported_packages("from .files import atomic_write_bytes\nfrom ..identity import x") == set()
+    """The negative control: each way of writing an import is seen (relative ones stay in their package)."""
+    assert imported_names("import node.loop") == {"node.loop"}
+    assert imported_names("from node import cli") == {"node.cli"}
+    assert imported_names("import torch, protocol.kinds as kinds") == {"torch", "protocol.kinds"}
+    assert imported_names("def f():\n    if True:\n        from policy.losses import make_objective") == {
+        "policy.losses.make_objective"}
+    assert imported_names("from .files import atomic_write_bytes\nfrom ..identity import x") == set()
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -59,12 +81,14 @@ def _runtime_nodes(tree: ast.AST):
         todo += ast.iter_child_nodes(node)
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path, root: Path = REPO, runtime_only: bool = True) -> set[str]:
     """Dotted names that the module at `path` imports (relative ones resolved), wherever the import
-    stands; `from a import b` yields both `a` and `a.b` (b may be a submodule)."""
-    name, package = module_name(path), path.name == "__init__.py"
+    stands (but under `if TYPE_CHECKING:` with runtime_only); `from a import b` yields both `a` and
+    `a.b` (b may be a submodule)."""
+    name, package = module_name(path, root), path.name == "__init__.py"
     found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in _runtime_nodes(tree) if runtime_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -120,3 +144,4 @@ def test_a_type_only_import_is_not_an_edge(tmp_path):
     assert runtime == {"typing"}
     runtime = {n.module for n in _runtime_nodes(ast.parse(seen.read_text())) if isinstance(n, ast.ImportFrom)}
     assert runtime == {"node.cli"}
+

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from node.service.child_env import stop_processes as stop
+from node.ground.child_env import stop_processes as stop
 from node.testnet.honest_heard import (
     MISSING_VERIFIED,
     Probe,

@@ -39,7 +39,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from node.testnet.hostile import KINDS, TOPIC_KINDS, VALID_KINDS, HostilePeer  # noqa: E402
-from policy.files import atomic_write_text  # noqa: E402
+from node.ground.files import atomic_write_text  # noqa: E402
 from protocol import Limits, NodeIdentity, Transport, topic_name  # noqa: E402
 
 
