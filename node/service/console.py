@@ -9,6 +9,7 @@ import sys
 from rich.console import Console
 
 from node.observe.logs import say
+from node.tasks.hash_seed import datasets_needing_fixed_hash_seed, hash_randomization_off
 
 console = Console(stderr=True)
 _may_reexec = False
@@ -23,7 +24,6 @@ def allow_reexec(allowed: bool) -> None:
 def pin_hash_seed_if_needed(cfg) -> None:
     """Restart this process with PYTHONHASHSEED=0 when its tasks need it (node/tasks/hash_seed.py),
     before any model or dataset is loaded; every other node keeps hash randomization on."""
-    from node.tasks.hash_seed import datasets_needing_fixed_hash_seed, hash_randomization_off
 
     names = datasets_needing_fixed_hash_seed(cfg.tasks.source, cfg.tasks.datasets, cfg.eval.ood)
     if names and _may_reexec and not hash_randomization_off():

@@ -188,7 +188,7 @@ class Probe:
         return read_json(self.run_dir / "node.json") or {}
 
     def poll(self, timeout_s: float = 5.0) -> Sample | None:
-        from node.observe.control import fetch_status
+        from node.observe.control import fetch_status  # gRPC: the poller's alone
 
         now = time.time()
         new_rows = self.tail.read()

@@ -34,9 +34,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
+import numpy as np
+import torch
 
-from node.tasks.base import Task, TaskSource, heldout_seed, stable_rng
 from node.config.sections import EvalConfig
+from node.tasks.base import Task, TaskSource, heldout_seed, stable_rng
+from policy.types import SamplingParams
 
 if TYPE_CHECKING:
     from node.train.assembly import SamplingContext
@@ -47,9 +50,6 @@ OOD_PREFIX = "ood:"
 @contextlib.contextmanager
 def preserved_rng() -> Iterator[None]:
     """Every global RNG (torch CPU and CUDA, python, numpy) is put back as it was on exit."""
-    import numpy as np
-    import torch
-
     py_state, np_state = random.getstate(), np.random.get_state()
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
@@ -108,8 +108,6 @@ class Evaluator:
     def evaluate(self, tasks_per_family: int | None = None, k: int | None = None) -> dict:
         """The metrics of one evaluation: heldout_pass1 / heldout_passk (in-distribution families
         pooled), heldout_k, heldout_by_family (family -> {pass1, passk, tasks}) and t_eval seconds."""
-        from policy.types import SamplingParams
-
         k = self.cfg.k if k is None else k
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
