@@ -9,10 +9,14 @@
     swarm-node config [--preset ...] [--set ...] [--explain | --env]
     swarm-node eval   RUN_DIR [--tasks N] [--k K]
     swarm-node testnet [--nodes N] [--rounds R] [--compare 8/0,4/4] [--seeds K] [--hostile K:KIND] [...]
+
+Each command imports what it needs inside its function (the reason beside each), so `--help`, `status`
+and `config` never pay for torch, transformers or a transport.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -25,7 +29,7 @@ from node.service.console import allow_reexec, console, pin_hash_seed_if_needed
 
 def resolve_preset(args: argparse.Namespace) -> str:
     """--preset, else $SWARM_NODE_PRESET (a service's environment file picks it), else tiny."""
-    from node.config.schema import ConfigError
+    from node.config.schema import ConfigError  # the schema (pydantic) loads after parsing: --help never does
     from node.config.presets import PRESETS
 
     if args.preset:
@@ -38,7 +42,7 @@ def resolve_preset(args: argparse.Namespace) -> str:
 
 
 def _config(args: argparse.Namespace, extra: list[str] = ()):
-    from node.config.schema import load_config
+    from node.config.schema import load_config  # after parsing: --help never loads the schema
 
     overrides = list(args.set or [])
     if args.rounds is not None:
@@ -61,7 +65,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     pin_hash_seed_if_needed(cfg)
 
     from node.config.schema import ConfigError
-    from node.train.loop import Node  # heavy imports (torch, transformers) only once the config is valid
+    from node.service.join import solo_node  # heavy imports (torch, transformers) only once the config is valid
     from node.observe.metrics import RoundTable
     from node.observe.state import NodeObserver, loop_progress
     from node.observe.web import announce, serve_node
@@ -71,7 +75,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not args.resume and (run_dir / "checkpoints").exists():
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume to continue that run, "
                           "or choose another --run-dir.")
-    node = Node(cfg, run_dir)
+    node = solo_node(cfg, run_dir)
     if args.resume:
         node.resume()  # logs where it resumed (event "resume")
     say(console, f"training {cfg.model.name} on {cfg.tasks.source}:{','.join(cfg.tasks.datasets)} "
@@ -90,7 +94,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if observe is not None:
             observe.stop()
         node.close()
-    from node.observe.report import summarize, summary_text
+    from node.observe.report import summarize, summary_text  # the end-of-run summary's alone
     from node.observe.metrics import read_metrics
 
     summary = summarize(read_metrics(run_dir))
@@ -113,7 +117,7 @@ def _network_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    from node.config.schema import ConfigError
+    from node.config.schema import ConfigError  # after parsing: --help never loads the schema
 
     extra = _network_overrides(args)
     if args.mix:
@@ -123,14 +127,14 @@ def cmd_join(args: argparse.Namespace) -> int:
         extra += [f"tasks.prompts_per_round={local}", f"swarm.external_per_round={external}"]
     cfg = _config(args, extra)
     pin_hash_seed_if_needed(cfg)
-    from node.service.join import join
+    from node.service.join import join  # torch, transformers, a transport: once the config is valid
 
     return join(cfg, Path(args.run_dir), console, quiet=args.quiet)
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
     cfg = _config(args, _network_overrides(args))
-    from node.service.relay import relay
+    from node.service.relay import relay  # a transport: once the config is valid
 
     return relay(cfg, Path(args.run_dir), console, quiet=args.quiet)
 
@@ -142,7 +146,7 @@ def default_key_path() -> Path:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    from protocol import NodeIdentity
+    from protocol import NodeIdentity  # cryptography and the wire protocol: keygen's, not every command's
 
     path = Path(args.out) if args.out else default_key_path()
     if path.exists() and not args.force:
@@ -173,7 +177,7 @@ def transport_summary(name: str, counters: dict[str, int]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rich.table import Table
+    from rich.table import Table  # status's table and its gRPC client: no other command's
 
     from node.observe.control import control_address, fetch_status
     from node.service.reach import reach_summary
@@ -244,13 +248,11 @@ def exchange_summary(totals: dict[str, float]) -> str:
 def cmd_config(args: argparse.Namespace) -> int:
     """The resolved configuration, one `section.key = value` line per knob (TOML values);
     --explain adds what each knob does."""
-    import json
-
-    from node.config.schema import explain
+    from node.config.schema import explain  # after parsing: --help never loads the schema
 
     cfg = _config(args)
     if args.env:
-        from node.config.schema import load_config
+        from node.config.schema import load_config  # --env's writer, no other command's
         from node.config.env_file import render_env_file
 
         preset = resolve_preset(args)
@@ -264,7 +266,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from node.observe.report import write_report
+    from node.observe.report import write_report  # matplotlib: the report's alone
 
     png, txt, text = write_report(Path(args.run_dir))
     console.print(text, highlight=False)
@@ -275,9 +277,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Held-out pass@1 / pass@k of a run's latest checkpoint (node/train/eval.py): a table on stdout and
     RUN_DIR/eval-round-NNNNNN.json."""
-    import json
-
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # the schema and checkpoints: eval's, after parsing
     from rich.table import Table
 
     from node.config.schema import ConfigError, NodeConfig
@@ -303,9 +303,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"invalid configuration in {config_file} (with --tasks/--k): {problems}") from None
     pin_hash_seed_if_needed(cfg)
 
-    from node.train.loop import Node
+    from node.service.join import solo_node  # torch and transformers: once the run's config is read
 
-    node = Node(cfg, run_dir)
+    node = solo_node(cfg, run_dir)
     round_index = node.resume(truncate_metrics=False)  # reading the run, not continuing it
     if round_index is None:  # the checkpoint went away since we read its config
         raise FileNotFoundError(f"no checkpoint in {run_dir}/checkpoints any more")
@@ -411,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--k", type=int, help="samples per task for pass@k (default: the run's eval.k)")
     evaluate.set_defaults(func=cmd_eval)
 
+    # subcommands defined in their rooms, which import the schema (pydantic) and peers/: loaded when
+    # the parser is built, not by every `import node.cli`
     from node.service.peers_command import add_peers_parser
     from node.testnet.command import add_testnet_parser
 

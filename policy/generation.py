@@ -85,8 +85,8 @@ class HFGenerator:
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
-                past_key_values=self._shared_prefix_cache(prompts, owners),
-                generation_config=self._generation_config(params),
+                past_key_values=self.shared_prefix_cache(prompts, owners),
+                generation_config=self.generation_config(params),
                 logits_processor=LogitsProcessorList([recorder]),
             )  # [B, P+S]
         new_tokens = sequences[:, input_ids.shape[1] :]  # [B, S]
@@ -99,7 +99,7 @@ class HFGenerator:
             for prompt, tokens, row_logprobs, row_entropies in zip(rows, new_tokens.tolist(), logprobs, entropies)
         ]
 
-    def _shared_prefix_cache(self, prompts: list[list[int]], owners: list[int]) -> DynamicCache | None:
+    def shared_prefix_cache(self, prompts: list[list[int]], owners: list[int]) -> DynamicCache | None:
         """KV cache of every row's prompt but its last token, computed once per distinct prompt.
 
         The rows of a prompt share it, so the prefill runs on the distinct prompts of the batch
@@ -108,7 +108,8 @@ class HFGenerator:
         round's plain and hinted completions into one call so) pays no extra prefill. `generate`
         sees a cache shorter than `input_ids` and feeds only the last prompt column (it must run
         through the model anyway: its logits give the first token). The layout is the rows' one
-        (left padded to the same width P), so masks and positions line up column for column.
+        (left padded to the same width P), so masks and positions line up column for column. A
+        subclass may override it, as generation_config (scripts/bench/policy/generation.py does).
         """
         slot: dict[tuple[int, ...], int] = {}  # distinct prompt content -> its row in the prefill
         keys = [tuple(prompts[index]) for index in owners]
@@ -138,7 +139,7 @@ class HFGenerator:
         cache.batch_select_indices(torch.tensor([slot[key] for key in keys], device=device))  # [B, heads, P-1, d] per layer
         return cache
 
-    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
+    def generation_config(self, params: SamplingParams) -> GenerationConfig:
         """Greedy mode and nothing else: TokenSampler (the only logits processor besides HF's
         min_new_tokens, when set) picks each token, so no HF warper (its global default top_k=50
         among them) may reshape the distribution before it."""

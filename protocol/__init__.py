@@ -13,15 +13,14 @@ Modules, each doing one thing:
     logthrottle       rate-limited logging of per-message events (peers cannot flood our logs)
     outbox            Sequencer + Outbox: sealing and pacing our own messages
     inbox             FairBuffer: bounded per-sender buffers where the heaviest sender loses
-    files             atomic file writes (temp file, fsync, rename, directory fsync)
-    parent_death      die_with_parent: a child process (the p2pd daemon) dies with the node
     testing           builders of valid and hostile messages (tests, testnet)
     bench             micro-benchmark: verified messages/s through the Ingress (python -m protocol.bench)
     transports/       the Transport interface and every kind of transport (its own docstring lists
                       them): memory, impairment, libp2p/ (py-libp2p on a trio thread) and p2pd/ (the
                       go-libp2p daemon), built from typed options by make_transport
-Imports only the stdlib, cryptography, protobuf and `proto`: never torch, node or policy (the
-on-demand transports add multiaddr, and py-libp2p + trio; p2pd/ runs hivemind's daemon binary).
+Imports only the stdlib, cryptography, protobuf, `proto` and the stdlib-only ground floor node/ground/
+(atomic writes, parent death): never torch, policy or the rest of node (the on-demand transports add
+multiaddr, and py-libp2p + trio; p2pd/ runs hivemind's daemon binary).
 """
 from .envelope import PROTOCOL_VERSION, open_envelope, seal, signed_bytes
 from .errors import Reason, Rejected

@@ -119,7 +119,7 @@ def test_the_config_its_registry_and_the_control_client_load_without_torch():
     """The schema (every section, the presets, the objective registry's names and knobs) and
     node.json's writer and reader are torch-free, so `swarm-node config` and `status` start fast."""
     assert not _torch_loaded_by(
-        "import node.config.schema, node.observe.control, node.config.env_file, policy.settings, policy.files; "
+        "import node.config.schema, node.observe.control, node.config.env_file, policy.settings, node.ground.files; "
         "from policy.loss_knobs import OBJECTIVE_KNOBS, check_objective; "
         "[node.config.schema.load_config(p) for p in node.config.schema.PRESETS]; "
         "assert check_objective('tis(mc(dapo))', inner={'inner': {'eps_high': 0.5}}).extra_samples == 1")
@@ -153,6 +153,7 @@ def test_swarm_sections_map_one_to_one_onto_their_option_types():
     from node.peers.admission import Admission
     from node.peers.ingest import IngestBudget
     from node.peers.pool import GroupPool
+    from node.service.network import p2pd_options
     from protocol.transports.options import P2pdOptions
     from protocol.transports.p2pd.peer_cache import PeerCacheLimits
 
@@ -165,9 +166,9 @@ def test_swarm_sections_map_one_to_one_onto_their_option_types():
                                    (s.p2pd, fields[P2pdOptions], set()), (s.ingest, fields[IngestBudget], {"mode"}),
                                    (s.pool, params[GroupPool], set()), (s.admission, params[Admission], set())):
         assert set(type(section).model_fields) - extra <= target, type(section).__name__
-    assert s.peer_cache.to_options().max_peers == 9
-    assert s.p2pd.to_options(topics=("t",)).conn_low == 2
-    budget = s.ingest.to_options()
+    options = p2pd_options(s, topics=["t"])  # built from the sections on the runtime side (node/service/network.py)
+    assert (options.peer_cache_limits.max_peers, options.conn_low) == (9, 2)
+    budget = IngestBudget.from_config(s.ingest)
     assert (budget.staged_max, budget.max_wait_s) == (77, 0.5)
     pool = GroupPool.from_config(s.pool, s.admission)
     assert pool.max_per_sender == 3 and pool.admission.dedup_rounds == 11

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import torch
+import pytest
 from rich.console import Console
 from safetensors.torch import load_file
 
@@ -15,11 +16,13 @@ from node.train.groups import compose
 from node.train.loop import Node
 from node.observe.metrics import read_metrics
 from node.peers.self_replay import ORIGIN, SelfReplay
+from node.service.join import build_exchange, solo_node
 from node.testnet.plan import Plan, node_overrides
 from node.testnet.runner import run_testnet
 from node.train.warm_start import warm_model_config
 from policy.models import load_policy
 from policy.types import TIER_EXACT
+from protocol import MemoryBus, MemoryTransport, NodeIdentity
 from tests.tiny_node import tiny_cfg
 
 J = 2
@@ -32,7 +35,7 @@ def content(group) -> tuple:
 
 
 def test_self_replay_fills_the_j_slots_with_own_earlier_groups_trained_as_peers_groups(tmp_path):
-    node = Node(tiny_cfg("swarm.self_replay=true", *SILO), tmp_path)
+    node = solo_node(tiny_cfg("swarm.self_replay=true", *SILO), tmp_path)
     assert isinstance(node.exchange, SelfReplay) and not node.hinting
     sampled = []
     for r in range(2):
@@ -58,11 +61,23 @@ def test_self_replay_fills_the_j_slots_with_own_earlier_groups_trained_as_peers_
     assert stats["ext_failures_dropped"] == sum(len(g.correct) for g in replayed) - correct  # peer_failures = drop
 
 
+def test_the_silo_exchange_is_passed_in_where_the_node_is_assembled(tmp_path):
+    """The loop builds no exchange (train/ is below peers/): a self-replay node without one is refused,
+    and a swarm exchange for a self-replay config too."""
+    cfg = tiny_cfg("swarm.self_replay=true", *SILO)
+    with pytest.raises(ValueError, match="solo_node"):
+        Node(cfg, tmp_path / "bare")
+    node = solo_node(cfg, tmp_path / "silo")
+    assert isinstance(node.exchange, SelfReplay)
+    with pytest.raises(ValueError, match="cannot replay itself"):
+        build_exchange(node.parts, NodeIdentity.generate(), MemoryTransport(MemoryBus(), "a"))
+
+
 def test_self_replay_generates_nothing_and_its_training_is_charged(tmp_path):
     silo = Node(tiny_cfg(*SILO), tmp_path / "silo")  # building a node seeds the RNGs: one node at a time
     assert silo.exchange is None
     alone_rows = [silo.run_round(r) for r in range(6)]
-    replay = Node(tiny_cfg("swarm.self_replay=true", *SILO), tmp_path / "replay")
+    replay = solo_node(tiny_cfg("swarm.self_replay=true", *SILO), tmp_path / "replay")
     rows = list(zip(alone_rows, [replay.run_round(r) for r in range(6)]))
     for r, (alone, replaying) in enumerate(rows):
         assert replaying["groups_external"] == (0 if r == 0 else J)

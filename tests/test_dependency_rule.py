@@ -1,48 +1,88 @@
-"""The dependency rule, read from the source of every module: node -> policy, node -> protocol;
-policy and protocol never import node or each other (imports inside functions count too)."""
+"""The dependency rules, read from the source of every module (imports inside functions count too):
+
+- node -> policy, node -> protocol; policy and protocol never import node or each other, but the
+  ground floor node/ground/, which all may import and which imports only the standard library;
+- inside node/, the floors: a room imports only rooms on lower floors (FLOORS, lowest first);
+- no import circle inside node/, policy/ or protocol/;
+- every import inside a function in node/ says why it is there, in a comment beside it.
+Each rule has its negative control: the same reader, shown an import that breaks the rule, says so."""
 from __future__ import annotations
 
 import ast
+import io
+import re
+import sys
+import tokenize
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
+GROUND = "node.ground"
 FORBIDDEN = {"policy": {"node", "protocol"}, "protocol": {"node", "policy"}}
 
+# node/'s rooms, lowest floor first. The ground is the stdlib plumbing every package may import
+# (node/ground/__init__.py); observe and tasks import no room; the config is pure data (the runtime
+# builds its objects from it: Verifier.from_config, IngestBudget.from_config); scoring reads its
+# section; train runs rounds; peers verify and mix what others send, into train's groups; service
+# assembles and runs a node (join, relay, the silo's exchange passed into Node); testnet runs many;
+# cli dispatches commands. Rooms on one floor do not import each other.
+FLOORS = [("ground",), ("observe", "tasks"), ("config",), ("scoring",), ("train",), ("peers",), ("service",),
+          ("testnet",), ("cli",)]
+FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 
-def imported_packages(source: str) -> set[str]:
-    """Top-level packages that `source` imports by absolute name, wherever the import stands.
-    Relative imports are left out: Python keeps them inside the importing module's package."""
+
+def layer_violations(layer: str, source: str) -> list[str]:
+    """What `source`, a module of `layer` (policy or protocol), imports against the rule: node/ (but
+    its ground floor) or the other layer."""
+    return sorted(name for name in imported_names(source) if name.split(".")[0] in FORBIDDEN[layer]
+                  and not (name == GROUND or name.startswith(GROUND + ".")))
+
+
+def imported_names(source: str) -> set[str]:
+    """Dotted names that `source` imports by absolute name, wherever the import stands (type-only
+    ones included): `from a.b import c` yields a.b.c."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            found.add(node.module.split(".")[0])
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
     return found
 
 
 def test_policy_and_protocol_never_import_node_or_each_other():
     broken = []
-    for layer, forbidden in FORBIDDEN.items():
+    for layer in FORBIDDEN:
         files = sorted((REPO / layer).rglob("*.py"))
         assert len(files) > 5, f"no modules found under {layer}/"
         for path in files:
-            bad = imported_packages(path.read_text()) & forbidden
-            broken += [f"{path.relative_to(REPO)} imports {name}" for name in sorted(bad)]
-    assert not broken, "dependency rule (node -> policy, node -> protocol only): " + "; ".join(broken)
+            broken += [f"{path.relative_to(REPO)} imports {name}" for name in layer_violations(layer, path.read_text())]
+    assert not broken, "dependency rule (node -> policy, node -> protocol only; node.ground for all): " + "; ".join(broken)
+
+
+def test_the_layer_rule_sees_node_but_lets_the_ground_through():
+    """The negative control: node.groundless is not the ground; node.ground.files is."""
+    assert layer_violations("protocol", "from node.ground.files import atomic_write_bytes") == []
+    assert layer_violations("policy", "import node.ground.parent_death") == []
+    assert layer_violations("protocol", "from node.groundless import x\nfrom node import cli, ground") == [
+        "node.cli", "node.groundless.x"]
+    assert layer_violations("policy", "def f():\n    from protocol.files import atomic_write_bytes") == [
+        "protocol.files.atomic_write_bytes"]
 
 
 def test_the_reader_sees_every_form_of_import():
-    """The negative control: each way of writing an import is seen."""
-    assert imported_packages("import node.loop") == {"node"}
-    assert imported_packages("from node import cli") == {"node"}
-    assert imported_packages("import torch, protocol.kinds as kinds") == {"torch", "protocol"}
-    assert imported_packages("def f():\n    if True:\n        from policy.losses import make_objective") == {"policy"}
-    assert imported_packages("from .files import atomic_write_bytes\nfrom ..identity import x") == set()
+    """The negative control: each way of writing an import is seen (relative ones stay in their package)."""
+    assert imported_names("import node.loop") == {"node.loop"}
+    assert imported_names("from node import cli") == {"node.cli"}
+    assert imported_names("import torch, protocol.kinds as kinds") == {"torch", "protocol.kinds"}
+    assert imported_names("def f():\n    if True:\n        from policy.losses import make_objective") == {
+        "policy.losses.make_objective"}
+    assert imported_names("from .files import atomic_write_bytes\nfrom ..identity import x") == set()
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -59,12 +99,14 @@ def _runtime_nodes(tree: ast.AST):
         todo += ast.iter_child_nodes(node)
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path, root: Path = REPO, runtime_only: bool = True) -> set[str]:
     """Dotted names that the module at `path` imports (relative ones resolved), wherever the import
-    stands; `from a import b` yields both `a` and `a.b` (b may be a submodule)."""
-    name, package = module_name(path), path.name == "__init__.py"
+    stands (but under `if TYPE_CHECKING:` with runtime_only); `from a import b` yields both `a` and
+    `a.b` (b may be a submodule)."""
+    name, package = module_name(path, root), path.name == "__init__.py"
     found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in _runtime_nodes(tree) if runtime_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -120,3 +162,140 @@ def test_a_type_only_import_is_not_an_edge(tmp_path):
     assert runtime == {"typing"}
     runtime = {n.module for n in _runtime_nodes(ast.parse(seen.read_text())) if isinstance(n, ast.ImportFrom)}
     assert runtime == {"node.cli"}
+
+
+# --- the floors of node/ --------------------------------------------------------------------------
+def room_of(module: str) -> str | None:
+    """node.config.schema -> config, node.cli -> cli; None for the node package itself."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "node" and len(parts) > 1 else None
+
+
+def floor_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import a -> b in `graph` (module -> the node modules it imports) from a room to a room
+    on the same floor or a higher one; a room missing from FLOORS is a violation too."""
+    broken = []
+    for module in sorted(graph):
+        room = room_of(module)
+        if room is not None and room not in FLOOR_OF:
+            broken.append(f"{module}: room {room!r} is on no floor (add it to FLOORS)")
+            continue
+        for target in sorted(graph[module]):
+            other = room_of(target)
+            if room is None or other is None or other == room:
+                continue
+            if other not in FLOOR_OF or FLOOR_OF[other] >= FLOOR_OF[room]:
+                broken.append(f"{module} -> {target} ({room} may import only floors below it)")
+    return broken
+
+
+def node_graph(root: Path = REPO) -> dict[str, set[str]]:
+    """Every module of node/ under `root` -> the node modules it imports, type-only ones included
+    (a type-only import is still a dependency of the text)."""
+    graph = {}
+    for path in (root / "node").rglob("*.py"):
+        name = module_name(path, root)
+        graph[name] = {m for m in imported_modules(path, root, runtime_only=False) if m.split(".")[0] == "node"}
+    return graph
+
+
+def test_every_room_of_node_imports_only_rooms_on_lower_floors():
+    graph = node_graph()
+    assert {room_of(m) for m in graph} - {None} == set(FLOOR_OF), "FLOORS names exactly node/'s rooms"
+    assert not floor_violations(graph), "node/'s floors: " + "; ".join(floor_violations(graph))
+
+
+@pytest.mark.parametrize("module, target", [
+    ("node.config.schema", "node.scoring.verifiers.Verifier"),   # the four back arrows as they were
+    ("node.config.swarm", "node.peers.ingest.IngestBudget"),
+    ("node.scoring.sandbox", "node.service.child_env.child_env"),
+    ("node.train.loop", "node.peers.self_replay.silo_exchange"),
+    ("node.observe.metrics", "node.tasks.base"),                 # a room of the same floor
+    ("node.ground.files", "node.observe.logs"),                  # the ground above anything
+    ("node.newroom.x", "node.tasks"),                            # a room no floor names
+])
+def test_the_floor_rule_sees_an_upward_import(module, target):
+    assert floor_violations({module: {target}}), f"{module} -> {target} passed"
+    assert floor_violations({"node.cli": {target}}) == []  # the top floor may import it
+
+
+def test_the_floor_rule_reads_a_lazy_upward_import_from_a_real_file(tmp_path):
+    """The negative control on disk: a config module that imports the command line inside a function."""
+    (tmp_path / "node" / "config").mkdir(parents=True)
+    (tmp_path / "node" / "__init__.py").write_text("")
+    (tmp_path / "node" / "config" / "__init__.py").write_text("")
+    (tmp_path / "node" / "config" / "bad.py").write_text("def load():\n    from ..cli import main\n    return main\n")
+    (tmp_path / "node" / "cli.py").write_text("from node.config.bad import load\n")
+    assert floor_violations(node_graph(tmp_path)) == [
+        "node.config.bad -> node.cli (config may import only floors below it)",
+        "node.config.bad -> node.cli.main (config may import only floors below it)"]
+
+
+def test_the_ground_imports_the_standard_library_only():
+    found = {}
+    for path in (REPO / "node" / "ground").rglob("*.py"):
+        found[path.name] = {m for m in imported_modules(path, runtime_only=False)
+                            if m.split(".")[0] not in sys.stdlib_module_names | {"__future__"}}
+    assert found and not any(found.values()), found
+
+
+# --- lazy imports ----------------------------------------------------------------------------------
+# a tool's pragma is no reason: `# noqa: F401` alone is bare, `# noqa: F401 (the import takes 1 s)` is not
+PRAGMA = re.compile(r"^(noqa|type:\s*ignore|pragma:?|pylint:|isort:)(:?\s*[\w-]+(,\s*[\w-]+)*)?")
+
+
+def unexplained_lazy_imports(source: str) -> list[int]:
+    """Lines of the imports inside functions of `source` that give no reason: a run of consecutive
+    import statements in one body needs a comment (not a bare pragma such as `# noqa`) on one of its
+    lines or on the line just above it."""
+    reasons = {token.start[0] for token in tokenize.generate_tokens(io.StringIO(source).readline)
+               if token.type == tokenize.COMMENT and PRAGMA.sub("", token.string.lstrip("#").strip()).strip(" -()")}
+    missing = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for body in _bodies(function):
+            for run in _import_runs(body):
+                lines = range(run[0].lineno - 1, run[-1].end_lineno + 1)
+                if not reasons.intersection(lines):
+                    missing.append(run[0].lineno)
+    return sorted(set(missing))
+
+
+def _bodies(function: ast.AST):
+    """Every statement list inside `function` (its body, an if's branches, a try's handlers...)."""
+    for node in ast.walk(function):
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            value = getattr(node, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                yield value
+
+
+def _import_runs(body: list[ast.stmt]) -> list[list[ast.stmt]]:
+    runs, current = [], []
+    for statement in body:
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            current.append(statement)
+        elif current:
+            runs.append(current)
+            current = []
+    return runs + ([current] if current else [])
+
+
+def test_every_lazy_import_in_node_says_why():
+    missing = [f"{path.relative_to(REPO)}:{line}" for path in sorted((REPO / "node").rglob("*.py"))
+               for line in unexplained_lazy_imports(path.read_text())]
+    assert not missing, "an import inside a function needs its reason beside it: " + ", ".join(missing)
+
+
+def test_the_lazy_import_rule_sees_a_bare_one():
+    """The negative control: no comment, or only a pragma, is no reason; one comment serves a run."""
+    assert unexplained_lazy_imports("def f():\n    import torch\n") == [2]
+    assert unexplained_lazy_imports("def f():\n    import torch  # noqa: F401\n") == [2]
+    assert unexplained_lazy_imports("def f():\n    import torch  # noqa: F401 (1 s: the worker's alone)\n") == []
+    assert unexplained_lazy_imports("def f():\n    x = 1\n    import torch\n\n    import numpy\n") == [3]
+    assert unexplained_lazy_imports("def f():\n    import torch  # 2 s: only the train command needs it\n"
+                                     "    import numpy\n") == []
+    assert unexplained_lazy_imports("def f():\n    # heavy: once the config is valid\n    import torch\n") == []
+    assert unexplained_lazy_imports("import torch\nclass A:\n    def f(self):\n        if 1:\n"
+                                    "            import numpy\n") == [5]

@@ -141,7 +141,7 @@ def test_shared_prompt_prefill_matches_the_plain_path(tiny, monkeypatch):
     finally:
         hook.remove()
     assert first_step_lengths and set(first_step_lengths) == {1}  # the cache was used: one column fed
-    monkeypatch.setattr(HFGenerator, "_shared_prefix_cache", lambda self, prompts, owners: None)
+    monkeypatch.setattr(HFGenerator, "shared_prefix_cache", lambda self, prompts, owners: None)
     plain = generator.generate(prompts, 3, params)
     for shared_group, plain_group in zip(shared, plain):
         for ours, reference in zip(shared_group, plain_group):
@@ -222,7 +222,7 @@ def test_model_generation_defaults_do_not_change_sampling():
     policy.model.generation_config.top_k = 1
     policy.model.generation_config.repetition_penalty = 5.0
     assert generator.generate(prompts, 6, params) == clean
-    assert not generator._generation_config(params).do_sample  # TokenSampler draws: HF's warpers (top_k=50) never run
+    assert not generator.generation_config(params).do_sample  # TokenSampler draws: HF's warpers (top_k=50) never run
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0])  # 1.0: the path that scales nothing

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from node.scoring.verifiers import Verifier
 from node.service.join import memory_bus_node
 from node.tasks import make_source
 from node.testnet.flood_origins import KIND, Origin, _ContentOnly
@@ -36,7 +37,7 @@ def test_every_origin_message_is_valid_distinct_and_trainable_at_a_real_node(tmp
         identity = NodeIdentity.generate()
         peer = HostilePeer(KIND, _ContentOnly(), SWARM, make_source(cfg.tasks.source, cfg.tasks.datasets,
                                                                     cfg.tasks.seed),
-                           cfg.verifier, seed=11 + 7919 * i, per_step=0, identity=identity)
+                           Verifier.from_config(cfg.verifier), seed=11 + 7919 * i, per_step=0, identity=identity)
         origins.append(Origin(transport, peer, topic_name(SWARM, "rollouts")))
     for origin in origins:
         origin.send(12, 0)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from node.scoring.verifiers import Verifier
 from node.train.loop import Node
 from node.observe.metrics import read_metrics
 from node.service.join import memory_bus_node
@@ -52,7 +53,7 @@ def hostile_peer(kind: str, bus: MemoryBus, like: Node, **kwargs) -> HostilePeer
     transport.start()
     cfg = like.cfg
     return HostilePeer(kind, transport, SWARM, make_source(cfg.tasks.source, cfg.tasks.datasets, cfg.tasks.seed),
-                       cfg.verifier, seed=7, **kwargs)
+                       Verifier.from_config(cfg.verifier), seed=7, **kwargs)
 
 
 def record(exchange, name: str, into: list) -> None:

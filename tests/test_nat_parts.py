@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from node.config.schema import ConfigError, load_config
+from node.service.network import nat_options
 from node.service.reach import join_text, reach_summary
 from protocol import NodeIdentity, P2pdOptions
 from protocol.transports.options import NatOptions
@@ -153,7 +154,7 @@ def test_swarm_nat_keys_map_onto_nat_options_and_addresses_are_checked():
                                      f'swarm.relays=["{RELAY}"]', 'swarm.announce=["/ip4/203.0.113.7/tcp/4001"]'])
     s = cfg.swarm
     assert set(type(s.nat).model_fields) <= {f.name for f in dataclasses.fields(NatOptions)}
-    options = s.nat.to_options(relays=s.relays, announce=s.announce)
+    options = nat_options(s)  # node/service/network.py builds it from the section
     assert (options.reachability, options.port_map, options.relays, options.announce) == (
         "private", True, (RELAY,), ("/ip4/203.0.113.7/tcp/4001",))
     with pytest.raises(ConfigError, match="ending in /p2p/<peer-id>"):
@@ -183,7 +184,7 @@ def pair():
 
 def raw_stream(sender: P2pdTransport, receiver: P2pdTransport, payload: bytes) -> bytes:
     """Opens a relayed-protocol stream from `sender` to `receiver`, writes `payload`, returns the answer."""
-    with ControlConnection(sender._shared.daemon.socket_path, 5) as conn:
+    with ControlConnection(sender.daemon.socket_path, 5) as conn:
         conn.request(stream_open_request(receiver.peer_id, 5))
         conn.sock.sendall(payload)
         try:

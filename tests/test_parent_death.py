@@ -1,7 +1,5 @@
-"""Children die with their parent, without the startup race (policy/ and protocol/parent_death.py).
-
-Both copies run the same real-process tests: policy and protocol may not import each other, so
-each has its own, and they must behave alike."""
+"""Children die with their parent, without the startup race (node/ground/parent_death.py: the one
+helper that the vLLM server, the p2pd daemon and the scorer workers are started with)."""
 import os
 import signal
 import subprocess
@@ -13,7 +11,7 @@ import pytest
 from waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = ["policy.parent_death", "protocol.parent_death"]
+MODULES = ["node.ground.parent_death"]
 ORPHANED_EXIT = 1
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")

@@ -252,3 +252,36 @@ def test_under_the_default_damping_shipping_logprobs_buys_no_weight():
 def test_a_per_tier_damping_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="one weight for every tier"):
         OffPolicyConfig(neg_damping=(1.0, 0.5, 0.5))
+
+
+class LossWatch(Learner):
+    """A Learner seen through its extension point, as scripts/experiments/peer_influence.py sees it:
+    |dL/dl| summed over our tokens and over the peer's, for each backward."""
+
+    def observe_loss(self, x, tier, loss):
+        grad = torch.autograd.grad(loss, x.logp, retain_graph=True)[0].abs() * x.mask  # [b, C]
+        peer = tier >= 0  # [b]
+        self.seen = [*getattr(self, "seen", []), (float(grad[~peer].sum()), float(grad[peer].sum()))]
+
+
+@pytest.mark.parametrize("chunk_tokens", [0, 8])
+def test_the_extension_point_sees_the_gradient_the_update_applies(chunk_tokens):
+    """observe_loss gets a graph over the log-probs, whole or a chunk's share at a time (8 tokens: a
+    row or two a chunk); the sums of its gradients are the same either way, and the weights still move."""
+    def watch(tokens):
+        torch.manual_seed(0)
+        model = load_policy(ModelConfig(name="tiny")).model
+        return LossWatch(model, make_objective("grpo"), OptimConfig(lr=1e-2, backward_chunk_tokens=tokens,
+                                                                    shared_prefix=False),
+                         pad_id=0, temperature=1.0, completion_budget=3, group_size=8,
+                         off_policy=OffPolicyConfig(**CLAIMS))
+
+    groups = [own_group(), peer_group([1.0] + [0.0] * 7)]
+    whole, observed = watch(0), watch(chunk_tokens)
+    before = [p.detach().clone() for p in observed.params]
+    whole.update(groups)
+    observed.update(groups)
+    assert len(whole.seen) == 1 and (len(observed.seen) > 1) == (chunk_tokens > 0)
+    ours, peers = (sum(seen[i] for seen in observed.seen) for i in (0, 1))
+    assert ours == pytest.approx(whole.seen[0][0], abs=1e-6) and peers == pytest.approx(whole.seen[0][1], abs=1e-6)
+    assert peers > 0.0 and any(not torch.equal(a, b) for a, b in zip(before, observed.params))

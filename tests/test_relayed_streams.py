@@ -88,7 +88,7 @@ def transport(**options) -> P2pdTransport:
 
 
 def open_stream(sender: P2pdTransport, receiver: P2pdTransport) -> ControlConnection:
-    conn = ControlConnection(sender._shared.daemon.socket_path, 5)
+    conn = ControlConnection(sender.daemon.socket_path, 5)
     conn.request(stream_open_request(receiver.peer_id, 5))
     return conn
 

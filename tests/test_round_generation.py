@@ -2,7 +2,7 @@
 abstract-hinted and prefix-hinted groups come out of a single call of n = 1 rows, with the sizes,
 flags and hint tokens of before, prefix rows cut to their room exactly as a call with that budget
 would have sampled them; and the generator prefills each distinct prompt once however often it
-repeats (policy/generation.py HFGenerator._shared_prefix_cache), without changing any sample."""
+repeats (policy/generation.py HFGenerator.shared_prefix_cache), without changing any sample."""
 from __future__ import annotations
 
 import pytest
@@ -153,7 +153,7 @@ def test_repeated_prompts_are_prefilled_once_and_sample_as_one_prompt_with_n(tin
     references = [grouped]
     if temperature == 0.0:
         references.append([r for p in prompts for r in generator.generate([p], 3, params)[0]])
-        monkeypatch.setattr(HFGenerator, "_shared_prefix_cache", lambda self, prompts, owners: None)
+        monkeypatch.setattr(HFGenerator, "shared_prefix_cache", lambda self, prompts, owners: None)
         references.append([group[0] for group in generator.generate(rows, 1, params)])
     for reference in references:
         for ours, theirs in zip(merged, reference, strict=True):

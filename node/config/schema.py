@@ -18,9 +18,8 @@ from typing import Any, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from node.config.presets import PRESETS
-from node.config.sections import AllocationConfig, EvalConfig, HintConfig, WarmStartConfig
+from node.config.sections import AllocationConfig, EvalConfig, HintConfig, VerifierConfig, WarmStartConfig
 from node.config.swarm import RENAMED_KEYS, SwarmConfig, old_scalar, renamed_message
-from node.scoring.verifiers import Verifier
 from policy.loss_knobs import check_objective
 from policy.settings import ModelConfig, OffPolicyConfig, OptimConfig
 
@@ -134,7 +133,7 @@ class NodeConfig(Section):
     warm: WarmStartConfig = Field(default_factory=WarmStartConfig)
     tasks: TaskConfig = Field(default_factory=TaskConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    verifier: Verifier = Field(default_factory=Verifier)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     run: RunConfig = Field(default_factory=RunConfig)

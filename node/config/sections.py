@@ -1,11 +1,32 @@
 """The config sections that belong to a feature of the node but live here, so the config (schema.py)
 imports no feature module: the feature imports its section from here (node/train/eval.py reads
-EvalConfig, and so on). Torch-free, like the whole config room."""
+EvalConfig; node/scoring/verifiers.py builds its Verifier from VerifierConfig, and so on).
+Torch-free, like the whole config room."""
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+AnswerFormat = Literal["tagged", "lenient", "raw"]
+DEFAULT_SCORER_TIMEOUT_S = 2.0
+
+
+class VerifierConfig(BaseModel):
+    """The `verifier` section: how a completion is scored, pure data (node/scoring/verifiers.py
+    Verifier.from_config builds the scorer from it, with the same fields and digest). Frozen: the
+    digest names the rewards a peer computes, so the settings never change under a running node."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fmt: AnswerFormat = Field("tagged", description="answer extraction: tagged (<answer>..</answer>), lenient "
+                              "(tag, else the last number) or raw (the whole completion)")
+    format_weight: float = Field(default=0.0, ge=0.0, description="reward added for a well-formed answer tag")
+    scorer: Literal["auto", "exact", "math", "dataset"] = Field(
+        "auto", description="auto/dataset: the task source's scorer; exact / math (math-verify) compare with the "
+                            "reference answer")
+    timeout_s: float = Field(default=DEFAULT_SCORER_TIMEOUT_S, gt=0.0, description="wall-clock cap per scorer call")
 
 
 class AllocationConfig(BaseModel):

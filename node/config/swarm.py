@@ -2,17 +2,19 @@
 
     swarm.*             where a user looks first: name, transport, listen, peers, identity, the I/J mix
                         (external_per_round), control, metrics_listen, ...
-    swarm.peer_cache.*  the p2pd peer cache          -> PeerCacheLimits (to_options; `enabled`: use one)
-    swarm.p2pd.*        flood cut, connection bounds -> P2pdOptions (to_options, with the transport's fields)
-    swarm.ingest.*      background ingest's budget   -> IngestBudget (to_options; `mode`: where ingest runs)
-    swarm.pool.*        the pool of peers' groups    -> GroupPool's keyword parameters (GroupPool.from_config)
-    swarm.admission.*   young keys and content dedup -> Admission's keyword parameters (Admission.from_config)
-    swarm.nat.*         AutoNAT, relays, port mapping -> NatOptions (to_options, with swarm.relays and
-                        swarm.announce: addresses, like listen and peers, stay at the top)
+    swarm.peer_cache.*  the p2pd peer cache          -> PeerCacheLimits (`enabled`: use one)
+    swarm.p2pd.*        flood cut, connection bounds -> P2pdOptions (with the transport's own fields)
+    swarm.ingest.*      background ingest's budget   -> IngestBudget (`mode`: where ingest runs)
+    swarm.pool.*        the pool of peers' groups    -> GroupPool's keyword parameters
+    swarm.admission.*   young keys and content dedup -> Admission's keyword parameters
+    swarm.nat.*         AutoNAT, relays, port mapping -> NatOptions (with swarm.relays and swarm.announce:
+                        addresses, like listen and peers, stay at the top)
 
 Each nested section's keys are the field names of what it maps onto, one to one (tests/test_config.py
-checks it), so no caller copies fields one by one. The option types are imported inside `to_options`
-only: `swarm-node config` loads no transport and no feature module.
+checks it), so no caller copies fields one by one. The sections are pure data: the runtime side
+builds its objects from them (IngestBudget.from_config, GroupPool.from_config, Admission.from_config
+in node/peers/; the transport's options in node/service/network.py), so the config imports no
+transport and no feature module and `swarm-node config` loads none.
 
 The flat keys of earlier releases (`swarm.peer_cache_max_peers`, `swarm.ingest = "inline"`, ...) are
 refused with the key that replaced them (RENAMED_KEYS), whether they come from a TOML file, an
@@ -21,16 +23,11 @@ config.json) written before the move.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from node.observe.address import parse_listen
-
-if TYPE_CHECKING:
-    from node.peers.ingest import IngestBudget
-    from protocol.transports.options import NatOptions, P2pdOptions
-    from protocol.transports.p2pd.peer_cache import PeerCacheLimits
 
 
 class _Section(BaseModel):
@@ -59,11 +56,6 @@ class PeerCacheConfig(_Section):
     max_dial_failures: int = Field(3, ge=1, description="p2pd peer cache: a cached peer is no longer redialed "
                                    "after this many failed dials in a row (bootstrap peers always are), and is "
                                    "evicted (a useful or answering one only after also being silent an hour)")
-
-    def to_options(self) -> PeerCacheLimits:
-        from protocol.transports.p2pd.peer_cache import PeerCacheLimits
-
-        return PeerCacheLimits(**self.model_dump(exclude={"enabled"}))
 
 
 class P2pdConfig(_Section):
@@ -103,12 +95,6 @@ class P2pdConfig(_Section):
                              "conn_high, or conn_high = 0 for unbounded connections")
         return self
 
-    def to_options(self, **transport: Any) -> P2pdOptions:
-        """P2pdOptions with these fields and the transport's own (listen, bootstrap, topics, peer_cache...)."""
-        from protocol.transports.options import NatOptions, P2pdOptions
-
-        return P2pdOptions(**transport, **self.model_dump())
-
 
 class IngestConfig(_Section):
     """swarm.ingest: where peers' messages are checked on arrival, and background ingest's budget (IngestBudget)."""
@@ -135,11 +121,6 @@ class IngestConfig(_Section):
                                "staging; established senders are served first with the rest (1,000 fresh origins "
                                "must not crowd an established peer out). Until some key is "
                                "established, young senders share the whole budget")
-
-    def to_options(self) -> IngestBudget:
-        from node.peers.ingest import IngestBudget
-
-        return IngestBudget(**self.model_dump(exclude={"mode"}))
 
 
 class PoolConfig(_Section):
@@ -216,11 +197,6 @@ class NatConfig(_Section):
                                 "relayed messages pass the same flood cut and checks as gossip. With relay_client "
                                 "on, the bundled daemon answers relay requests anyway; both off: no relaying at all")
     port_map: bool = Field(False, description="ask the home router to forward a port (UPnP / NAT-PMP)")
-
-    def to_options(self, *, relays: list[str], announce: list[str]) -> NatOptions:
-        from protocol.transports.options import NatOptions
-
-        return NatOptions(**self.model_dump(), relays=tuple(relays), announce=tuple(announce))
 
 
 # the flat admission keys of the release that moved them (keys added since never were flat)

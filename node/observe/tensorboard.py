@@ -60,7 +60,7 @@ def read_records(path: Path) -> Iterator[bytes]:
 def read_scalars(directory: Path) -> dict[str, dict[int, tuple[float, float]]]:
     """tag -> step -> (wall time, value) of every scalar in the event files of `directory`, in
     file order (a later file's value for a step wins, as it does in TensorBoard)."""
-    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.event_pb2 import Event  # tensorboardX: loaded only where run.tensorboard is on
 
     out: dict[str, dict[int, tuple[float, float]]] = {}
     for path in event_files(directory):
@@ -96,7 +96,7 @@ class TensorBoardLog:
     def _rewrite(self, current: int) -> None:
         """A new event file with every row of metrics.jsonl; rounds before `current` keep the wall
         time the old files gave them (a round at or after it was thrown away by a resume)."""
-        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.event_file_writer import EventsWriter  # tensorboardX: only with run.tensorboard on
 
         old = event_files(self.dir)
         kept_times = {step: at for steps in self._old_scalars().values() for step, (at, _) in steps.items()
@@ -112,7 +112,7 @@ class TensorBoardLog:
             path.unlink(missing_ok=True)
 
     def _old_scalars(self) -> dict[str, dict[int, tuple[float, float]]]:
-        from google.protobuf.message import DecodeError
+        from google.protobuf.message import DecodeError  # with tensorboardX's messages: only when it is on
 
         try:
             return read_scalars(self.dir)
@@ -120,7 +120,7 @@ class TensorBoardLog:
             return {}
 
     def _add(self, row: dict, wall_time: float) -> None:
-        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.event_pb2 import Event  # tensorboardX: only with run.tensorboard on
         from tensorboardX.proto.summary_pb2 import Summary
 
         values = [Summary.Value(tag=tag, simple_value=v) for tag, v in scalars(row).items()]

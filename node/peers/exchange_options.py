@@ -68,7 +68,7 @@ class ExchangeOptions:
                    external_per_round=s.external_per_round, audit_per_round=s.audit_per_round,
                    audit_max_bytes=s.audit_max_bytes, verify_budget_s=s.verify_budget_s,
                    sampling_policy=s.sampling_policy, composition=s.composition, pool=s.pool,
-                   admission=s.admission, ingest=ingest or s.ingest.mode, budget=s.ingest.to_options(),
+                   admission=s.admission, ingest=ingest or s.ingest.mode, budget=IngestBudget.from_config(s.ingest),
                    clock=clock, swarm_clock=swarm_clock, trusted_keys=named_keys([*s.peers, *s.relays]))
 
 

@@ -70,6 +70,11 @@ class IngestBudget:
     heard_every_s: float = 1.0       # an established sender's message is checked this often at least, budget or not
     max_wait_s: float = 10.0         # a message staged longer than this is dropped unchecked at its sender's turn
 
+    @classmethod
+    def from_config(cls, section) -> IngestBudget:
+        """From the config's `swarm.ingest` section (its keys but `mode` are these fields)."""
+        return cls(**section.model_dump(exclude={"mode"}))
+
 
 @dataclass(frozen=True)
 class Staged:

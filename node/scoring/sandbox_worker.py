@@ -13,7 +13,7 @@ import pickle
 import struct
 import sys
 
-from policy.parent_death import die_with_parent
+from node.ground.parent_death import die_with_parent
 
 HEADER = struct.Struct("!I")
 READY = "ready"
@@ -47,7 +47,7 @@ def _read_exact(fd: int, n: int) -> bytes | None:
 
 
 def correctness(scorer: str, task, answer: str, source) -> float:
-    from node.scoring.verifiers import _math_verify_unbounded, exact_match
+    from node.scoring.verifiers import _math_verify_unbounded, exact_match  # loaded by main() already
 
     if scorer == "exact":
         return exact_match(answer, task.reference_answer)
@@ -64,10 +64,12 @@ def main() -> None:
     spec = read_frame(0)  # (source kind, datasets, seed) or None
     source = None
     if spec is not None:
+        # the scorers load after the parent-death guard, and never in the node, which imports this
+        # module for its frames (node/scoring/sandbox.py)
         from node.tasks import make_source
 
         source = make_source(*spec)
-    from node.scoring.verifiers import _math_verify_unbounded
+    from node.scoring.verifiers import _math_verify_unbounded  # (the same reason)
 
     # The math-verify import (about 1 s) and its first parses, which build its grammars (0.1 s,
     # far more on a busy machine): paid here, before we say we are ready, so that no honest

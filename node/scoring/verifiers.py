@@ -16,10 +16,9 @@ import json
 import logging
 import re
 import threading
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from node.config.sections import DEFAULT_SCORER_TIMEOUT_S, AnswerFormat, VerifierConfig
 from node.scoring.answer_filter import bomb_reason
 from node.tasks.base import Task, TaskSource
 
@@ -40,7 +39,7 @@ DIRECT_SYSTEM_PROMPT = (
 )
 SYSTEM_PROMPTS = {"think": SYSTEM_PROMPT, "direct": DIRECT_SYSTEM_PROMPT}
 
-DEFAULT_TIMEOUT_S = 2.0
+DEFAULT_TIMEOUT_S = DEFAULT_SCORER_TIMEOUT_S  # the verifier section's (node/config/sections.py)
 # Longer answers are not worth handing to a symbolic parser (cost grows fast with length).
 MAX_MATH_ANSWER_CHARS = 1_000
 # A timed-out worker thread cannot be killed and keeps burning CPU; once this many are still
@@ -51,7 +50,6 @@ MAX_ABANDONED_THREADS = 4
 # --- extraction and format ------------------------------------------------------------------------
 
 
-AnswerFormat = Literal["tagged", "lenient", "raw"]
 # The last number in a completion: integers, decimals, fractions, with an optional sign.
 _LAST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
 
@@ -183,7 +181,7 @@ def plain_number_answer_ok(pred: str, gold: str) -> bool:
 
 
 def _math_verify_unbounded(pred: str, gold: str) -> float:
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # about 1 s: a node whose tasks never need it never pays it
 
     # Timeouts off: math-verify implements them with signals (main thread only); we cap instead.
     gold_parsed = parse(gold, parsing_timeout=None)
@@ -220,8 +218,9 @@ class Sandbox(Protocol):
 _PENDING: Any = object()
 
 
-class Verifier(BaseModel):
-    """Scores one completion of one task.
+class Verifier(VerifierConfig):
+    """Scores one completion of one task, by the settings of a VerifierConfig (the config's pure-data
+    `verifier` section: node/config/sections.py), whose fields it has: `Verifier.from_config`.
 
     reward = correctness + format_weight * format, where correctness is in [0, 1] (1 = correct;
     reasoning-gym may give partial credit) and format is 0 or 1, so reward is in
@@ -231,15 +230,9 @@ class Verifier(BaseModel):
     exact match for synthetic tasks); "exact" and "math" compare with the task's reference answer
     and fall back to the source's scorer for tasks that have none."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    fmt: AnswerFormat = Field("tagged", description="answer extraction: tagged (<answer>..</answer>), lenient "
-                              "(tag, else the last number) or raw (the whole completion)")
-    format_weight: float = Field(default=0.0, ge=0.0, description="reward added for a well-formed answer tag")
-    scorer: Literal["auto", "exact", "math", "dataset"] = Field(
-        "auto", description="auto/dataset: the task source's scorer; exact / math (math-verify) compare with the "
-                            "reference answer")
-    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0.0, description="wall-clock cap per scorer call")
+    @classmethod
+    def from_config(cls, section: VerifierConfig) -> Verifier:
+        return cls(**section.model_dump())
 
     @property
     def digest(self) -> str:

@@ -9,6 +9,7 @@ import sys
 from rich.console import Console
 
 from node.observe.logs import say
+from node.tasks import hash_seed
 
 console = Console(stderr=True)
 _may_reexec = False
@@ -22,11 +23,10 @@ def allow_reexec(allowed: bool) -> None:
 
 def pin_hash_seed_if_needed(cfg) -> None:
     """Restart this process with PYTHONHASHSEED=0 when its tasks need it (node/tasks/hash_seed.py),
-    before any model or dataset is loaded; every other node keeps hash randomization on."""
-    from node.tasks.hash_seed import datasets_needing_fixed_hash_seed, hash_randomization_off
-
-    names = datasets_needing_fixed_hash_seed(cfg.tasks.source, cfg.tasks.datasets, cfg.eval.ood)
-    if names and _may_reexec and not hash_randomization_off():
+    before any model or dataset is loaded; every other node keeps hash randomization on. (The module's
+    functions are looked up at the call: tests replace hash_randomization_off.)"""
+    names = hash_seed.datasets_needing_fixed_hash_seed(cfg.tasks.source, cfg.tasks.datasets, cfg.eval.ood)
+    if names and _may_reexec and not hash_seed.hash_randomization_off():
         say(console, f"{', '.join(names)}: tasks depend on Python's hash seed; restarting with PYTHONHASHSEED=0",
             "reexec", datasets=names)
         os.execve(sys.executable, [sys.executable, "-m", "node.cli", *sys.argv[1:]],

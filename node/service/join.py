@@ -16,6 +16,7 @@ from node.observe.control import start_control_server
 from node.peers.exchange import SwarmExchange
 from node.peers.exchange_options import ExchangeOptions
 from node.peers.operator import OperatorWatch
+from node.peers.self_replay import silo_exchange
 from node.peers.verify import VerifyContext
 from node.observe.logs import json_lines, say
 from node.train.loop import Node
@@ -27,7 +28,7 @@ from node.scoring.sandbox import ScorerSandbox
 from node.service.reach import ReachWatch
 from node.service.shutdown import StopOnSignals
 from node.service.network import build_transport, identity_path
-from protocol import NodeIdentity, topic_name
+from protocol import MemoryTransport, NodeIdentity, topic_name
 
 def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: dict | None = None,
                    ingest: str | None = None, swarm_clock: Callable[[], float] | None = None,
@@ -38,6 +39,8 @@ def build_exchange(parts: NodeParts, identity: NodeIdentity, transport, state: d
     `swarm_clock`: the time rate limits and publication pace run on (default the wall clock);
     `clock`: the time messages are stamped and checked on; `run_dir`: where the operator's decisions
     about peers' keys are kept (node/peers/operator.py; None: no operator)."""
+    if parts.cfg.swarm.self_replay:
+        raise ValueError("swarm.self_replay is a silo control: a node with peers cannot replay itself instead")
     options = ExchangeOptions.from_config(parts.cfg, parts.policy.tokenizer_fingerprint, ingest=ingest,
                                           clock=clock, swarm_clock=swarm_clock)
     return SwarmExchange(transport, identity, verify_context(parts, options.ingest), options,
@@ -73,14 +76,19 @@ def memory_bus_node(cfg: NodeConfig, run_dir: Path, bus, name: str, identity: No
     on the wall clock their rate limits and publication pace would see bursts no real swarm sends.
     `clock` (default the wall clock) stamps and checks messages: a virtual-time testnet passes its own,
     the same as the MemoryBus's."""
-    from protocol import MemoryTransport
-
     parts = build_parts(cfg)
     transport = MemoryTransport(bus, name)
     transport.start()
     exchange = build_exchange(parts, identity or NodeIdentity.generate(), transport, saved_exchange_state(run_dir),
                               ingest, swarm_clock, clock, run_dir)
     return Node(cfg, run_dir, exchange, parts=parts)
+
+
+def solo_node(cfg: NodeConfig, run_dir: Path, parts: NodeParts | None = None) -> Node:
+    """A node that trains without peers (`swarm-node train` and `eval`, the memory testnet's silos): its
+    exchange is the self-replay silo's with swarm.self_replay (node/peers/self_replay.py), else none."""
+    parts = parts or build_parts(cfg)
+    return Node(cfg, run_dir, silo_exchange(cfg, parts.pass_rates), parts=parts)
 
 
 def snapshot(node: Node, exchange: SwarmExchange, started: float) -> dict:

@@ -66,7 +66,7 @@ def decide(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def list_keys(run_dir: Path, args: argparse.Namespace) -> int:
-    from node.observe.control import control_address, fetch_status
+    from node.observe.control import control_address, fetch_status  # gRPC: the listing's alone, not ban's
 
     s = fetch_status(args.control or control_address(run_dir), timeout_s=args.timeout)
     scores = {p.peer_id: p for p in s.peers}

@@ -17,14 +17,14 @@ def make_source(kind: str, datasets: Mapping[str, Any], seed: int, peer_seeds: S
     `heldout_split` (reasoning_gym): the fraction of question texts kept for held-out evaluation only."""
     # Imported here: reasoning-gym takes about 2 s to import and synthetic runs never need it.
     if kind == "synthetic":
-        from .synthetic import SyntheticSource
+        from .synthetic import SyntheticSource  # (see above)
 
         if heldout_split:
             raise ValueError("tasks.heldout_split is for reasoning_gym sources; the synthetic families split "
                              "their own questions (node/tasks/synthetic.py SPLIT_FAMILIES): leave it at 0")
         return SyntheticSource(datasets, seed, **options)
     if kind == "reasoning_gym":
-        from .reasoning_gym_source import ReasoningGymSource
+        from .reasoning_gym_source import ReasoningGymSource  # about 2 s
 
         return ReasoningGymSource(datasets, seed, peer_seeds=peer_seeds, heldout_split=heldout_split, **options)
     raise ValueError(f"unknown task source kind {kind!r}; valid: {', '.join(SOURCE_KINDS)}")

@@ -91,6 +91,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
             parse_listen(args.page_listen)
         except ValueError as err:
             raise ValueError(f"--page-listen: {err}") from None
+        # the testnet's modules load when it runs, not whenever `swarm-node` builds its parser
         from node.config.schema import load_config
         from node.testnet.plan import node_overrides
 
@@ -101,7 +102,7 @@ def cmd_testnet(args: argparse.Namespace) -> int:
         configure_logs(shared.log_level, shared.log_format)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    from node.testnet.runner import run_testnet
+    from node.testnet.runner import run_testnet  # (the same reason: torch, transformers)
 
     command = " ".join(["swarm-node testnet", *sys.argv[2:]]) if len(sys.argv) > 2 else "swarm-node testnet"
     if args.workers < 1:

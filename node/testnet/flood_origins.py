@@ -55,9 +55,12 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
+from node.scoring.verifiers import Verifier  # noqa: E402
+from node.config.presets import PRESETS  # noqa: E402
 from node.testnet.hostile import HostilePeer  # noqa: E402
 from node.testnet.hostile_process import write_json  # noqa: E402
-from protocol import Limits, NodeIdentity, Transport, topic_name  # noqa: E402
+from protocol import (Libp2pOptions, Limits, NodeIdentity, P2pdOptions, Transport,  # noqa: E402
+                      make_transport, topic_name)
 
 KIND = "flood"  # the HostilePeer shell's kind: its groups carry the ModelCard marker "hostile-flood"
 MAX_CATCH_UP_S = 1.0  # a late tick sends at most this many seconds' worth at once
@@ -103,8 +106,6 @@ class Origin:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from node.config.presets import PRESETS
-
     p = argparse.ArgumentParser(prog="python -m node.testnet.flood_origins",
                                 description="K flooding origins (keys) in one process (see the module docstring).")
     p.add_argument("--keys", type=int, required=True, help="origins (keys, hosts) in this process")
@@ -130,8 +131,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _make_transport(args: argparse.Namespace, identity: NodeIdentity, topics: list[str]) -> Transport:
-    from protocol.transports.factory import make_transport
-    from protocol.transports.options import Libp2pOptions, P2pdOptions
 
     if args.transport == "libp2p":
         options = Libp2pOptions(listen=[args.listen], bootstrap=args.peers, topics=topics, start_timeout=20.0,
@@ -151,7 +150,7 @@ def _make_origins(args: argparse.Namespace, cfg, source, seed: int) -> list[Orig
     def build(i: int) -> Origin:
         identity = NodeIdentity.generate()
         transport = _make_transport(args, identity, [topic] if args.subscribe else [])
-        peer = HostilePeer(KIND, _ContentOnly(), cfg.swarm.name, source, cfg.verifier, seed=seed + 7919 * i,
+        peer = HostilePeer(KIND, _ContentOnly(), cfg.swarm.name, source, Verifier.from_config(cfg.verifier), seed=seed + 7919 * i,
                            per_step=0, limits=limits, identity=identity)
         origin = Origin(transport, peer, topic)
         transport.start()
@@ -224,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
-    from node.config.schema import ConfigError, load_config
+    from node.config.schema import ConfigError, load_config  # the origins' own: not importers' of Origin
     from node.tasks import make_source
 
     base = {"kind": "flood_origins", "swarm": args.swarm, "keys": [], "started_unix": time.time()}

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.service.child_env import child_env
+from node.ground.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 JOIN = ["join", "--preset", "tiny", "--rounds", "1000000", "--quiet", "--listen", "/ip4/127.0.0.1/tcp/0",
@@ -188,7 +188,7 @@ class Probe:
         return read_json(self.run_dir / "node.json") or {}
 
     def poll(self, timeout_s: float = 5.0) -> Sample | None:
-        from node.observe.control import fetch_status
+        from node.observe.control import fetch_status  # gRPC: the poller's alone
 
         now = time.time()
         new_rows = self.tail.read()

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from node.service.child_env import stop_processes as stop
+from node.config.schema import load_config
+from node.ground.child_env import stop_processes as stop
 from node.testnet.honest_heard import (
     MISSING_VERIFIED,
     Probe,
@@ -58,8 +59,6 @@ class Plan:
 
 def swarm_limits(min_round_s: float, node_sets: tuple[str, ...] = ()) -> dict:
     """The documented values the checks hold the nodes to, as the nodes load them."""
-    from node.config.schema import load_config
-
     s = load_config("tiny", None, ["run.threads=1", *node_sets, f"swarm.min_round_s={min_round_s}"]).swarm
     return {"young_share_max": s.admission.young_share_max, "young_seconds": s.admission.young_seconds,
             "establish_interval_s": s.admission.establish_interval_s, "flood_cut_rate": s.p2pd.flood_cut_rate,

@@ -38,14 +38,14 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from node.config.presets import PRESETS  # noqa: E402
+from node.ground.files import atomic_write_text  # noqa: E402
+from node.scoring.verifiers import Verifier  # noqa: E402
 from node.testnet.hostile import KINDS, TOPIC_KINDS, VALID_KINDS, HostilePeer  # noqa: E402
-from policy.files import atomic_write_text  # noqa: E402
 from protocol import Limits, NodeIdentity, Transport, topic_name  # noqa: E402
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from node.config.presets import PRESETS
-
     p = argparse.ArgumentParser(prog="python -m node.testnet.hostile_process",
                                 description="Run one hostile testnet peer over libp2p (see the module docstring).")
     p.add_argument("--kind", required=True, choices=KINDS)
@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
 
+    # the peer's own: importers of its helpers (write_json, the harness) load no py-libp2p (trio)
     from node.config.schema import ConfigError, load_config
     from node.tasks import make_source
     from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport, TransportStartError
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         transport.start()
         summary["peer_id"] = transport.peer_id
         summary["listen_addrs"] = transport.listen_addrs()
-        peer = HostilePeer(args.kind, transport, cfg.swarm.name, source, cfg.verifier, seed=seed,
+        peer = HostilePeer(args.kind, transport, cfg.swarm.name, source, Verifier.from_config(cfg.verifier), seed=seed,
                            per_step=args.per_step, sybil_keys=args.sybil_keys, limits=limits, identity=identity)
         _run_steps(args, transport, peer, summary, stop)
     except TransportStartError as err:

@@ -35,13 +35,13 @@ from transformers.utils import logging as hf_logging
 from node.config.schema import load_config
 from node.observe.logs import node_log
 from node.train.loop import Node
-from node.service.join import memory_bus_node
+from node.service.join import memory_bus_node, solo_node
 from node.service.network import IDENTITY_FILE
 from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
 from node.testnet.grid import GridEvaluator, grid_spacing
 from node.testnet.hostile import HostilePeer
 from node.testnet.plan import Plan, frozen_nodes, halves, node_overrides, restart_event, slowdown
-from policy.files import atomic_write_text
+from node.ground.files import atomic_write_text
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
 from protocol.transports.impairment import parse_netem
 
@@ -111,7 +111,7 @@ class MemoryTestnet:
             node = memory_bus_node(cfg, self.run_dir(index), self.bus, identity.peer_id(), identity,
                                    swarm_clock=self.swarm_clock, clock=self.protocol_clock)
         else:  # a silo (J = 0, or J own earlier groups: swarm.self_replay) trains alone: no bus, no peers' hints
-            node = Node(cfg, self.run_dir(index))
+            node = solo_node(cfg, self.run_dir(index))
         with node_log(self.log_path(index)):
             resumed = node.resume()
         self.nodes[index] = node

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.service.child_env import child_env
+from node.ground.child_env import child_env
 from node.service.relay import RELAY_STATUS_FILE
 from node.testnet.honest_heard import MetricsTail, read_json
 from node.testnet.netns import NatLab

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from node.service.child_env import stop_processes
+from node.ground.child_env import stop_processes
 
 PUBLIC_PREFIX = "11.0.0"
 _COUNTER = itertools.count()

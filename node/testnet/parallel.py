@@ -22,7 +22,7 @@ TAIL_BYTES = 16384  # a metrics row is ~2 KB: the last complete one is in the fi
 
 def run_in_worker(plan: Plan, mix: tuple[int, int], seed: int, run_dir: Path, budget_s: float | None) -> dict:
     """One memory testnet run in a worker process; its result as the sequential runner gets it."""
-    import torch
+    import torch  # in the worker process: the parent that coordinates never loads torch
 
     from node.testnet.memory import MemoryTestnet
 

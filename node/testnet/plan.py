@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.config.presets import PRESETS
+from node.testnet.clock import fast_profile
 
 # task families a node can specialise in, per preset
 FAMILIES = {"tiny": ["copy", "succ", "max"], "tiny-warm": ["rev", "inc", "rot"]}
@@ -87,8 +88,6 @@ class Plan:
         if self.charge == "wall" and self.clock != "compute":
             raise ValueError("--charge wall is how the compute clock charges a round: it needs --clock compute")
         if self.clock == "compute":
-            from node.testnet.clock import fast_profile
-
             if self.transport != "memory":
                 raise ValueError("--clock compute runs on the in-process testnet (--transport memory); "
                                  "process testnets run on the wall clock (see --duration)")
@@ -146,7 +145,7 @@ def parse_sizes(text: str | None) -> list[tuple[int, int]]:
 
 
 def parse_hostile(text: str | None) -> list[tuple[int, str]]:
-    from node.testnet.hostile import KINDS
+    from node.testnet.hostile import KINDS  # the protocol and scorers: only when --hostile is given
 
     out = []
     for part in filter(None, (p.strip() for p in (text or "").split(","))):

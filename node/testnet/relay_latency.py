@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.service.child_env import child_env
+from node.ground.child_env import child_env
 from node.testnet.nat_run import PORT, ROOT, node_json
 from node.testnet.netns import NatLab
 

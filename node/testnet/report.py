@@ -195,10 +195,10 @@ def _rounds_table(report: dict) -> list[str]:
 
 
 def plot(report: dict, runs_raw: list[dict], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # about 0.5 s: the plot's alone, not the report's readers'
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use('Agg'): no display is looked for
 
     compute = report.get("compute")
     fig, axes = plt.subplots(2, 3 if compute else 2, figsize=(19 if compute else 13, 8))

@@ -85,18 +85,18 @@ def _run_plan(plan: Plan, command: str, console: Console, quiet: bool, resume: b
             page.begin_run(title, run_dir, [run_dir / f"node{i}" for i in range(plan.nodes)])
             with Dashboard(title, console=console, quiet=quiet, page=page) as dashboard:
                 if plan.transport == "memory":
-                    from node.testnet.memory import MemoryTestnet
+                    from node.testnet.memory import MemoryTestnet  # torch: only the memory testnet's
 
                     result = MemoryTestnet(plan, mix, seed, run_dir, dashboard, budget_s=budget_s).run()
                     budget_s = result.get("budget_s", budget_s)
                 else:
-                    from node.testnet.process import ProcessTestnet
+                    from node.testnet.process import ProcessTestnet  # the join processes' harness: only its own
 
                     result = ProcessTestnet(plan, mix, seed, run_dir, dashboard).run()
             runs.append(result)
             (out / "runs.json").write_text(json.dumps(runs, indent=1, default=str))  # survives a later crash
     if parallel:
-        from node.testnet.parallel import run_parallel
+        from node.testnet.parallel import run_parallel  # worker processes: only with --parallel
 
         console.print(f"[bold]testnet[/]: {len(parallel)} runs, {workers} at a time: node run dirs under {out}",
                       highlight=False, soft_wrap=True)

@@ -125,9 +125,10 @@ def build_parts(cfg: NodeConfig) -> NodeParts:
     autocast = ((lambda: autocast_context(cfg.optim.autocast_bf16, device)) if generator.sampler_is_learner
                 else contextlib.nullcontext)
     system_prompt = SYSTEM_PROMPTS[cfg.sampling.answer_style]
-    sampling = SamplingContext(policy, generator, cfg.verifier, source, params, autocast, system_prompt)
+    verifier = Verifier.from_config(cfg.verifier)
+    sampling = SamplingContext(policy, generator, verifier, source, params, autocast, system_prompt)
     return NodeParts(cfg=cfg, policy=policy, model=model, objective=objective,
-                     source=source, verifier=cfg.verifier, backend_line=f"{backend_line}; {objective_line}",
+                     source=source, verifier=verifier, backend_line=f"{backend_line}; {objective_line}",
                      retokenizer=Retokenizer(policy, eos_token_ids(policy.model, policy.tokenizer), system_prompt),
                      pass_rates=PassRates(cfg.allocation.posterior_decay), sampling=sampling)
 

@@ -39,9 +39,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
+import numpy as np
+import torch
 
-from node.tasks.base import Task, TaskSource, heldout_seed, stable_rng
 from node.config.sections import EvalConfig
+from node.tasks.base import Task, TaskSource, heldout_seed, stable_rng
+from policy.types import SamplingParams
 
 if TYPE_CHECKING:
     from node.train.assembly import SamplingContext
@@ -52,9 +55,6 @@ OOD_PREFIX = "ood:"
 @contextlib.contextmanager
 def preserved_rng() -> Iterator[None]:
     """Every global RNG (torch CPU and CUDA, python, numpy) is put back as it was on exit."""
-    import numpy as np
-    import torch
-
     py_state, np_state = random.getstate(), np.random.get_state()
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
@@ -131,8 +131,6 @@ class Evaluator:
         pooled), heldout_k, heldout_by_family (family -> {pass1, passk, tasks}) and t_eval seconds;
         with `pass_at` (default eval.pass_at) also heldout_pass_at {k': pooled estimate} and each
         family's pass_at."""
-        from policy.types import SamplingParams
-
         k = self.cfg.k if k is None else k
         pass_at = list(self.cfg.pass_at if pass_at is None else pass_at)
         if k < 1 or any(x < 1 for x in pass_at):

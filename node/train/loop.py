@@ -4,7 +4,9 @@
     -> compose (SAPO groups or cross-actor merge) -> update -> [held-out eval] -> metrics -> checkpoint
 
 `share`/`collect` go through an `Exchange` (None when training alone; node/peers/self_replay.py for the
-self-replay silo): the SAPO network layer plugs in there without reshaping the loop.
+self-replay silo): the SAPO network layer plugs in there without reshaping the loop. The exchange
+is built where the node is assembled (node/service/join.py) and passed in: the loop, on a floor
+below peers/, never builds one.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ from node.train.hint_writer import HintWriter
 from node.train.hints import LEVELS, HintBook
 from node.observe.metrics import MetricsLog, RoundTable
 from node.train.rollouts import RolloutSampler
-from node.peers.self_replay import silo_exchange
 from node.observe.tensorboard import TensorBoardLog
 from node.tasks import make_source
 from node.tasks.base import Task
@@ -68,22 +69,23 @@ class Exchange(Protocol):
 
 
 class Node:
-    """One node's round loop over the parts node/train/assembly.py built (`parts=None` builds them from cfg:
-    a node that trains alone needs nothing else)."""
+    """One node's round loop over the parts node/train/assembly.py built (`parts=None` builds them from
+    cfg). Its exchange comes from where the node is assembled (node/service/join.py: build_exchange for
+    a swarm, solo_node for the self-replay silo); None trains alone."""
 
     def __init__(self, cfg: NodeConfig, run_dir: Path, exchange: Exchange | None = None, *,
                  parts: NodeParts | None = None):
         if exchange is not None and not isinstance(exchange, Exchange):
             raise TypeError(f"{type(exchange).__name__} is not an Exchange (node/train/loop.py): it needs share, "
                             "collect, the hint methods, state_dict, status, close and last_round")
+        if exchange is None and cfg.swarm.self_replay and cfg.swarm.external_per_round > 0:
+            raise ValueError("swarm.self_replay: pass the silo's exchange (node/service/join.py solo_node builds it)")
         parts = parts or build_parts(cfg)
         if parts.cfg is not cfg:
             raise ValueError("Node(cfg, parts=...): the parts were built from another config")
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        if exchange is not None and cfg.swarm.self_replay:
-            raise ValueError("swarm.self_replay is a silo control: a node with peers cannot replay itself instead")
-        self.exchange = exchange if exchange is not None else silo_exchange(cfg, parts.pass_rates)
+        self.exchange = exchange
         self.parts = parts
         self.policy, self.model, self.objective = parts.policy, parts.model, parts.objective
         self.source, self.verifier, self.retokenizer = parts.source, parts.verifier, parts.retokenizer

@@ -30,14 +30,11 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+import torch
 
-
-from node.tasks.synthetic import GENERATORS, SPLIT_FAMILIES, SyntheticSource, is_heldout_question
 from node.config.sections import WarmStartConfig
-
-if TYPE_CHECKING:
-    from policy.models import ModelConfig
+from node.tasks.synthetic import GENERATORS, SPLIT_FAMILIES, SyntheticSource, is_heldout_question
+from policy.models import ModelConfig, load_policy, resolve_cache_dir
 
 RECIPE_VERSION = 2  # bump when the recipe changes: the cache key changes with it
 NOISY_POSITIONS = {"rev": (2,), "inc": (1, 2), "rot": (1, 2)}  # answer digits the corpus randomises: the tail
@@ -60,8 +57,6 @@ def warm_model_config(warm: WarmStartConfig, model: ModelConfig) -> ModelConfig:
     if model.name != "tiny":
         raise ValueError(f"warm.recipe = {warm.recipe!r} warm-starts the tiny model; model.name is {model.name!r}. "
                          "Use --set warm.recipe=none for other models")
-    from policy.models import resolve_cache_dir
-
     folder = resolve_cache_dir(model) / f"tiny-warm-{cache_key(warm, model)}"
     if not (folder / "config.json").is_file():
         build_locked(warm, model, folder)
@@ -96,10 +91,6 @@ def corpus_example(rng: random.Random) -> tuple[str, str]:
 
 
 def build(warm: WarmStartConfig, model_cfg: ModelConfig, folder: Path) -> dict:
-    import torch
-
-    from policy.models import load_policy
-
     started = time.perf_counter()
     policy = load_policy(model_cfg.model_copy(update={"init_seed": warm.seed}))
     model, tokenizer = policy.model, policy.tokenizer
@@ -129,8 +120,6 @@ def build(warm: WarmStartConfig, model_cfg: ModelConfig, folder: Path) -> dict:
 
 def corpus_batch(tokenizer, pairs: list[tuple[str, str]]):
     """bos + question + answer + eos, right-padded; the mask covers answer + eos."""
-    import torch
-
     rows, masks = [], []
     for question, answer in pairs:
         prompt = [tokenizer.bos_token_id, *tokenizer.encode(question, add_special_tokens=False)]
@@ -148,8 +137,6 @@ def corpus_batch(tokenizer, pairs: list[tuple[str, str]]):
 
 def greedy_pass1(model, tokenizer, per_family: int = 100) -> dict[str, float]:
     """Greedy pass@1 on held-out questions of each split family (what RL starts from)."""
-    import torch
-
     source = SyntheticSource({name: 1.0 for name in sorted(SPLIT_FAMILIES)}, seed=0)
     out = {}
     with torch.no_grad():

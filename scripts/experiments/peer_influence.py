@@ -18,13 +18,12 @@ sum |dL/dl| (ours + the peer's = 1).
     .venv/bin/python -m scripts.experiments.peer_influence            # about a minute on 2 cores
     .venv/bin/python -m scripts.experiments.peer_influence --quick    # smoke: two objectives
 
-Writes <out>/exp_peer_influence.json and .png (default runs/exp_peer_influence). It only calls
-Learner.update and reads the loss inputs the learner builds, so it runs against older versions of
-the learner too (that is how the "before" column of the issue note was made).
+Writes <out>/exp_peer_influence.json and .png (default runs/exp_peer_influence). It calls
+Learner.update and reads the loss inputs the learner builds through its extension point
+`Learner.observe_loss`, nothing private.
 """
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import torch
@@ -45,13 +44,23 @@ OBJECTIVES = [("minpro", "receiver"), ("cispo", "receiver"), ("prefix", "receive
               ("tis(grpo)", "receiver"), ("grpo", "behavior"), ("dapo", "behavior"), ("gspo", "behavior")]
 
 
-def make_learner(external: str, proximal: str) -> Learner:
+class GradientWatch(Learner):
+    """A Learner that keeps, of its last backward, |dL/dl| per token and what it needs to weigh it."""
+
+    seen: dict = {}
+
+    def observe_loss(self, x, tier, loss) -> None:
+        grad = torch.autograd.grad(loss, x.logp, retain_graph=True)[0].abs()  # [B, C]
+        self.seen = dict(grad=grad * x.mask, mask=x.mask, adv=x.advantages.abs(), peer=tier >= 0)
+
+
+def make_learner(external: str, proximal: str) -> GradientWatch:
     torch.manual_seed(0)
     policy = load_policy(ModelConfig(name="tiny"))
-    kwargs = {"group_size": 8} if "group_size" in inspect.signature(Learner).parameters else {}
-    return Learner(policy.model, make_objective("grpo"), OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
-                   external_objective=make_objective(external), completion_budget=3,
-                   off_policy=OffPolicyConfig(proximal=proximal, neg_damping=1.0, sender_logprobs=True, peer_failures="train"), **kwargs)
+    return GradientWatch(policy.model, make_objective("grpo"), OptimConfig(lr=1e-2), pad_id=0, temperature=1.0,
+                         external_objective=make_objective(external), completion_budget=3, group_size=8,
+                         off_policy=OffPolicyConfig(proximal=proximal, neg_damping=1.0, sender_logprobs=True,
+                                                    peer_failures="train"))
 
 
 def stale_logprobs(texts: list[list[int]]) -> list[list[float]]:
@@ -87,18 +96,8 @@ def own_group() -> TrainGroup:
 def measure(external: str, proximal: str, peer: TrainGroup) -> dict:
     """One update; the per-token gradient of the loss w.r.t. l, split into our rows and the peer's."""
     learner = make_learner(external, proximal)
-    seen = {}
-    inner = learner._loss
-
-    def capture(x, tier, present=None):
-        loss, stats = inner(x, tier, present)
-        grad = torch.autograd.grad(loss, x.logp, retain_graph=True)[0].abs()  # [B, C]
-        seen.update(grad=grad * x.mask, mask=x.mask, adv=x.advantages.abs(), peer=tier >= 0)
-        return loss, stats
-
-    learner._loss = capture
     stats = learner.update([own_group(), peer])
-    grad, mask, adv, is_peer = seen["grad"], seen["mask"], seen["adv"], seen["peer"]
+    grad, mask, adv, is_peer = (learner.seen[k] for k in ("grad", "mask", "adv", "peer"))
     n_tok = float(mask.sum())
     weight = grad * n_tok / adv.clamp_min(1e-12)[:, None]  # [B, C] 1 = an on-policy GRPO token
     peer_mask = mask[is_peer] > 0  # [b', C]

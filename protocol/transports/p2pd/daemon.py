@@ -27,7 +27,8 @@ import time
 import weakref
 from pathlib import Path
 
-from ...parent_death import die_with_parent
+from node.ground.child_env import stop_processes
+from node.ground.parent_death import die_with_parent
 from .addrs import addr_text, peer_id_text
 from .bounds import ConnectionBounds
 from .control import ControlConnection, ControlError, identify_request
@@ -152,14 +153,8 @@ class DaemonProcess:
 
     def stop(self, grace_s: float = 2.0) -> None:
         """SIGTERM, then SIGKILL after `grace_s`; removes the private folder. Idempotent."""
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5.0)
+        if self.proc is not None:
+            stop_processes([self.proc], timeout=grace_s)
         shutil.rmtree(self.dir, ignore_errors=True)
         _LIVE.discard(self)
 

@@ -35,7 +35,7 @@ from ...identity import NodeIdentity
 from ..base import COUNTER_DROPPED_OUTBOUND_CLOSED, COUNTER_DROPPED_OUTBOUND_FULL, Received
 from ..options import P2pdOptions
 from .addrs import split_peer_addr
-from .daemon import DaemonStartError
+from .daemon import DaemonProcess, DaemonStartError
 from .discovery import Dialer
 from .peer_cache import PeerCache, PeerCacheLimits
 from .reader import TopicReaders
@@ -190,6 +190,12 @@ class P2pdTransport:
     @property
     def state(self) -> str:
         return self._shared.state
+
+    @property
+    def daemon(self) -> DaemonProcess | None:
+        """The running go-libp2p daemon (None before start, after close, or between restarts): its log
+        (stderr_path) and control socket (socket_path), which benchmarks and tests read."""
+        return self._shared.daemon
 
     def close(self) -> None:
         """Stops every thread and the daemon (SIGTERM, then SIGKILL). Idempotent."""

@@ -69,7 +69,7 @@ def parse_payload(data: bytes) -> tuple[bytes, int] | None:
 
 def daemon_drops(transport: Any) -> dict[str, int]:
     """Drop lines in this transport's daemon log (read before close: close removes the file)."""
-    daemon = transport._shared.daemon  # noqa: SLF001 - a benchmark reads the daemon's log
+    daemon = transport.daemon
     text = daemon.stderr_path.read_text(errors="replace") if daemon is not None else ""
     counts = {key: text.count(line) for key, line in DAEMON_DROP_LINES.items()}
     counts["peer_queue_full"] -= counts["validation_queue_full"]  # its line says "queue full" too
@@ -219,7 +219,7 @@ def run_once(args: argparse.Namespace, flood: int, label: str) -> dict[str, Any]
     try:
         receiver.start()
         if args.probe:
-            probe = ProbeSubscription(receiver._shared.daemon.socket_path)  # noqa: SLF001 - a benchmark's probe
+            probe = ProbeSubscription(receiver.daemon.socket_path)
         start_children(args, receiver, flood, label, children)
         wait_for_subscriptions(receiver, children)
         time.sleep(args.settle_s)  # GossipSub grafts its mesh on heartbeats (1 s)

@@ -96,18 +96,18 @@ def make_transport(name: str, seed: bytes, listen: str, bootstrap: list[str], to
 
 
 def dial(transport: Any, addr: str) -> str | None:
-    """Connects a p2pd node to `addr` through its daemon's control socket (a peek into the
-    transport: it has no public dial; the flood phase needs its senders next to the target,
-    since GossipSub routes a topic only through its subscribers). None if done, else why not."""
-    shared = getattr(transport, "_shared", None)
-    if shared is None or shared.daemon is None:
+    """Connects a p2pd node to `addr` through its daemon's control socket (P2pdTransport.daemon: the
+    transport has no public dial; the flood phase needs its senders next to the target, since
+    GossipSub routes a topic only through its subscribers). None if done, else why not."""
+    daemon = getattr(transport, "daemon", None)
+    if daemon is None:
         return "not a running p2pd transport"
     from protocol.transports.p2pd.addrs import peer_id_bytes, split_peer_addr
     from protocol.transports.p2pd.control import ControlConnection, ControlError, connect_request
 
     peer, raw = split_peer_addr(addr)
     try:
-        with ControlConnection(shared.daemon.socket_path, 5.0) as conn:
+        with ControlConnection(daemon.socket_path, 5.0) as conn:
             conn.request(connect_request(peer_id_bytes(peer), [raw], timeout_s=4))
     except ControlError as err:
         return str(err)

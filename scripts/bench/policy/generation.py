@@ -45,8 +45,8 @@ def make_our_generator(policy, backend: str, force: bool, max_new_tokens: int, p
     base = HFGenerator if precision == "fp32" else CopySamplingGenerator
 
     class FullLengthGenerator(base):
-        def _generation_config(self, params):
-            config = super()._generation_config(params)
+        def generation_config(self, params):
+            config = super().generation_config(params)
             if force:
                 config.min_new_tokens = params.max_new_tokens
             return config
@@ -141,14 +141,14 @@ def decode_variant(policy, precision: str, force: bool, max_new_tokens: int, sta
                               sampling_copy=SamplingCopy(policy.model, precision) if precision != "fp32" else None)
 
     class Variant(type(base)):
-        def _generation_config(self, params):
-            config = super()._generation_config(params)
+        def generation_config(self, params):
+            config = super().generation_config(params)
             if static:
                 config.cache_implementation = "static"
             return config
 
-        def _shared_prefix_cache(self, prompts, owners):
-            return None if static else super()._shared_prefix_cache(prompts, owners)
+        def shared_prefix_cache(self, prompts, owners):
+            return None if static else super().shared_prefix_cache(prompts, owners)
 
     if precision == "fp32":
         generator = Variant(copy.deepcopy(policy.model), policy.tokenizer)

@@ -1,8 +1,8 @@
 """A child process that dies with its parent (Linux PR_SET_PDEATHSIG), without the startup race.
 
-protocol/p2pd/daemon.py starts the go-libp2p daemon with it. Stdlib only. The same helper
-lives in policy/parent_death.py: policy and protocol never import each other, and the two must
-behave alike (tests/test_parent_death.py runs both).
+policy/vllm_backend.py starts the vLLM server with it, protocol/transports/p2pd/daemon.py the
+go-libp2p daemon, node/scoring/sandbox_worker.py its scorer workers: one helper on the ground floor
+(node/ground/__init__.py), stdlib only.
 
 The race: if the parent dies after the fork but before prctl takes effect, no signal ever comes.
 The child is then already reparented, so it compares getppid() with the parent pid recorded

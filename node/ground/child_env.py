@@ -1,6 +1,7 @@
-"""The environment for a child Python process of the node that imports this repository's packages
-(`python -m node....`): whatever directory it starts in, and whatever PYTHONPATH the parent had;
-and stopping such children by their handles."""
+"""The environment for a child Python process that imports this repository's packages (`python -m
+node....`, the vLLM server `python -m policy.vllm_server`): whatever directory it starts in, and
+whatever PYTHONPATH the parent had; and stopping children by their handles. Stdlib only (the ground
+floor: node/ground/__init__.py)."""
 from __future__ import annotations
 
 import os
