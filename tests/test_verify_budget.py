@@ -178,12 +178,13 @@ def test_a_pick_waits_for_a_busy_scorer_sandbox_no_longer_than_the_budget(tmp_pa
         time.sleep(0.2)  # the bomb holds the sandbox now
         busy = node.run_round(0)
         bomb.join()
+        assert sandbox.correctness("math", task, task.answer, 30.0) == 1.0  # the bomb's worker is replaced and up
         free = node.run_round(1)
     finally:
         sandbox.close()
     print(f"busy sandbox: t_verify {busy['t_verify']:.3f} s (budget {budget_s} s), used {busy['external_used']}; "
           f"free: used {free['external_used']}")
-    assert busy["t_verify"] <= budget_s * 1.2 and busy["external_used"] == 0
+    assert busy["t_verify"] <= budget_s * 1.2 + 0.02 and busy["external_used"] == 0  # 2.6 s without the wait bound
     assert exchange.observed["verify_sandbox_busy"] >= 1 and not exchange.rejected  # nobody blamed
     assert busy["keys_benched"] == 0
     assert free["external_used"] >= 1  # verified once the sandbox was free: it stayed pooled
