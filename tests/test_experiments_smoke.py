@@ -125,6 +125,23 @@ def test_exp_skeptic_quick(tmp_path, monkeypatch):
     assert again.returncode == 0 and "running" not in again.stdout  # every run was kept
 
 
+def test_exp_swarm_size_quick(tmp_path, monkeypatch):
+    """Both curves end to end: a silo and a swarm per point on paired seeds, the point on both curves
+    (N = 2, J = 4 in the smoke) run once, each gain the paired difference of the runs' figures."""
+    monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))
+    result = run_script("scripts.experiments.swarm_size", "exp_swarm_size", tmp_path)
+    curves = {(p["curve"], p["x"]): p for p in result["points"]}
+    assert set(curves) == {("N", 2), ("N", 4), ("J", 2), ("J", 4)}
+    assert curves[("N", 4)]["nodes"] == 4 and curves[("J", 2)]["mix"] == [6, 2]
+    for point in result["points"]:
+        for key in ("heldout", "pass8"):
+            assert len(point["swarm"][key]) == len(point["silo"][key]) == 2
+            assert point["gain"][key]["diffs"] == pytest.approx([a - b for a, b in zip(point["swarm"][key],
+                                                                                      point["silo"][key])])
+    assert curves[("N", 2)]["swarm"] == curves[("J", 4)]["swarm"]  # the same runs: N = 2 at 4/4
+    assert len(list(tmp_path.glob("swarm-n*/seed*.json"))) == 3 * 2  # 3 distinct swarms x 2 seeds, none twice
+
+
 def test_bench_round_cost_quick(tmp_path):
     result = run_script("scripts.bench.round_cost", "bench_round_cost", tmp_path)
     table = {row["mix"]: row for row in result["table"]}

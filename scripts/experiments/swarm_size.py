@@ -1,0 +1,139 @@
+"""How the swarm's gain grows: swarm-positive against positive-only at N = 2, 4, 8, 16 nodes (J = 4),
+and at J = 2, 4, 6 external groups of 8 (N = 8), at equal per-node compute.
+
+If peers' verified successes are what the swarm's gain is made of (docs/testnets-and-experiments.md
+"The swarm against the silo"), it should grow with the number of peers and with J. Every run is a
+tiny-warm in-memory testnet on the compute clock, exactly as in scripts/experiments/skeptic.py (the
+same arms' treatment: own failures dropped; the same run function, figures and grid): the budget is
+the virtual time the default silo's fast nodes need for --rounds rounds, the same for every N and J
+(compute per node, not per swarm). The silo at each N is its own run on the same seeds (its nodes do
+not interact, so only the nodes measured differ). Reported per point: held-out pass@1 and pass@8 at
+the budget, the paired difference swarm - silo over the seeds with its 95% bootstrap CI
+(node/testnet/stats.py). Writes <out>/exp_swarm_size.json and exp_swarm_size.png; every run is kept
+(<out>/<arm>/seed<k>.json) and reused on a rerun.
+
+    .venv/bin/python -m scripts.experiments.swarm_size            # 5 seeds, N 2-16, J 2-6 (about 75 min a seed here)
+    .venv/bin/python -m scripts.experiments.swarm_size --quick    # smoke: 2 seeds, N 2 and 4, J 2 and 4, 3 rounds
+"""
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+from scripts.common import arg_parser, command_line, pyplot, runs_dir, write_result
+from scripts.experiments.skeptic import GRID_POINTS, OWN_DROP, PASS_AT, run_arm
+from scripts.common import run_saved_jobs
+
+SIZES = (2, 4, 8, 16)  # N at J = 4 (mix 4/4)
+MIXES = ((6, 2), (4, 4), (2, 6))  # I/J at N = 8
+KEYS = ("heldout", f"pass{PASS_AT[0]}")  # compared: held-out pass@1 and pass@8 at the budget
+
+
+def arm(mix: tuple[int, int]) -> dict:
+    return {"mix": mix, "set": [OWN_DROP]}
+
+
+def points(sizes: tuple[int, ...], mixes: tuple[tuple[int, int], ...], j_nodes: int) -> list[dict]:
+    """Each point of the two curves: its name, N, the swarm's mix; the silo (8/0) at the same N."""
+    out = [{"curve": "N", "x": n, "nodes": n, "mix": (4, 4)} for n in sizes]
+    out += [{"curve": "J", "x": mix[1], "nodes": j_nodes, "mix": mix} for mix in mixes]
+    return out
+
+
+def job(args, name: str, mix: tuple[int, int], nodes: int, seed: int, budget: float | None) -> dict:
+    grid = None if budget is None else budget / GRID_POINTS
+    return {"arm": arm(mix), "seed": seed, "budget": budget, "grid": grid, "nodes": nodes, "rounds": args.rounds,
+            "extra": args.extra, "path": str(Path(args.out) / name / f"seed{seed}.json"),
+            "label": f"{name}/seed{seed}"}
+
+
+def derive_budget(args) -> float:
+    (figures,) = run_saved_jobs([job(args, "budget", (8, 0), 4, 100, None)], 1, run_arm)
+    return figures["budget_s"]
+
+
+def run_points(args, budget: float) -> list[dict]:
+    """Every point's silo and swarm on every seed, seed by seed (a stopped run leaves paired seeds)."""
+    from node.testnet.stats import paired_comparison
+
+    todo = points(args.sizes, args.mixes, args.j_nodes)
+    jobs = []
+    for seed in args.seeds:
+        for point in todo:
+            n, mix = point["nodes"], point["mix"]
+            jobs += [job(args, f"silo-n{n}", (8, 0), n, seed, budget),
+                     job(args, f"swarm-n{n}-{mix[0]}-{mix[1]}", mix, n, seed, budget)]
+    unique = list({j["path"]: j for j in jobs}.values())  # N = 8, J = 4 is on both curves
+    figures = dict(zip((j["path"] for j in unique), run_saved_jobs(unique, args.workers, run_arm)))
+    for point in todo:
+        n, mix = point["nodes"], point["mix"]
+        silo = [figures[job(args, f"silo-n{n}", (8, 0), n, s, budget)["path"]] for s in args.seeds]
+        swarm = [figures[job(args, f"swarm-n{n}-{mix[0]}-{mix[1]}", mix, n, s, budget)["path"]] for s in args.seeds]
+        point["silo"] = {key: [f[key] for f in silo] for key in KEYS}
+        point["swarm"] = {key: [f[key] for f in swarm] for key in KEYS}
+        point["gain"] = {key: paired_comparison(point["swarm"][key], point["silo"][key]) for key in KEYS}
+    return todo
+
+
+def report_lines(result: dict) -> list[str]:
+    from node.testnet.stats import format_interval
+
+    lines = [f"budget {result['budget_s']:.4g} virtual s a node; {len(result['seeds'])} paired seeds; "
+             "swarm-positive minus positive-only (8/0) at the same N, paired:"]
+    for point in result["points"]:
+        label = f"N={point['nodes']:>2} {point['mix'][0]}/{point['mix'][1]}"
+        lines.append(f"  {label}: held-out {format_interval(point['gain']['heldout'])}  "
+                     f"pass@{PASS_AT[0]} {format_interval(point['gain'][KEYS[1]])}")
+    return lines
+
+
+def plot(result: dict, path: Path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, curve, xlabel in ((axes[0], "N", "nodes N (J = 4)"), (axes[1], "J", f"external groups J of 8 "
+                                                                             f"(N = {result['j_nodes']})")):
+        mine = [p for p in result["points"] if p["curve"] == curve]
+        for key, color in zip(KEYS, ("tab:green", "tab:blue")):
+            gains = [p["gain"][key] for p in mine]
+            xs = [p["x"] for p in mine]
+            means = [g["mean"] for g in gains]
+            low = [m - (g["ci_low"] if g["ci_low"] is not None else m) for g, m in zip(gains, means)]
+            high = [(g["ci_high"] if g["ci_high"] is not None else m) - m for g, m in zip(gains, means)]
+            ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, color=color,
+                        label="held-out pass@1" if key == "heldout" else f"pass@{PASS_AT[0]}")
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set(xlabel=xlabel, ylabel="swarm-positive - positive-only (95% CI)", xticks=[p["x"] for p in mine])
+        ax.legend(fontsize=8)
+    fig.suptitle(f"the gain against swarm size and J, {len(result['seeds'])} paired seeds, equal compute per node")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    p = arg_parser(__spec__, __doc__)
+    p.add_argument("--rounds", type=int, default=300, help="the budget: the default silo's rounds (4 nodes)")
+    p.add_argument("--seeds", type=int, default=5, help="paired seeds 0..K-1")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="seconds: 2 seeds, N 2 and 4, J 2 and 4 at N = 2, 3 rounds")
+    p.add_argument("--out", default=str(runs_dir("exp-swarm-size")))
+    args = p.parse_args(argv)
+    args.sizes, args.mixes, args.j_nodes = SIZES, MIXES, 8
+    args.extra = [f"eval.pass_at={list(PASS_AT)}"]
+    if args.quick:
+        args.rounds, args.seeds, args.workers, args.sizes, args.mixes, args.j_nodes = 3, 2, 1, (2, 4), MIXES[:2], 2
+        args.extra += ["warm.steps=5", "eval.tasks_per_family=2", "sampling.group_size=4"]
+    args.seeds = list(range(args.seeds))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    budget = derive_budget(args)
+    result = {"budget_s": budget, "seeds": args.seeds, "j_nodes": args.j_nodes, "points": run_points(args, budget),
+              "machine": f"{platform.processor() or platform.machine()}", "command": command_line(__spec__, argv)}
+    text = "\n".join(report_lines(result))
+    write_result(Path(args.out), "exp_swarm_size", result, plot)
+    (Path(args.out) / "summary.txt").write_text(text + "\n")
+    print(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()
