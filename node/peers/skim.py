@@ -1,9 +1,9 @@
 """Skimming a peer's message: reading it without authenticating it, for the two decisions that need no trust.
 
 The Ingress (signature, limits, replay, rate) is the most expensive check a message meets before
-verification: about 0.25 ms a rollout group on this project's CPU, 7 ms of an 8-node tiny-warm
-node's round. Two kinds of message are not worth it when they arrive, and a skim (decode, no
-signature) tells which:
+verification: about 0.27 ms a message checked on this project's CPU, 2.5 ms of an 8-node tiny-warm
+node's round (docs/benchmarks.md "What a sharing round costs"). Two kinds of message are not worth
+it when they arrive, and a skim (decode, no signature) tells which:
   * a peer's hint request, until this node can answer it (node/peers/hint_requests.py);
   * a rollout group whose claimed rewards have no variance, published by an *established* key
     under its own transport origin: SAPO would not train it, so it is dropped unchecked. Dropping
