@@ -13,6 +13,19 @@ from processes import stop
 os.environ["SWARM_NODE_VLLM_PYTHON"] = ""
 
 
+@pytest.fixture(scope="session", autouse=True)
+def warm_children(request):
+    """Where the session runs slow tests (they start `python -m node.cli` children by the dozen): a
+    fork server that imports torch and the node once for all of them (tests/warm_children.py)."""
+    if not any(item.get_closest_marker("slow") for item in request.session.items):
+        yield None
+        return
+    from warm_children import serving
+
+    with serving() as server:
+        yield server
+
+
 @pytest.fixture(scope="session")  # a plain factory: module-scoped fixtures may use it too
 def tiny_config():
     """`tiny_config(*overrides)`: the tiny preset on one torch thread with `overrides` on top
