@@ -72,6 +72,7 @@ def test_a_hung_math_scorer_is_killed_at_its_deadline_and_replaced():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_countdown_answer_that_hangs_sympy_is_rejected_within_the_deadline():
     spec = ("reasoning_gym", {"countdown": 1.0}, 0)
     source = make_source(*spec)
@@ -105,6 +106,7 @@ def pid_alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("prefilter", [True, False], ids=["prefilter", "sandbox_only"])
 def test_node_rejects_math_bombs_keeps_training_and_answers_status(tmp_path, monkeypatch, prefilter, tiny_config,
                                                                    identity):
