@@ -239,38 +239,42 @@ class Server:
                 conn.close()
 
 
-@contextlib.contextmanager
-def serving():
-    """Starts a server for this process's children (in the background: until it listens, children
-    start as usual) and points them at it through os.environ; stops it on exit. SWARM_TEST_WARM=0
-    in the environment turns it off (every child then starts cold, as outside the suite)."""
+def point_children_here() -> str | None:
+    """Sets os.environ so that this process's `python -m node.cli` children ask a server at the
+    returned socket path (serve_children starts it; until it listens they start as usual). Set
+    before collection: test modules copy os.environ at import. None, and nothing set, when
+    SWARM_TEST_WARM=0 (every child then starts cold, as outside the suite)."""
     if os.environ.get("SWARM_TEST_WARM", "1") == "0":
-        yield None
-        return
-    folder = tempfile.mkdtemp(prefix="warm-")
-    path = os.path.join(folder, "socket")
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "SWARM_TEST_WARM_SOCKET", "SWARM_TEST_WARM_NAMESPACES")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(HOOK), os.environ.get("PYTHONPATH")]))
+        return None
+    path = os.path.join(tempfile.mkdtemp(prefix="warm-"), "socket")
+    os.environ["PYTHONPATH"] = os.pathsep.join(search_path({"PYTHONPATH": os.pathsep.join(
+        [str(ROOT), str(HOOK), os.environ.get("PYTHONPATH", "")])}))
     os.environ["SWARM_TEST_WARM_NAMESPACES"] = namespaces()
-    os.environ["SWARM_TEST_WARM_SOCKET"] = path  # before it starts: its environment is the children's
-    with open(os.path.join(folder, "server.log"), "wb") as log:
+    os.environ["SWARM_TEST_WARM_SOCKET"] = path
+    return path
+
+
+@contextlib.contextmanager
+def serve_children(path: str):
+    """Runs the server at `path` (with this process's environment, the children's) while in the block."""
+    with open(os.path.join(os.path.dirname(path), "server.log"), "wb") as log:
         server = subprocess.Popen([sys.executable, __file__, path], cwd=ROOT, env=dict(os.environ),
                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
         yield server
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         server.terminate()  # the server this function started; its forked children die with it
         try:
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=10)
-        shutil.rmtree(folder, ignore_errors=True)
+
+
+def forget(path: str | None) -> None:
+    """Removes the folder of point_children_here's socket path (and the server's log there)."""
+    if path:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 STARTED_WITH: dict[str, str] = {}  # the server's environment before its imports
