@@ -44,6 +44,9 @@ from warm_site.sitecustomize import namespaces  # noqa: E402 (stdlib only, like 
 PRELOAD = ("torch", "transformers", "node.cli", "node.service.join", "node.train.assembly", "node.train.loop",
            "node.testnet.hostile_process", "node.testnet.runner", "node.observe.control")
 RUNTIME_PREFIXES = ("SWARM_NODE_", "PYTEST_")  # read by the node after start-up, never at import
+# set by a library's import in the test process after the server started (tensorboardX: crc32c's mode;
+# torch: inductor's cache): a fresh child's own imports set them to the same values
+SET_BY_IMPORTS = {"CRC32C_SW_MODE", "TORCHINDUCTOR_CACHE_DIR"}
 PR_SET_PDEATHSIG = 1
 
 
@@ -71,7 +74,7 @@ def why_not_servable(env: dict[str, str]) -> str | None:
         differing.discard("PYTHONPATH")
     if threading.active_count() != 1:
         return f"{threading.active_count()} threads run here"
-    unexpected = sorted(k for k in differing if not k.startswith(RUNTIME_PREFIXES))
+    unexpected = sorted(k for k in differing - SET_BY_IMPORTS if not k.startswith(RUNTIME_PREFIXES))
     return f"another environment: {', '.join(unexpected)}" if unexpected else None
 
 
