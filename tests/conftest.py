@@ -11,6 +11,35 @@ from processes import stop
 # every node the suite builds: the suite turns vLLM discovery off (subprocesses inherit this), and the
 # vLLM tests (tests/test_vllm_backend.py) name their vLLM environment explicitly.
 os.environ["SWARM_NODE_VLLM_PYTHON"] = ""
+WARM_SOCKET: list[str | None] = []  # the fork server's socket path, set in pytest_configure
+
+
+def pytest_configure(config):
+    """Points the session's `python -m node.cli` children at its fork server (tests/warm_children.py),
+    before collection: some test modules copy os.environ when imported."""
+    from warm_children import point_children_here
+
+    WARM_SOCKET.append(point_children_here())
+
+
+def pytest_unconfigure(config):
+    from warm_children import forget
+
+    forget(WARM_SOCKET.pop() if WARM_SOCKET else None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_children(request):
+    """Where the session runs slow tests (they start `python -m node.cli` children by the dozen): the
+    fork server that imports torch and the node once for all of them; None where there is none."""
+    path = WARM_SOCKET[0] if WARM_SOCKET else None
+    if path is None or not any(item.get_closest_marker("slow") for item in request.session.items):
+        yield None
+        return
+    from warm_children import serve_children
+
+    with serve_children(path) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")  # a plain factory: module-scoped fixtures may use it too

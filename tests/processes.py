@@ -9,10 +9,14 @@ from pathlib import Path
 from node.ground.child_env import stop_processes as stop  # noqa: F401 (the tests' name for it)
 
 ROOT = Path(__file__).resolve().parents[1]
+WARM_SITE = ROOT / "tests" / "warm_site"
 
 
 def repo_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
     """The environment of a child process that imports this checkout: `base` (default os.environ)
-    with PYTHONPATH set to the repository root, then `extra` on top."""
-    return {**(os.environ if base is None else base), "PYTHONPATH": str(ROOT), **extra}
+    with PYTHONPATH set to the repository root, then `extra` on top. The session's warm-children
+    hook (tests/warm_children.py) stays on PYTHONPATH after the root when os.environ has it."""
+    base = os.environ if base is None else base
+    paths = [str(ROOT), *(p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p == str(WARM_SITE))]
+    return {**base, "PYTHONPATH": os.pathsep.join(paths), **extra}
 

@@ -249,6 +249,7 @@ def needs_math(info: dict, task) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_score_many_times_out_only_the_hanging_answer_of_a_countdown_group():
     spec = ("reasoning_gym", {"countdown": 1.0}, 0)
     source = make_source(*spec)

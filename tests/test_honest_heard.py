@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # paced windows under a flood
 
 QUIET_S, FLOOD_S, SETTLE_S, KEYS, PROCS, RATE = 40, 35, 5, 8, 2, 20
 TRAINED_MIN = 0.9

@@ -171,6 +171,7 @@ def test_kinds_are_classified():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_process_entry_point_against_a_libp2p_node(tmp_path, tiny_config):
     """`python -m node.testnet.hostile_process --kind liar ... --rounds 2` against an in-process tiny node
     on a real libp2p transport (127.0.0.1): it connects, lies, is caught, and exits with a summary."""

@@ -206,6 +206,7 @@ def _sealed_flood(node: Node, n: int) -> list[tuple[int, bytes]]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_flood_of_valid_messages_does_not_lengthen_rounds(tmp_path):
     """Quiet phases carry ordinary traffic (one round's worth of groups per round, so J external
     groups are trained on in every phase alike); flood phases FLOOD_FACTOR times as much."""

@@ -87,6 +87,7 @@ def attacker_share(used_by_round: list[Counter], honest: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_an_established_peer_is_verified_and_mixed_every_round_whatever_sybils_send(tmp_path, tiny_config):
     bus = MemoryBus()
     relay = MemoryTransport(bus, "relay")  # delivers every sender's messages under their own origin

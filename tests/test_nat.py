@@ -16,7 +16,7 @@ from node.testnet.netns import NatLab, unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 WHY = unavailable()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=f"NAT lab: {WHY}")]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.skipif(WHY is not None, reason=f"NAT lab: {WHY}")]
 
 
 @pytest.fixture

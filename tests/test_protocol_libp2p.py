@@ -177,6 +177,7 @@ def test_one_megabyte_message_arrives(make) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_bootstrap_down_at_start_then_up_then_drop_and_back(make) -> None:
     port = _free_port()
     seed_a = os.urandom(32)
@@ -304,6 +305,7 @@ def test_garbage_from_a_peer_does_not_kill_the_node(make) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_stalled_peer_does_not_hold_back_the_others(make) -> None:
     import threading
 

@@ -120,6 +120,7 @@ def test_an_oversized_message_is_refused_before_publish(swarm):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_killed_daemon_is_restarted_and_delivery_resumes(swarm):
     a = swarm(health_interval_s=0.3, discovery_interval_s=0.5)
     b = swarm(a.listen_addrs(), health_interval_s=0.3, discovery_interval_s=0.5, backoff_max_s=1.0)

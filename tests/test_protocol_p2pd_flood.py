@@ -72,6 +72,7 @@ def test_memory_is_bounded_and_rate_zero_is_off() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_honest_delivery_survives_a_flood_through_real_daemons(tmp_path: Path) -> None:
     """4 daemons (receiver, relay, honest publisher, and a flooder that redials at once when cut):
     90 honest messages at 30/s while 6,000 flood at 3,000/s. Before the flood guard 76-80% of the

@@ -143,6 +143,7 @@ def slowloris_trio():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_an_honest_peer_is_heard_through_16_trickling_streams_of_another(slowloris_trio):
     a, honest, attacker = slowloris_trio
     stop, opened = threading.Event(), []

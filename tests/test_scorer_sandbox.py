@@ -95,6 +95,7 @@ def test_a_caller_that_may_not_wait_is_told_the_sandbox_is_busy():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_countdown_answer_that_hangs_sympy_is_rejected_within_the_deadline():
     spec = ("reasoning_gym", {"countdown": 1.0}, 0)
     source = make_source(*spec)
@@ -128,6 +129,7 @@ def pid_alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("prefilter", [True, False], ids=["prefilter", "sandbox_only"])
 def test_node_rejects_math_bombs_keeps_training_and_answers_status(tmp_path, monkeypatch, prefilter, tiny_config,
                                                                    identity):

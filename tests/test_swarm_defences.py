@@ -22,7 +22,7 @@ from processes import repo_env, stop
 from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # round-time ratio and a 60 s window
 
 # README "Joining a swarm": `join --identity node.key --run-dir runs/a`, then on the others
 # `join --peers ... --mix 4/4 --run-dir runs/b`; here on 127.0.0.1 with free ports, enough rounds,

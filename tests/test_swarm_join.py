@@ -194,6 +194,7 @@ def test_four_nodes_survive_their_bootstrap_node_and_rejoin_from_the_peer_cache(
                    procs=procs[1:], timeout=120, step=0.25)
 
 
+@pytest.mark.serial  # connection counts a busy machine's slow dials push over the bound
 def test_five_nodes_held_to_three_connections_each_still_share_through_relays(tmp_path, processes):
     """The bounded mesh at join level: conn_high = 3 among 5 nodes (all four joiners dial A first, and
     A trims), conn_low = 2 (with everyone at 2 or more, 5 nodes cannot split in two). Groups reach

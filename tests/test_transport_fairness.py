@@ -67,8 +67,8 @@ def p2pd_hosts(made: list) -> tuple:
 
 
 @pytest.fixture(params=[pytest.param(memory_hosts, id="memory"),
-                        pytest.param(libp2p_hosts, id="libp2p", marks=pytest.mark.slow),
-                        pytest.param(p2pd_hosts, id="p2pd", marks=pytest.mark.slow)])
+                        pytest.param(libp2p_hosts, id="libp2p", marks=[pytest.mark.slow, pytest.mark.serial]),
+                        pytest.param(p2pd_hosts, id="p2pd", marks=[pytest.mark.slow, pytest.mark.serial])])
 def hosts(request):
     """(receiver, honest, flooder), every one closed at the end; the receiver's inbox holds INBOX."""
     made: list = []
