@@ -2,6 +2,6 @@
 round loop), peers/ (the SAPO exchange and every check of a peer's message), observe/ (metrics, logs,
 status, the live page), service/ (join, graceful stop), testnet/ (many nodes on one machine);
 cli.py is the `swarm-node` command line. Below them all, ground/: stdlib-only plumbing (atomic
-writes, parent death, child processes) that policy/ and protocol/ may import too. This __init__
+writes, parent death, child processes; policy/ and protocol/ keep their own beside them). This __init__
 imports nothing, so importing node.ground loads nothing else of node/ (tests/test_dependency_rule.py
 holds the rooms to their floors)."""

@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file
 from transformers.utils import logging as hf_logging
 
-from node.ground.files import atomic_write_text, fsync_dir
+from policy.ground import atomic_write_text, fsync_dir
 
 LATEST = "LATEST"
 

@@ -32,8 +32,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from node.ground.child_env import ROOT, child_env
-from node.ground.parent_death import die_with_parent
+from policy.ground import ROOT, child_env, die_with_parent
 from policy.generation import StaleWeightsError, build_rollout, eos_token_ids, validate_request
 from policy.models import LoadedPolicy
 from policy.types import Rollout, SamplingParams

@@ -18,8 +18,8 @@ Modules, each doing one thing:
     transports/       the Transport interface and every kind of transport (its own docstring lists
                       them): memory, impairment, libp2p/ (py-libp2p on a trio thread) and p2pd/ (the
                       go-libp2p daemon), built from typed options by make_transport
-Imports only the stdlib, cryptography, protobuf, `proto` and the stdlib-only ground floor node/ground/
-(atomic writes, parent death): never torch, policy or the rest of node (the on-demand transports add
+Imports only the stdlib, cryptography, protobuf and `proto` (its stdlib plumbing is protocol/ground.py:
+atomic writes, parent death): never torch, policy or node (the on-demand transports add
 multiaddr, and py-libp2p + trio; p2pd/ runs hivemind's daemon binary).
 """
 from .envelope import PROTOCOL_VERSION, open_envelope, seal, signed_bytes

@@ -17,7 +17,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from node.ground.files import atomic_write_bytes
+from protocol.ground import atomic_write_bytes
 
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64

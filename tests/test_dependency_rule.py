@@ -1,7 +1,7 @@
 """The dependency rules, read from the source of every module (imports inside functions count too):
 
-- node -> policy, node -> protocol; policy and protocol never import node or each other, but the
-  ground floor node/ground/, which all may import and which imports only the standard library;
+- node -> policy, node -> protocol; policy and protocol never import node or each other (each keeps
+  its own stdlib plumbing: policy/ground.py, protocol/ground.py, node/ground/, standard library only);
 - inside node/, the floors: a room imports only rooms on lower floors (FLOORS, lowest first);
 - no import circle inside node/, policy/ or protocol/;
 - every import inside a function in node/ says why it is there, in a comment beside it.
@@ -18,11 +18,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-GROUND = "node.ground"
 FORBIDDEN = {"policy": {"node", "protocol"}, "protocol": {"node", "policy"}}
 
-# node/'s rooms, lowest floor first. The ground is the stdlib plumbing every package may import
-# (node/ground/__init__.py); observe and tasks import no room; the config is pure data (the runtime
+# node/'s rooms, lowest floor first. The ground is node/'s stdlib plumbing (node/ground/__init__.py); observe and tasks import no room; the config is pure data (the runtime
 # builds its objects from it: Verifier.from_config, IngestBudget.from_config); scoring reads its
 # section; train runs rounds; peers verify and mix what others send, into train's groups; service
 # assembles and runs a node (join, relay, the silo's exchange passed into Node); testnet runs many;
@@ -33,10 +31,9 @@ FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 
 
 def layer_violations(layer: str, source: str) -> list[str]:
-    """What `source`, a module of `layer` (policy or protocol), imports against the rule: node/ (but
-    its ground floor) or the other layer."""
-    return sorted(name for name in imported_names(source) if name.split(".")[0] in FORBIDDEN[layer]
-                  and not (name == GROUND or name.startswith(GROUND + ".")))
+    """What `source`, a module of `layer` (policy or protocol), imports against the rule: node/ or the
+    other layer."""
+    return sorted(name for name in imported_names(source) if name.split(".")[0] in FORBIDDEN[layer])
 
 
 def imported_names(source: str) -> set[str]:
@@ -58,15 +55,16 @@ def test_policy_and_protocol_never_import_node_or_each_other():
         assert len(files) > 5, f"no modules found under {layer}/"
         for path in files:
             broken += [f"{path.relative_to(REPO)} imports {name}" for name in layer_violations(layer, path.read_text())]
-    assert not broken, "dependency rule (node -> policy, node -> protocol only; node.ground for all): " + "; ".join(broken)
+    assert not broken, "dependency rule (node -> policy, node -> protocol only): " + "; ".join(broken)
 
 
-def test_the_layer_rule_sees_node_but_lets_the_ground_through():
-    """The negative control: node.groundless is not the ground; node.ground.files is."""
-    assert layer_violations("protocol", "from node.ground.files import atomic_write_bytes") == []
-    assert layer_violations("policy", "import node.ground.parent_death") == []
-    assert layer_violations("protocol", "from node.groundless import x\nfrom node import cli, ground") == [
-        "node.cli", "node.groundless.x"]
+def test_the_layer_rule_sees_node_even_its_ground():
+    """The negative control: node/'s ground floor is node/ too; a layer's own ground is not."""
+    assert layer_violations("protocol", "from node.ground.files import atomic_write_bytes") == [
+        "node.ground.files.atomic_write_bytes"]
+    assert layer_violations("policy", "import node.ground.parent_death") == ["node.ground.parent_death"]
+    assert layer_violations("protocol", "from node import cli, ground") == ["node.cli", "node.ground"]
+    assert layer_violations("protocol", "from protocol.ground import die_with_parent") == []
     assert layer_violations("policy", "def f():\n    from protocol.files import atomic_write_bytes") == [
         "protocol.files.atomic_write_bytes"]
 
@@ -233,7 +231,7 @@ def test_the_floor_rule_reads_a_lazy_upward_import_from_a_real_file(tmp_path):
 
 def test_the_ground_imports_the_standard_library_only():
     found = {}
-    for path in (REPO / "node" / "ground").rglob("*.py"):
+    for path in [*(REPO / "node" / "ground").rglob("*.py"), REPO / "policy" / "ground.py", REPO / "protocol" / "ground.py"]:
         found[path.name] = {m for m in imported_modules(path, runtime_only=False)
                             if m.split(".")[0] not in sys.stdlib_module_names | {"__future__"}}
     assert found and not any(found.values()), found

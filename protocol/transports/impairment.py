@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.ground.files import atomic_write_bytes
+from protocol.ground import atomic_write_bytes
 from .base import Received, Transport
 
 log = logging.getLogger(__name__)

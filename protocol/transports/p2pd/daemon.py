@@ -27,8 +27,7 @@ import time
 import weakref
 from pathlib import Path
 
-from node.ground.child_env import stop_processes
-from node.ground.parent_death import die_with_parent
+from protocol.ground import die_with_parent, stop_processes
 from .addrs import addr_text, peer_id_text
 from .bounds import ConnectionBounds
 from .control import ControlConnection, ControlError, identify_request

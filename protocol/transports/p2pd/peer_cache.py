@@ -18,7 +18,7 @@ useful nor answered, at most `max_peers` in all; the best-ranked win. A dead ent
 once if it never proved anything, else once it has also been silent `proven_grace_s` (a short
 outage on either side must not erase the peers worth having) or is beyond its group's dead bound
 (a wave of short-lived hosts, each useful or answering once, cannot hold a group's slots for the
-grace); any entry silent `max_age_s` goes. Written atomically and durably (node/ground/files.py); a
+grace); any entry silent `max_age_s` goes. Written atomically and durably (protocol/ground.py); a
 missing or corrupt file is an empty cache, never an error (a file without `useful_marks` counts one
 mark per useful peer). Thread-safe: the discovery thread and the node's thread both use it."""
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from node.ground.files import atomic_write_bytes
+from protocol.ground import atomic_write_bytes
 from ...netgroups import network_group
 
 log = logging.getLogger(__name__)
