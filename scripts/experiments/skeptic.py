@@ -314,6 +314,13 @@ def report_lines(result: dict) -> list[str]:
     return lines
 
 
+def ci_error_bars(comparisons: list[dict]) -> list[list[float]]:
+    """matplotlib's [below, above] error bars of paired comparisons' 95% CIs (none where a CI is n/a)."""
+    means = [c["mean"] for c in comparisons]
+    return [[m - (c["ci_low"] if c["ci_low"] is not None else m) for c, m in zip(comparisons, means)],
+            [(c["ci_high"] if c["ci_high"] is not None else m) - m for c, m in zip(comparisons, means)]]
+
+
 def plot(result: dict, path: Path) -> None:
     plt = pyplot()
     fin = result["final"]
@@ -328,9 +335,7 @@ def plot(result: dict, path: Path) -> None:
     block = fin["vs_best_silo"]["heldout"]
     names = list(block)
     means = [block[n]["mean"] for n in names]
-    errors = [[m - (block[n]["ci_low"] if block[n]["ci_low"] is not None else m) for n, m in zip(names, means)],
-              [(block[n]["ci_high"] if block[n]["ci_high"] is not None else m) - m for n, m in zip(names, means)]]
-    right.barh(names, means, xerr=errors, color=["tab:green" if n == "swarm" else "tab:gray" for n in names])
+    right.barh(names, means, xerr=ci_error_bars([block[n] for n in names]), color=["tab:green" if n == "swarm" else "tab:gray" for n in names])
     right.axvline(0, color="black", linewidth=0.8)
     right.set(xlabel="held-out pass@1 at the budget minus the best silo's (paired, 95% bootstrap CI)",
               title=f"{len(result['seeds'])} paired seeds")

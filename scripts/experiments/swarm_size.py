@@ -20,9 +20,8 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from scripts.common import arg_parser, command_line, pyplot, runs_dir, write_result
-from scripts.experiments.skeptic import GRID_POINTS, OWN_DROP, PASS_AT, run_arm
-from scripts.common import run_saved_jobs
+from scripts.common import arg_parser, command_line, pyplot, run_saved_jobs, runs_dir, write_result
+from scripts.experiments.skeptic import GRID_POINTS, OWN_DROP, PASS_AT, ci_error_bars, run_arm
 
 SIZES = (2, 4, 8, 16)  # N at J = 4 (mix 4/4)
 MIXES = ((6, 2), (4, 4), (2, 6))  # I/J at N = 8
@@ -95,11 +94,7 @@ def plot(result: dict, path: Path) -> None:
         mine = [p for p in result["points"] if p["curve"] == curve]
         for key, color in zip(KEYS, ("tab:green", "tab:blue")):
             gains = [p["gain"][key] for p in mine]
-            xs = [p["x"] for p in mine]
-            means = [g["mean"] for g in gains]
-            low = [m - (g["ci_low"] if g["ci_low"] is not None else m) for g, m in zip(gains, means)]
-            high = [(g["ci_high"] if g["ci_high"] is not None else m) - m for g, m in zip(gains, means)]
-            ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, color=color,
+            ax.errorbar([p["x"] for p in mine], [g["mean"] for g in gains], yerr=ci_error_bars(gains), marker="o", capsize=4, color=color,
                         label="held-out pass@1" if key == "heldout" else f"pass@{PASS_AT[0]}")
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set(xlabel=xlabel, ylabel="swarm-positive - positive-only (95% CI)", xticks=[p["x"] for p in mine])
