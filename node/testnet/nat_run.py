@@ -175,6 +175,10 @@ def run_flood(lab: NatLab, out: Path, plan: NatPlan) -> dict:
     peers = swarm.start_publics(trains=True)
     swarm.start_home(0, peers)
     swarm.addr("home0")
+    # home0's AutoNAT verdict first, as run_exchange waits for it: a public node busy with the flood
+    # answers dial-back requests late, and the verdict is not what this scenario measures
+    swarm.wait(lambda: node_json(swarm.dirs["home0"]).get("reachability") == "private",
+               "home0 to learn it is private", 90.0)
     flood_s = plan.train_s
     summary = out / "flooder.json"
     log = open(out / "flooder.log", "ab")
