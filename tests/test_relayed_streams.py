@@ -158,7 +158,7 @@ def test_an_honest_peer_is_heard_through_16_trickling_streams_of_another(slowlor
         started = time.monotonic()
         for i in range(BATCHES):
             batch = [(TOPIC, f"honest {i}.{k}".encode()) for k in range(2)]
-            acked += honest._relayed._send(a.peer_id, batch, honest._shared.generation)
+            acked += honest._relayed._send(a.peer_id, batch, honest._shared.generation, "direct")
             held.append(a._relayed._table.senders().get(attacker.peer_id, 0))
             time.sleep(max(0.0, started + (i + 1) * ATTACK_S / BATCHES - time.monotonic()))
         attacked_s = time.monotonic() - started
@@ -174,7 +174,7 @@ def test_an_honest_peer_is_heard_through_16_trickling_streams_of_another(slowlor
     assert all(m.startswith(b"honest") for m in got)  # nothing of the attacker's
     stats = a.stats()
     assert max(held) <= 2  # the attacker never held more than its 2 streams
-    assert stats["relayed_evicted"] >= TRICKLERS - 2 and stats["relayed_received"] == len(got)
+    assert stats["relayed_evicted"] >= TRICKLERS - 2 and stats["direct_received"] == len(got)  # (not relayed-only)
 
 
 def test_a_trickling_stream_is_cut_at_its_deadline_and_a_steady_one_outlives_the_grace():
@@ -200,7 +200,7 @@ def test_a_trickling_stream_is_cut_at_its_deadline_and_a_steady_one_outlives_the
             time.sleep(2.0)
             conn.sock.sendall(payload[2000:])
             assert conn.sock.recv(1) == b"\x06"  # acknowledged
-        wait_until(lambda: a.stats()["relayed_received"] == 1, "the steady stream's message", 5)
+        wait_until(lambda: a.stats()["direct_received"] == 1, "the steady stream's message", 5)  # (B: direct)
         assert [m.data for m in a.drain(TOPIC)] == [payload] and a.stats()["relayed_refused"] == 0
     finally:
         if b is not None:

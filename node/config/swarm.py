@@ -87,6 +87,10 @@ class P2pdConfig(_Section):
                                           "within this many seconds plus the bytes it delivered / relayed_min_rate")
     relayed_min_rate: float = Field(4096.0, ge=0, description="p2pd: bytes/s a relayed stream must keep up, past "
                                     "relayed_stream_grace_s, not to be cut (0: every stream ends within the grace)")
+    direct_peers: int = Field(4, ge=0, description="p2pd: our own messages also go on acknowledged streams to this "
+                              "many of the peers whose groups we used most recently, beside gossip: a spread flood "
+                              "fills the daemons' fixed queues and cost two such peers a third of each other's "
+                              "messages (0: gossip only)")
 
     @model_validator(mode="after")
     def _connection_bounds_ordered(self) -> "P2pdConfig":

@@ -161,6 +161,9 @@ class P2pdOptions:
         heaviest sender's oldest (protocol/transports/p2pd/stream_bounds.py).
     relayed_stream_grace_s, relayed_min_rate: an inbound relayed stream is cut unless it ends within
         ``relayed_stream_grace_s`` + (bytes it delivered) / ``relayed_min_rate`` (bytes/s) of opening.
+    direct_peers: our own messages also go on streams to this many of the peers whose groups the
+        node used most recently, beside gossip, so that a flood filling the daemons' queues cannot
+        cut them off (protocol/transports/p2pd/relayed.py); 0 = gossip only.
     """
 
     listen: tuple[str, ...] = (LOOPBACK_ANY_PORT,)
@@ -191,6 +194,7 @@ class P2pdOptions:
     relayed_streams_per_sender: int = 2
     relayed_stream_grace_s: float = 5.0
     relayed_min_rate: float = 4096.0
+    direct_peers: int = 4
     nat: NatOptions = NatOptions()
 
     def __post_init__(self) -> None:
@@ -203,6 +207,8 @@ class P2pdOptions:
         if self.relayed_streams < 1 or self.relayed_streams_per_sender < 1:
             raise ValueError(f"relayed_streams={self.relayed_streams} and relayed_streams_per_sender="
                              f"{self.relayed_streams_per_sender} must be at least 1")
+        if self.direct_peers < 0:
+            raise ValueError(f"direct_peers={self.direct_peers} must not be negative (0 = gossip only)")
         if self.relayed_stream_grace_s <= 0 or self.relayed_min_rate < 0:
             raise ValueError(f"relayed_stream_grace_s={self.relayed_stream_grace_s} must be positive and "
                              f"relayed_min_rate={self.relayed_min_rate} not negative")

@@ -1,4 +1,4 @@
-"""Our messages to peers we reach only through a relay, on a stream of their own.
+"""Our messages on streams of their own: to peers we reach only through a relay, and to direct peers.
 
 GossipSub in the bundled daemon ignores relayed connections: the relay's limits (nat.py) make
 them "transient", and go-libp2p-pubsub skips transient connections (measured here: two nodes
@@ -7,6 +7,15 @@ behind NAT, connected through a relay, had 0 topic peers in each other). Streams
 itself, once, on a stream of protocol RELAYED_PROTOCOL to every peer it is connected to through a
 relay only (none once hole punching gave a direct connection), and delivers what such a stream
 brings into the same inbox as gossip:
+
+The same streams carry our messages to our *direct peers*: the `direct_peers` (4) most recently
+useful peers (the node trains on their groups: shared.py `direct_targets`) that we are connected to
+directly. They get each message by gossip too; the stream is what a flood cannot take away. The
+daemons' fixed 32-slot GossipSub queues drop honest messages along with a spread flood (32 keys
+each under the flood cut): two established peers under such a flood lost a third of each other's
+messages in the daemons and went up to 12 s without one. A stream is acknowledged and retried, and
+the receiver keeps one copy of a message that both paths brought (dedup.py). GossipSub v1.1 calls
+these direct peers; the bundled daemon has no option for them.
 
 * the sender is the stream's remote peer, authenticated by the connection's handshake: only our
   own messages go out (nothing is forwarded), so a relay carries each message at most once per
@@ -41,6 +50,7 @@ import multiaddr
 
 from .addrs import peer_id_bytes, peer_id_text
 from .control import ControlConnection, ControlError, varint
+from .dedup import STREAM
 from .shared import TAKEN_CUT, TAKEN_IN, Shared
 from .stream_bounds import StreamDeadline, StreamTable, TableEntry
 from proto import p2pd_control_pb2 as pb
@@ -193,17 +203,20 @@ class RelayedGossip:
     def deliver(self, sender: str, topic: str, data: bytes) -> bool:
         """As gossip is delivered (Shared.take_in, under the authenticated sender); False once the
         sender is cut for flooding."""
-        taken = self.shared.take_in(sender, topic, data)
+        taken = self.shared.take_in(sender, topic, data, path=STREAM)
         if taken == TAKEN_IN:
-            self.shared.bump("relayed_received")
+            with self.shared.lock:
+                relayed = sender in self.shared.relayed_peers
+            self.shared.bump("relayed_received" if relayed else "direct_received")
         return taken != TAKEN_CUT
 
     # -- outbound --------------------------------------------------------------------------------
     def offer(self, topic: str, data: bytes) -> None:
-        """Queues one of our own published messages for the relayed-only peers (if there are any)."""
+        """Queues one of our own published messages for the relayed-only and direct peers (if any)."""
         s = self.shared
+        direct = s.direct_targets(time.monotonic())
         with s.lock:
-            if not s.relayed_peers:
+            if not s.relayed_peers and not direct:
                 return
             if len(data) > MAX_RELAYED_BYTES:
                 s.stats["relayed_too_big"] += 1
@@ -223,8 +236,8 @@ class RelayedGossip:
                 if s.stop.is_set():
                     return
                 batch = self._next_batch()
-                peers = sorted(s.relayed_peers)
-            for peer in peers:
+                relayed = set(s.relayed_peers)
+            for peer in sorted(relayed | s.direct_targets(time.monotonic())):
                 if time.monotonic() - self.refused_at.get(peer, -REFUSED_RETRY_S) < REFUSED_RETRY_S:
                     continue
                 self._deliver_to(peer, batch)
@@ -241,22 +254,23 @@ class RelayedGossip:
 
     def _deliver_to(self, peer: str, batch: list[tuple[str, bytes]]) -> None:
         """Sends `batch` to `peer`, retrying (SEND_TRIES in all, backing off) while the peer stays
-        relayed-only: the relay resets a relayed connection after 128 KiB or 2 minutes (nat.py),
-        and the stream in flight with it; the peers redial within seconds."""
+        relayed-only or a direct peer: the relay resets a relayed connection after 128 KiB or 2
+        minutes (nat.py), and the stream in flight with it; the peers redial within seconds."""
         s = self.shared
+        kind = "relayed"
         for attempt in range(SEND_TRIES):
             with s.lock:  # (a peer that dropped is redialed by STREAM_OPEN itself, through the relay)
-                generation, direct = s.generation, peer in s.connected and peer not in s.relayed_peers
-            if direct or s.stop.is_set():
-                break  # hole punching gave a direct connection: gossip reaches it
-            if self._send(peer, batch, generation):
+                generation, kind = s.generation, "relayed" if peer in s.relayed_peers else "direct"
+            if s.stop.is_set() or (kind == "direct" and peer not in s.direct_targets(time.monotonic())):
+                break  # hole punching gave a direct connection to a peer we do not use: gossip reaches it
+            if self._send(peer, batch, generation, kind):
                 return
             if time.monotonic() - self.refused_at.get(peer, -REFUSED_RETRY_S) < REFUSED_RETRY_S:
                 break
             s.stop.wait(RETRY_BACKOFF_S * 2 ** attempt)
-        s.bump("relayed_given_up", len(batch))
+        s.bump(f"{kind}_given_up", len(batch))
 
-    def _send(self, peer: str, batch: list[tuple[str, bytes]], generation: int) -> bool:
+    def _send(self, peer: str, batch: list[tuple[str, bytes]], generation: int, kind: str = "relayed") -> bool:
         s = self.shared
         socket_path = s.socket_for(generation)
         if socket_path is None:
@@ -268,9 +282,9 @@ class RelayedGossip:
                 conn.sock.sendall(varint(len(batch)) + b"".join(frame(t.encode()) + frame(d) for t, d in batch))
                 if conn._read_exactly(1) != ACK:  # closing before it could lose what is in flight
                     raise ControlError("the stream ended without an acknowledgement")
-            s.bump("relayed_sent", len(batch))
+            s.bump(f"{kind}_sent", len(batch))
         except (ControlError, OSError) as err:
-            s.bump("relayed_send_failures")
+            s.bump(f"{kind}_send_failures")
             if "protocol" in str(err).lower():
                 self.refused_at[peer] = time.monotonic()
             log.debug("relayed send to %s failed: %s", peer, err)

@@ -22,10 +22,11 @@ from ..options import P2pdOptions
 from ...inbox import FairBuffer
 from .control import ControlConnection
 from .daemon import DaemonProcess
+from .dedup import GOSSIP, CrossPathDedup, digest
 from .flood_guard import FloodGuard
 from .nat import Reach
 
-TAKEN_IN, TAKEN_UNSUBSCRIBED, TAKEN_CUT = "in", "unsubscribed", "cut"  # Shared.take_in's outcomes
+TAKEN_IN, TAKEN_UNSUBSCRIBED, TAKEN_CUT, TAKEN_COPY = "in", "unsubscribed", "cut", "copy"  # Shared.take_in's outcomes
 STATE_STARTING, STATE_RUNNING, STATE_RESTARTING, STATE_CLOSED = "starting", "running", "restarting", "closed"
 STATE_CODES = {STATE_STARTING: 0, STATE_RUNNING: 1, STATE_RESTARTING: 2, STATE_CLOSED: 3}
 
@@ -52,6 +53,10 @@ STAT_KEYS = (
     "relayed_dropped_outbound",  # our messages for relayed peers dropped: the queue was full
     "relayed_given_up",          # our messages a relayed peer never acknowledged after SEND_TRIES tries
     "relayed_too_big",           # our messages over MAX_RELAYED_BYTES: no relay carries them
+    "direct_sent", "direct_send_failures",  # our messages on streams to direct peers, beside gossip (relayed.py)
+    "direct_received",           # messages a directly connected peer brought on a stream
+    "direct_given_up",           # our messages a direct peer never acknowledged after SEND_TRIES tries
+    "dropped_copies",            # messages already delivered on the other path (gossip / stream: dedup.py)
 )
 
 
@@ -91,6 +96,7 @@ class Shared:
         self.subscriptions: dict[str, ControlConnection] = {}
         self.threads: list[threading.Thread] = []
         self.useful_at: dict[str, float] = {}  # peer id -> monotonic time the node last used its groups
+        self.dedup = CrossPathDedup()  # a message gossip and a stream both bring is delivered once
 
     def spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=f"{name}-{self.peer_id[-6:]}", daemon=True)
@@ -130,12 +136,29 @@ class Shared:
         with self.lock:
             return list(self.inbox)
 
-    def take_in(self, sender: str, topic: str, data: bytes) -> str:
-        """A peer's message into `topic`'s inbox, as gossip (reader.py) and relayed streams
-        (relayed.py) both deliver: the flood cut under `sender` first, then the topic, then the fair
-        inbox. TAKEN_IN, TAKEN_UNSUBSCRIBED, or TAKEN_CUT (the sender is cut for flooding)."""
-        item = Received(from_peer=sender, data=data, received_at=time.time())
+    def direct_targets(self, now: float) -> set[str]:
+        """The peers our own messages also go to on a stream (relayed.py): the `direct_peers` most
+        recently useful peers (the node trains on their groups, so they likely train on ours) that
+        are connected directly; relayed-only peers get every message on a stream anyway."""
+        n = self.options.direct_peers
+        if n <= 0:
+            return set()
         with self.lock:
+            connected = set(self.connected) - self.relayed_peers
+            recent = [pid for pid, at in self.useful_at.items() if now - at <= VALUED_WINDOW_S and pid in connected]
+        return set(recent[-n:])
+
+    def take_in(self, sender: str, topic: str, data: bytes, path: str = GOSSIP) -> str:
+        """A peer's message into `topic`'s inbox, as gossip (reader.py) and streams (relayed.py) both
+        deliver: a copy the other path brought already is dropped (dedup.py), then the flood cut under
+        `sender`, then the topic, then the fair inbox. TAKEN_IN, TAKEN_COPY, TAKEN_UNSUBSCRIBED, or
+        TAKEN_CUT (the sender is cut for flooding)."""
+        item = Received(from_peer=sender, data=data, received_at=time.time())
+        key = digest(topic, data)  # outside the lock: hashing a 1 MiB message takes a while
+        with self.lock:
+            if self.dedup.is_copy(key, path):
+                self.stats["dropped_copies"] += 1
+                return TAKEN_COPY
             if not self.flood_guard.arrival(sender, time.monotonic()):
                 self.wake_guard.set()  # the guard thread disconnects it: the caller must keep reading
                 return TAKEN_CUT
