@@ -18,12 +18,13 @@ TOPIC = "swarm-node/test/rollouts/v1"
 
 def test_a_copy_on_the_other_path_is_dropped_one_on_the_same_path_is_not():
     dedup = CrossPathDedup(capacity=2)
-    a, b, c = (digest(TOPIC, m) for m in (b"a", b"b", b"c"))
+    a, b, c = (digest("P", TOPIC, m) for m in (b"a", b"b", b"c"))
     assert not dedup.is_copy(a, GOSSIP)
     assert dedup.is_copy(a, STREAM)       # the stream brought what gossip did
     assert not dedup.is_copy(a, GOSSIP)   # a resend on gossip: the node's replay checks judge it
     assert not dedup.is_copy(b, STREAM) and dedup.is_copy(b, GOSSIP)
-    assert digest(TOPIC, b"a") != digest("other/topic", b"a")
+    assert digest("P", TOPIC, b"a") != digest("P", "other/topic", b"a")
+    assert digest("P", TOPIC, b"a") != digest("M", TOPIC, b"a")  # M forwarding P's envelope first drops nothing of P's
     assert not dedup.is_copy(c, STREAM)   # the bound: the oldest (a) is forgotten
     assert not dedup.is_copy(a, STREAM)
 

@@ -2,8 +2,11 @@
 
 A peer that uses our groups gets each of them twice, by GossipSub and on a direct stream, so that a
 flood filling the daemons' fixed queues cannot cut it off from us. The receiving transport keeps a
-bounded memory of recent messages (a 16-byte BLAKE2b digest of topic and payload, and the path that
-brought it first) and drops a copy that arrives on the *other* path, counted. A copy on the same
+bounded memory of recent messages (a 16-byte BLAKE2b digest of sender, topic and payload, and the
+path that brought it first) and drops a copy that arrives on the *other* path, counted. The sender
+is in the digest (gossip's signed origin, a stream's authenticated remote peer): otherwise a peer
+that forwarded an honest envelope on a stream first would have the honest origin's own gossip copy
+dropped, and the message delivered under the forwarder's name. A copy on the same
 path is passed on: resending a message is the node's replay checks' business (proto/PROTOCOL.md),
 not the transport's. The digest covers the signed envelope's bytes, so two copies are the same
 message from the same signer; dropping one takes nothing from anyone."""
@@ -16,8 +19,8 @@ GOSSIP, STREAM = "gossip", "stream"  # the two paths a message can arrive on
 REMEMBERED = 16384  # recent messages whose digest is kept: 40 s of a 400 msg/s flood, 1 MiB or so
 
 
-def digest(topic: str, data: bytes) -> bytes:
-    return hashlib.blake2b(topic.encode() + b"\0" + data, digest_size=16).digest()
+def digest(sender: str, topic: str, data: bytes) -> bytes:
+    return hashlib.blake2b(f"{sender}\0{topic}\0".encode() + data, digest_size=16).digest()
 
 
 class CrossPathDedup:

@@ -154,7 +154,7 @@ class Shared:
         `sender`, then the topic, then the fair inbox. TAKEN_IN, TAKEN_COPY, TAKEN_UNSUBSCRIBED, or
         TAKEN_CUT (the sender is cut for flooding)."""
         item = Received(from_peer=sender, data=data, received_at=time.time())
-        key = digest(topic, data)  # outside the lock: hashing a 1 MiB message takes a while
+        key = digest(sender, topic, data)  # outside the lock: hashing a 1 MiB message takes a while
         with self.lock:
             if self.dedup.is_copy(key, path):
                 self.stats["dropped_copies"] += 1
