@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = {"policy": {"node", "protocol"}, "protocol": {"node", "policy"}}
 
 # node/'s rooms, lowest floor first. The ground is node/'s stdlib plumbing (node/ground/__init__.py); observe and tasks import no room; the config is pure data (the runtime

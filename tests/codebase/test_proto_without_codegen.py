@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from hidden_modules import hiding_source
+from tests.support.hidden_modules import hiding_source
 from proto import _codegen
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 PROBE = hiding_source(("grpc_tools", "hivemind")) + """
 import json

@@ -12,7 +12,7 @@ import proto
 from proto import _codegen, swarm_pb2
 from protocol.kinds import KIND_SPECS, Kind
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_generated_code_is_fresh_and_marked():

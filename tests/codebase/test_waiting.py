@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from waiting import wait_until
+from tests.support.waiting import wait_until
 
 
 def test_wait_until_returns_the_value_and_fails_on_timeout_or_at_once_on_an_exited_process():

@@ -15,10 +15,10 @@ import pytest
 
 from node.observe.metrics import read_metrics
 from policy.checkpoint import latest_checkpoint_path
-from processes import repo_env
-from waiting import wait_until
+from tests.support.processes import repo_env
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # the server is started for sessions with slow tests
 COLD_CPU_S = 1.0  # importing torch alone takes more; a stand-in's own start-up takes a few hundredths
 

@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("libp2p")
 
 from scripts.bench.gossip import node as gossip_node  # noqa: E402
-from waiting import wait_until  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Emitted:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # paced windows under a flood
 
 QUIET_S, FLOOD_S, SETTLE_S, KEYS, PROCS, RATE = 40, 35, 5, 8, 2, 20

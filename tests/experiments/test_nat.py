@@ -14,7 +14,7 @@ import pytest
 from node.testnet.nat_run import NatPlan, run_exchange, run_flood
 from node.testnet.netns import NatLab, unavailable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WHY = unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.skipif(WHY is not None, reason=f"NAT lab: {WHY}")]
 

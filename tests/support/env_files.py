@@ -3,7 +3,7 @@ import os
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "scripts" / "deploy" / "swarm-node.env.example"
 COMMENTED_ASSIGNMENT = re.compile(r"^# (SWARM_NODE_[A-Z0-9_]+=.*)$")
 

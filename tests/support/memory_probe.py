@@ -1,6 +1,6 @@
 """A tiny node that peers send completions at every size limit, from many keys at once; prints its
 peak RSS as JSON. Run as a subprocess by tests/test_memory_bounds.py (peak RSS is per process):
-    python tests/memory_probe.py [--attack] [--rounds N]
+    python tests/support/memory_probe.py [--attack] [--rounds N]
 The tiny preset's character tokenizer is where text expands most: one digit, one token."""
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from node.train.loop import Node  # noqa: E402
 from node.service.join import memory_bus_node  # noqa: E402
 from protocol import Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name  # noqa: E402
 from protocol.testing import seal_message  # noqa: E402
-from test_exchange import honest_group  # noqa: E402
-from tiny_node import tiny_cfg  # noqa: E402
+from tests.unit.peers.test_exchange import honest_group  # noqa: E402
+from tests.support.tiny_node import tiny_cfg  # noqa: E402
 
 SWARM = "mem"
 KEYS = 48  # every size limit, each with 8 and with the most completions a group may hold, 4 times over

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from node.ground.child_env import stop_processes as stop  # noqa: F401 (the tests' name for it)
 
-ROOT = Path(__file__).resolve().parents[1]
-WARM_SITE = ROOT / "tests" / "warm_site"
+ROOT = Path(__file__).resolve().parents[2]
+WARM_SITE = ROOT / "tests" / "support" / "warm_site"
 
 
 def repo_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ environment differs from the one it started with in SWARM_NODE_* / PYTEST_* vari
 ones read after import; what its own imports set, e.g. TORCHINDUCTOR_CACHE_DIR, the child gets too);
 anything else is answered "fallback" (the reason goes to its log) and the client starts as usual.
 
-    python tests/warm_children.py SOCKET_PATH     (PYTHONPATH: the repository root)
+    python tests/support/warm_children.py SOCKET_PATH     (PYTHONPATH: the repository root)
 """
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ import threading
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-HOOK = ROOT / "tests" / "warm_site"  # holds only sitecustomize.py: the client
+ROOT = Path(__file__).resolve().parents[2]
+HOOK = ROOT / "tests" / "support" / "warm_site"  # holds only sitecustomize.py: the client
 
-from warm_site.sitecustomize import namespaces  # noqa: E402 (stdlib only, like this module's top)
+from tests.support.warm_site.sitecustomize import namespaces  # noqa: E402 (stdlib only, like this module's top)
 
 PRELOAD = ("torch", "transformers", "node.cli", "node.service.join", "node.train.assembly", "node.train.loop",
            "node.testnet.hostile_process", "node.testnet.runner", "node.observe.control")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from env_files import ROOT
+from tests.support.env_files import ROOT
 from node.config.schema import env_overrides
-from processes import repo_env
-from waiting import wait_until
+from tests.support.processes import repo_env
+from tests.support.waiting import wait_until
 
 DOCKERFILE = ROOT / "scripts" / "deploy" / "Dockerfile"
 DOCKERIGNORE = ROOT / "scripts" / "deploy" / "Dockerfile.dockerignore"

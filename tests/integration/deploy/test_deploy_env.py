@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from env_files import EXAMPLE, ROOT, clean_environ, read_env_file
+from tests.support.env_files import EXAMPLE, ROOT, clean_environ, read_env_file
 from node.config.schema import ConfigError, env_overrides, explain, load_config
 from node.config.env_file import env_name, env_value, render_env_file
 
-from processes import repo_env
+from tests.support.processes import repo_env
 
 EXAMPLE_PRESET = "smollm2"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from policy.checkpoint import latest_checkpoint_path
-from env_files import EXAMPLE, ROOT, clean_environ, read_env_file
-from processes import repo_env
-from waiting import wait_until
+from tests.support.env_files import EXAMPLE, ROOT, clean_environ, read_env_file
+from tests.support.processes import repo_env
+from tests.support.waiting import wait_until
 
 UNIT = ROOT / "scripts" / "deploy" / "swarm-node@.service"
 INSTALLED_BINARY = "/opt/swarm-node/.venv/bin/swarm-node"  # where README tells operators to install

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hidden_modules import hiding_source
-from processes import repo_env
+from tests.support.hidden_modules import hiding_source
+from tests.support.processes import repo_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 # Hidden at every interpreter start (the script and each run's spawned process), as sitecustomize.py
 ABSENT = ("hivemind", "grpc_tools", "libp2p", "multiaddr")
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from protocol import NodeIdentity
 
-from processes import repo_env
+from tests.support.processes import repo_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def keygen(*args):

@@ -13,9 +13,9 @@ from node.config.schema import load_config
 from node.tasks.hash_seed import datasets_needing_fixed_hash_seed
 from protocol import NodeIdentity
 
-from processes import repo_env
+from tests.support.processes import repo_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_cli(*args, cwd, env=()):

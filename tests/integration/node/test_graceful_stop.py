@@ -13,11 +13,11 @@ from node.train.loop import Node
 from node.observe.metrics import RoundTable, read_metrics
 from node.service.shutdown import StopOnSignals
 from policy.checkpoint import latest_checkpoint_path
-from processes import repo_env, stop
-from tiny_node import tiny_cfg
-from waiting import wait_until
+from tests.support.processes import repo_env, stop
+from tests.support.tiny_node import tiny_cfg
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def checkpoint_round(run_dir: Path) -> int | None:

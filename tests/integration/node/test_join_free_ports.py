@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from node.observe.metrics import read_metrics
-from processes import repo_env
-from waiting import wait_until
+from tests.support.processes import repo_env
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
 HEADLESS = {"SWARM_NODE_SWARM__MIN_ROUND_S": "0.4", "SWARM_NODE_RUN__THREADS": "1",

@@ -21,11 +21,11 @@ from protocol import Ingress, MemoryBus, MemoryTransport, P2pdOptions, topic_nam
 from protocol.logthrottle import LogThrottle, short_id
 from protocol.testing import seal_message
 
-from fake_clock import FakeClock
-from processes import repo_env
-from waiting import wait_until
+from tests.support.fake_clock import FakeClock
+from tests.support.processes import repo_env
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CLI = [sys.executable, "-m", "node.cli"]
 ENV = repo_env()
 
@@ -155,7 +155,7 @@ def test_a_lying_peer_is_refused_with_its_reason_and_each_round_sums_the_rejecti
                                                                                     identity):
     """The real exchange of a tiny node: a group whose claimed rewards are false, a garbage message."""
     from node.service.join import memory_bus_node
-    from test_exchange import honest_group
+    from tests.unit.peers.test_exchange import honest_group
 
     bus = MemoryBus()
     cfg = tiny_config("swarm.name=t", "swarm.admission.young_share_max=1.0")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from processes import repo_env
+from tests.support.processes import repo_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 # Measured with this repo's pinned torch: a quiet tiny node peaks at 451 MB, the attacked one at 485 MB.
 MAX_RSS_MB = 600
 QUIET_TOKENS_PER_ROUND = 16 * 8 * 1  # prompts x group size x max_new_tokens (eos tokens come on top)
@@ -22,7 +22,7 @@ ROUNDS = 12
 @pytest.mark.slow
 def test_completions_at_every_size_limit_keep_memory_bounded(tmp_path, processes):
     env = repo_env()
-    proc = processes([sys.executable, str(ROOT / "tests" / "memory_probe.py"), "--attack", "--rounds",
+    proc = processes([sys.executable, str(ROOT / "tests" / "support" / "memory_probe.py"), "--attack", "--rounds",
                       str(ROUNDS), "--run-dir", str(tmp_path)], stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE, text=True, env=env)
     stdout, stderr = proc.communicate(timeout=240)

@@ -11,10 +11,10 @@ import pytest
 
 from node.observe.metrics import read_metrics
 from scripts.tools.webdriver import MISSING, Browser
-from test_observe import get
-from test_observe_live import ARGS
-from test_swarm_join import start
-from waiting import wait_until
+from tests.unit.observe.test_observe import get
+from tests.integration.node.test_observe_live import ARGS
+from tests.integration.node.test_swarm_join import start
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
 

@@ -14,11 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.observe.metrics import read_metrics
-from processes import repo_env
+from tests.support.processes import repo_env
 from protocol import NodeIdentity
-from test_observe import get, non_loopback_ip, value
-from test_swarm_join import ROOT, start
-from waiting import wait_until
+from tests.unit.observe.test_observe import get, non_loopback_ip, value
+from tests.integration.node.test_swarm_join import ROOT, start
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,10 @@ import pytest
 
 from node.observe.control import control_address, fetch_status
 from node.observe.metrics import read_metrics
-from processes import repo_env, stop
-from waiting import wait_until
+from tests.support.processes import repo_env, stop
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # round-time ratio and a 60 s window
 
 # README "Joining a swarm": `join --identity node.key --run-dir runs/a`, then on the others

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from node.observe.metrics import read_metrics
-from processes import repo_env
-from waiting import wait_until
+from tests.support.processes import repo_env
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
 ARGS = ["join", "--preset", "tiny", "--rounds", "400", "--quiet", "--listen", "/ip4/127.0.0.1/tcp/0",

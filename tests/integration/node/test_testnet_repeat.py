@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 TINY = ["--transport", "memory", "--preset", "tiny", "--nodes", "3", "--rounds", "20", "--homogeneous", "--quiet"]
 CASES = {
     # the rounds clock, with what used to run on the wall clock: bus latency, peer scores and bans

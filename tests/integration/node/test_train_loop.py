@@ -12,11 +12,11 @@ from node.observe.metrics import RoundTable, read_metrics
 from node.observe.report import write_report
 from policy.generation import StaleWeightsError
 
-from tiny_node import run_node, tiny_cfg
-from processes import repo_env
-from waiting import wait_until
+from tests.support.tiny_node import run_node, tiny_cfg
+from tests.support.processes import repo_env
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CLI = [sys.executable, "-m", "node.cli"]
 
 

@@ -20,12 +20,12 @@ from policy.generation import StaleWeightsError
 from policy.models import ModelConfig, load_policy
 from policy.types import SamplingParams
 from policy.vllm_backend import VLLM_VENV, VLLMGenerator
-from processes import repo_env
-from test_generation import SMOLLM2_QUESTIONS, chat_prompts, recompute, smollm2_cache
-from waiting import wait_until
+from tests.support.processes import repo_env
+from tests.unit.policy.test_generation import SMOLLM2_QUESTIONS, chat_prompts, recompute, smollm2_cache
+from tests.support.waiting import wait_until
 
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [
     pytest.mark.slow,

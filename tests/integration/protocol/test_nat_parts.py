@@ -23,7 +23,7 @@ from protocol.transports.p2pd.nat import (RELAY_LIMIT_FLAGS, Reach, addr_scope, 
 from protocol.transports.p2pd.relayed import MAX_PER_STREAM, MAX_RELAYED_BYTES, frame, stream_open_request
 from protocol.transports.p2pd.control import varint
 
-from waiting import wait_until
+from tests.support.waiting import wait_until
 
 TOPIC = "swarm-node/test/rollouts/v1"
 BOOT = "/ip4/11.0.0.1/tcp/4001/p2p/12D3KooWHFNKq8d2rk2DLfHDKGuEo6hiaTsjLKfGfCHCAorF84AD"

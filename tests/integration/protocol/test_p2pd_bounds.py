@@ -14,7 +14,7 @@ from protocol import P2pdOptions
 from protocol.transports.p2pd import P2pdTransport
 from protocol.transports.p2pd.bounds import ConnectionBounds
 from protocol.transports.p2pd.daemon import DaemonProcess, DaemonStartError, daemon_binary
-from waiting import wait_until
+from tests.support.waiting import wait_until
 
 TOPIC = "swarm-node/bounds/rollouts/v1"
 

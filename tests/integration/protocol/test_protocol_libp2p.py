@@ -26,7 +26,7 @@ from protocol.transports.libp2p import (  # noqa: E402
     TransportStartError,
     peer_id_from_seed,
 )
-from waiting import wait_until  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 TOPIC = "swarm/test/rollouts"
 

@@ -19,10 +19,10 @@ from protocol.transports.p2pd import MAX_MESSAGE_BYTES, DaemonStartError, P2pdTr
 from protocol.transports.p2pd.daemon import daemon_binary
 from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits
 
-from processes import repo_env
-from waiting import wait_until
+from tests.support.processes import repo_env
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 TOPIC = "swarm-node/test/rollouts/v1"
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 

@@ -14,7 +14,7 @@ from protocol.transports.p2pd import DaemonStartError
 from protocol.transports.p2pd.daemon import daemon_binary
 from protocol.transports.p2pd.flood_guard import FloodGuard
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_an_honest_pace_is_never_cut() -> None:

@@ -17,7 +17,7 @@ from protocol.transports.p2pd.control import ControlConnection, varint
 from protocol.transports.p2pd.relayed import MAX_TOPIC_BYTES, frame, stream_open_request
 from protocol.transports.p2pd.stream_bounds import StreamDeadline, StreamTable, TableEntry
 
-from waiting import wait_until
+from tests.support.waiting import wait_until
 
 TOPIC = "swarm-node/test/rollouts/v1"
 

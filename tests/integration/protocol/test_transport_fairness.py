@@ -12,7 +12,7 @@ import pytest
 from protocol.identity import NodeIdentity
 from protocol.transports.memory import MemoryBus, MemoryTransport
 from protocol.transports.options import P2pdOptions
-from waiting import wait_until
+from tests.support.waiting import wait_until
 
 TOPIC = "swarm-node/fairness/rollouts/v1"
 INBOX = 16  # the receiver's per-topic inbox

@@ -103,7 +103,7 @@ def _torch_loaded_by(code: str) -> str:
     import sys
 
     check = "; import sys; print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))"
-    result = subprocess.run([sys.executable, "-c", code + check], cwd=Path(__file__).resolve().parents[1],
+    result = subprocess.run([sys.executable, "-c", code + check], cwd=Path(__file__).resolve().parents[3],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     return "" if result.stdout.strip().endswith("[]") else result.stdout + result.stderr

@@ -7,9 +7,9 @@ import pytest
 
 from node.config.schema import ConfigError, env_overrides, load_config
 
-from processes import repo_env
+from tests.support.processes import repo_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_environment_sets_any_key_with_typed_values():

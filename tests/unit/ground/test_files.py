@@ -12,7 +12,7 @@ import pytest
 
 from node.ground.files import atomic_write_bytes, atomic_write_text, fsync_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_atomic_write_replaces_the_file_and_leaves_no_temp_file(tmp_path):

@@ -5,12 +5,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from waiting import wait_until
+from tests.support.waiting import wait_until
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(Path(__file__).resolve().parents[3])
 MODULES = ["node.ground.parent_death"]
 ORPHANED_EXIT = 1
 

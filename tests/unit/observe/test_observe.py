@@ -19,9 +19,9 @@ from node.observe.address import parse_listen
 from node.observe.history import RoundHistory
 from node.observe.server import ObserveServer
 
-from processes import repo_env
+from tests.support.processes import repo_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def get(url: str, host: str | None = None) -> tuple[int, bytes]:

@@ -12,7 +12,7 @@ from node.train.loop import Node
 from node.observe.metrics import RoundTable, read_metrics
 from node.observe.tensorboard import TB_DIR, event_files, read_records, read_scalars, scalars
 
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 try:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -9,9 +9,9 @@ from node.config.schema import load_config
 from node.peers.pool import GroupPool, PoolEntry
 from protocol import MemoryBus
 from protocol.netgroups import network_group, peer_group
-from test_admission import distinct
-from test_admission_state import Peer, receiver
-from test_admission_time import Clock, earn, timed_admission
+from tests.unit.peers.test_admission import distinct
+from tests.unit.peers.test_admission_state import Peer, receiver
+from tests.unit.peers.test_admission_time import Clock, earn, timed_admission
 
 
 def settle(admission, clock: Clock, round_index: int, seconds: float, per_s: float = 1.0) -> int:

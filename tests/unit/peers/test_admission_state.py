@@ -13,7 +13,7 @@ from node.service.join import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 SWARM = "st"
 

@@ -8,7 +8,7 @@ from collections import Counter
 from node.peers.admission import Admission
 from node.config.schema import load_config
 from node.peers.pool import GroupPool, PoolEntry
-from test_admission import distinct, group
+from tests.unit.peers.test_admission import distinct, group
 
 ROUNDS_PER_S = 50
 

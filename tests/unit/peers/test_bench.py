@@ -22,7 +22,7 @@ from node.peers.wire import to_wire
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 SWARM = "bench"
 ROUNDS = 40

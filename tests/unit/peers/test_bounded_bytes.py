@@ -16,8 +16,8 @@ from protocol import MemoryBus, MemoryTransport, Outbox, Received, topic_name
 from protocol.testing import seal_message
 from protocol.transports.options import P2pdOptions
 from protocol.transports.p2pd.shared import topic_inbox
-from test_exchange_lazy import group_msg
-from tiny_node import tiny_cfg
+from tests.unit.peers.test_exchange_lazy import group_msg
+from tests.support.tiny_node import tiny_cfg
 
 SWARM = "bytes"
 MB = 1_000_000

@@ -16,7 +16,7 @@ from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, Outbox, topic_name
 from protocol.testing import forge, seal_message
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 SWARM = "lazy"
 

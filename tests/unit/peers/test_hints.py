@@ -21,7 +21,7 @@ from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, topic_name
 from protocol.testing import seal_message
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 COUNT = SyntheticSource({"count": 1.0}, seed=0)
 

@@ -33,10 +33,10 @@ from node.testnet.hostile import (
 )
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 
-from processes import repo_env
-from tiny_node import tiny_cfg
+from tests.support.processes import repo_env
+from tests.support.tiny_node import tiny_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SWARM = "hx"
 ROUNDS = 4
 

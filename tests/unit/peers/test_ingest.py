@@ -16,9 +16,9 @@ from node.train.loop import Node
 from node.service.join import memory_bus_node
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Received, topic_name
 from protocol.testing import seal_message
-from test_exchange import honest_group
-from tiny_node import tiny_cfg
-from waiting import wait_until
+from tests.unit.peers.test_exchange import honest_group
+from tests.support.tiny_node import tiny_cfg
+from tests.support.waiting import wait_until
 
 SWARM = "ing"
 TOPIC = topic_name(SWARM, "rollouts")

@@ -24,7 +24,7 @@ from node.service.join import memory_bus_node, snapshot
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 from protocol.testing import seal_message
-from waiting import wait_until
+from tests.support.waiting import wait_until
 
 SWARM = "syb"
 TOPIC = topic_name(SWARM, "rollouts")

@@ -12,7 +12,7 @@ from node.cli import main
 from node.observe.control import status_reply
 from node.peers.operator import OPERATOR_FILE, OperatorDecisions
 from protocol import MemoryBus
-from test_admission_state import Peer, receiver
+from tests.unit.peers.test_admission_state import Peer, receiver
 
 
 def established_peer(tmp_path):

@@ -14,7 +14,7 @@ from node.train.loop import Node
 from node.service.join import memory_bus_node
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 SWARM = "replay"
 TOPICS = [topic_name(SWARM, k) for k in ("rollouts", "hints", "hint-requests")]

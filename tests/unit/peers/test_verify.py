@@ -11,7 +11,7 @@ from node.scoring.sandbox import ScorerSandbox
 from node.peers.verify import Refusal, VerifyContext, verify_group, verify_hint, verify_hint_request
 from node.peers.wire import LEVEL_CODES, wire_task_ref
 from proto import swarm_pb2
-from test_exchange import honest_group
+from tests.unit.peers.test_exchange import honest_group
 
 SENDER = "peer-a"
 

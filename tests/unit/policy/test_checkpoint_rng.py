@@ -13,7 +13,7 @@ from node.train.loop import Node
 from policy import checkpoint
 from policy.checkpoint import restore_rng, rng_state
 
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 
 def next_draws() -> dict:

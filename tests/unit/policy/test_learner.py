@@ -9,7 +9,7 @@ from policy.learner import Learner, OffPolicyConfig, OptimConfig, apply_lora
 from policy.losses import make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TrainGroup, TrainSample
-from tests.test_learner_external import CLAIMS
+from tests.unit.policy.test_learner_external import CLAIMS
 
 PROMPT = [1, 5, 13]  # bos '2' '='
 

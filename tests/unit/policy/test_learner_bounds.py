@@ -8,7 +8,7 @@ from policy.learner import Learner, OffPolicyConfig, OptimConfig
 from policy.losses import make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TrainGroup, TrainSample
-from tests.test_learner_external import CLAIMS
+from tests.unit.policy.test_learner_external import CLAIMS
 
 PROMPT = [1, 5, 13]  # bos '2' '='
 REWARDS = [1.0, 0.0, 0.0, 1.0]

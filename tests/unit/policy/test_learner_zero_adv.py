@@ -15,7 +15,7 @@ from policy.loss_knobs import OBJECTIVE_KNOBS
 from policy.losses import OBJECTIVES, LossInputs, make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TrainGroup
-from tests.test_learner_drop import build, forwarded_completions, relative_gap, sample
+from tests.unit.policy.test_learner_drop import build, forwarded_completions, relative_gap, sample
 
 INERT = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "mc(grpo)", "tis(dapo)"]
 NOT_INERT = ["ftis", "mc(ftis)"]

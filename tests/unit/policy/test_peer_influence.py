@@ -19,7 +19,7 @@ from policy.learner import Learner, OffPolicyConfig, OptimConfig, resolve_claims
 from policy.losses import LossInputs, make_objective
 from policy.models import ModelConfig, load_policy
 from policy.types import TIER_EXACT, TIER_PROXY, TrainGroup, TrainSample
-from tests.test_learner_external import CLAIMS
+from tests.unit.policy.test_learner_external import CLAIMS
 
 # Every objective a node may use for peers' rows (mc(...) is refused there by the config), with the
 # per-token allowance U (in units of |A| / tokens) a claim may reach where the tier-2 row was clipped.

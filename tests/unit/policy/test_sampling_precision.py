@@ -16,7 +16,7 @@ from policy.sampling_copy import CopySamplingGenerator, Int8Linear, SamplingCopy
 from policy.settings import ModelConfig, OptimConfig
 from policy.types import SamplingParams
 
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 TEMPERATURE = 0.7
 QUESTIONS = ["1+2=", "345+67=", "m9=", "8+8+8+8+8="]

@@ -13,7 +13,7 @@ from protocol.transports.p2pd.discovery import Dialer
 from protocol.netgroups import network_group as address_group
 from protocol.transports.p2pd.peer_cache import PeerCache, PeerCacheLimits
 
-from fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 HOUR = 3600.0
 

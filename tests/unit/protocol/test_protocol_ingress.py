@@ -19,7 +19,7 @@ from protocol.ratelimit import RateLimits
 from protocol.scoring import WRONG_REWARD, ScoreConfig
 from protocol.testing import forge, make_hint, make_rollout_group, raw_envelope, seal_message, tamper_body, with_fields
 
-from fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 ALICE = NodeIdentity.generate()
 MALLORY = NodeIdentity.generate()

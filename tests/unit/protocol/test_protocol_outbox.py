@@ -10,7 +10,7 @@ from protocol.ratelimit import RateLimits
 from protocol.testing import make_rollout_group
 from protocol.transports.base import topic_name
 
-from fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 NOW = 1_800_000_000.0
 TOPIC = topic_name("t", "rollouts")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from protocol.ratelimit import RateLimiter, RateLimits, Verdict
 
-from fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 
 def test_message_bucket_allows_a_burst_then_the_rate():

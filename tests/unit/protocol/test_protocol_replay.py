@@ -10,7 +10,7 @@ from protocol.errors import Reason, Rejected
 from protocol.replay import ReplayGuard, SequenceWindow
 from scripts.bench import sender_lockout
 
-from fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 
 def reason(window_or_guard, *args) -> Reason | None:

@@ -6,7 +6,7 @@ import pytest
 from protocol.errors import Reason
 from protocol.scoring import ACCEPTED, WRONG_REWARD, PeerScores, ScoreConfig
 
-from fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 
 def test_events_move_the_score_and_positive_credit_is_capped():

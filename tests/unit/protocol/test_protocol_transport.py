@@ -15,7 +15,7 @@ from protocol.outbox import Outbox
 from protocol.testing import make_rollout_group
 from protocol.transports.base import Transport, topic_name
 
-from fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 TOPIC = topic_name("test", "rollouts")
 

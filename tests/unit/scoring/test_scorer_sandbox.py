@@ -16,8 +16,8 @@ from node.tasks import make_source
 from node.scoring.verifiers import Verifier
 from protocol import MemoryBus, MemoryTransport, topic_name
 from protocol.testing import seal_message
-from test_exchange import honest_group
-from waiting import wait_until
+from tests.unit.peers.test_exchange import honest_group
+from tests.support.waiting import wait_until
 
 DEADLINE_S = 1.0
 SLACK_S = 0.5  # kill + reap + respawn start, on a loaded 2-core machine

@@ -23,9 +23,9 @@ from node.tasks.base import (
 )
 from node.tasks.synthetic import ALPHABET, GENERATORS, SyntheticSource
 
-from processes import repo_env
+from tests.support.processes import repo_env
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 ALL_SYNTHETIC = {"copy": 1.0, "succ": 1.0, "max": 1.0, "add": 1.0, "count": 1.0, "rev": 1.0, "inc": 1.0, "rot": 1.0}
 RG_MIX = {"basic_arithmetic": 1.0, "leg_counting": 1.0, "chain_sum": 1.0}
 

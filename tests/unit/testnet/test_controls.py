@@ -23,7 +23,7 @@ from node.train.warm_start import warm_model_config
 from policy.models import load_policy
 from policy.types import TIER_EXACT
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
-from tests.tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 J = 2
 SILO = ["tasks.prompts_per_round=8", f"swarm.external_per_round={J}", "eval.every=0",
@@ -92,7 +92,7 @@ def test_self_replay_generates_nothing_and_its_training_is_charged(tmp_path):
 
 
 def test_own_failures_drop_trains_own_groups_as_peer_drop_trains_peers():
-    from tests.test_learner_external import local_group, make_learner
+    from tests.unit.policy.test_learner_external import local_group, make_learner
 
     def groups(tier):
         """Two groups of one node's samples, ours (tier None) or delivered as a peer's: one with two

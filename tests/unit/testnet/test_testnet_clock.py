@@ -17,7 +17,7 @@ from node.testnet.report_clock import grid_auc, time_to_target
 from node.testnet.runner import run_testnet
 from protocol import MemoryBus, MemoryTransport
 
-from fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 
 def test_round_cost_charges_generation_training_and_overhead():

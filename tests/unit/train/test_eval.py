@@ -15,10 +15,10 @@ from node.observe.report import write_report
 from node.tasks import make_source
 from node.tasks.base import TaskRef, heldout_seed
 
-from processes import repo_env
-from tiny_node import run_node, tiny_cfg
+from tests.support.processes import repo_env
+from tests.support.tiny_node import run_node, tiny_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 HELDOUT_KEYS = ("heldout_pass1", "heldout_passk", "heldout_k", "heldout_by_family", "t_eval")
 
 

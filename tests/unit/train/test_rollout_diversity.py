@@ -20,7 +20,7 @@ from node.tasks.synthetic import SyntheticSource
 from node.testnet.report import node_summary, run_summary, sapo_table, text_summary
 from policy.types import Rollout
 
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 TASK = SyntheticSource({"copy": 1.0}, seed=0).batch(0, 1)[0]
 

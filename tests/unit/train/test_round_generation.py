@@ -17,7 +17,7 @@ from policy.generation import HFGenerator
 from policy.models import ModelConfig, load_policy
 from policy.types import SamplingParams
 
-from tiny_node import tiny_cfg
+from tests.support.tiny_node import tiny_cfg
 
 MAX_NEW = 6
 ABSTRACT = HintUse("l1", "m7")
