@@ -1,4 +1,4 @@
-"""tests/waiting.py's wait_until, the suite's one wait: it returns what the predicate returned, fails
+"""tests/support/waiting.py's wait_until, the suite's one wait: it returns what the predicate returned, fails
 after its timeout, and fails at once when a process the wait depends on has exited."""
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""The suite's warm children (tests/warm_children.py): a `python -m node.cli` child started the usual
+"""The suite's warm children (tests/support/warm_children.py): a `python -m node.cli` child started the usual
 way is run by the session's fork server, and looks to its parent like the process it replaces: the
 same output and exit code, stop signals forwarded, killed with its stand-in; a child the server
 cannot run (another environment) starts as usual."""

@@ -1,5 +1,5 @@
 """A tiny node that peers send completions at every size limit, from many keys at once; prints its
-peak RSS as JSON. Run as a subprocess by tests/test_memory_bounds.py (peak RSS is per process):
+peak RSS as JSON. Run as a subprocess by tests/integration/node/test_memory_bounds.py (peak RSS is per process):
     python tests/support/memory_probe.py [--attack] [--rounds N]
 The tiny preset's character tokenizer is where text expands most: one digit, one token."""
 from __future__ import annotations

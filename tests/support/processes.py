@@ -1,5 +1,5 @@
 """The environment of the processes a test starts, and ending them (by Popen handle only; waiting on
-them: tests/waiting.py wait_until with procs=...)."""
+them: tests/support/waiting.py wait_until with procs=...)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ WARM_SITE = ROOT / "tests" / "support" / "warm_site"
 def repo_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
     """The environment of a child process that imports this checkout: `base` (default os.environ)
     with PYTHONPATH set to the repository root, then `extra` on top. The session's warm-children
-    hook (tests/warm_children.py) stays on PYTHONPATH after the root when os.environ has it."""
+    hook (tests/support/warm_children.py) stays on PYTHONPATH after the root when os.environ has it."""
     base = os.environ if base is None else base
     paths = [str(ROOT), *(p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p == str(WARM_SITE))]
     return {**base, "PYTHONPATH": os.pathsep.join(paths), **extra}

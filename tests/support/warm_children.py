@@ -1,7 +1,7 @@
 """The suite's warm children, server side: a fork server that imports torch, transformers and the
 node's commands once, then forks a copy of itself for each `python -m node.cli ...` child a test
 (or a harness under test) starts, instead of each child importing them again (about 4 s of CPU per
-child, on the order of a hundred children in the slow tests). tests/warm_site/sitecustomize.py is
+child, on the order of a hundred children in the slow tests). tests/support/warm_site/sitecustomize.py is
 the client, in the child; tests/conftest.py starts one server per pytest process.
 
 The forked child is made to look like a fresh `python -m` process: the client's argv, working

@@ -1,6 +1,6 @@
 """Issue 9 (e): completions at every size limit, from many keys at once, with the tiny preset's
 character tokenizer: the node keeps training, never exits, and its peak RSS stays under
-MAX_RSS_MB (tests/memory_probe.py in a subprocess: peak RSS is per process)."""
+MAX_RSS_MB (tests/support/memory_probe.py in a subprocess: peak RSS is per process)."""
 from __future__ import annotations
 
 import json

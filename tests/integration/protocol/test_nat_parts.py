@@ -1,7 +1,7 @@
 """The parts of "joining from behind NAT" that need no NAT: the daemon's flags for AutoNAT and relays
 (protocol/transports/p2pd/nat.py), reading its AutoNAT verdict back, which addresses people get to
 join with, the swarm.nat configuration, and the relayed-stream protocol (relayed.py) between two
-real daemons on 127.0.0.1, hostile streams included. The real NAT is in tests/test_nat.py."""
+real daemons on 127.0.0.1, hostile streams included. The real NAT is in tests/experiments/test_nat.py."""
 from __future__ import annotations
 
 import http.server

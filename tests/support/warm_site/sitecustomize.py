@@ -1,4 +1,4 @@
-"""The suite's warm children, client side (tests/warm_children.py is the server). Python imports this
+"""The suite's warm children, client side (tests/support/warm_children.py is the server). Python imports this
 at start-up in every child of a test session (tests/conftest.py puts this folder on PYTHONPATH).
 
 When the child is `python -m node.cli ...` (or another module of WARM_MODULES) and the session's fork

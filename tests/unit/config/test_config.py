@@ -137,7 +137,7 @@ def test_swarm_node_config_and_its_errors_run_without_torch():
 
 def test_the_peer_completion_cap_leaves_room_for_re_encoding_unless_set():
     """Our re-encoding of an honest peer's text can be longer than the tokens it sampled
-    (tests/test_generation.py measures it on SmolLM2): the default cap has an eighth of slack."""
+    (tests/unit/policy/test_generation.py measures it on SmolLM2): the default cap has an eighth of slack."""
     assert load_config("smollm2", None, ["sampling.max_new_tokens=48"]).max_external_tokens == 54
     assert load_config("tiny", None, []).max_external_tokens == 1  # one token: no room for an eighth
     assert load_config("smollm2", None, ["swarm.max_external_tokens=48"]).max_external_tokens == 48

@@ -31,7 +31,8 @@ def bus():
 
 @pytest.fixture()
 def node(tmp_path, bus, tiny_config):
-    # fresh keys get the whole mix here: these tests are about verification (admission: tests/test_admission.py)
+    # fresh keys get the whole mix here: these tests are about verification
+    # (admission: tests/unit/peers/test_admission.py)
     cfg = tiny_config(f"swarm.name={SWARM}", "swarm.external_per_round=4", "swarm.admission.young_share_max=1.0")
     n = memory_bus_node(cfg, tmp_path, bus, "receiver")
     return n
@@ -251,7 +252,7 @@ def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path
 
     cfg = tiny_config(f"swarm.name={SWARM}", "swarm.external_per_round=4",
                       "swarm.admission.young_groups=0", "swarm.admission.young_rounds=0")  # nobody young: only
-    parts = build_parts(cfg)  # established keys are named (tests/test_ingest_sybil.py: young ones are not)
+    parts = build_parts(cfg)  # established keys are named (tests/unit/peers/test_ingest_sybil.py: young ones are not)
     transport = NotingTransport(bus, "receiver")
     transport.start()
     n = Node(cfg, tmp_path, build_exchange(parts, NodeIdentity.generate(), transport, ingest="inline"), parts=parts)

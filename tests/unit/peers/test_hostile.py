@@ -136,7 +136,7 @@ def test_flood_is_rate_limited_and_capped_in_the_pool(tmp_path):
     flooder = flood.identities()[0]
     assert sum(e.group.origin == flooder for e in exchange.pool.entries) <= exchange.pool.max_per_sender
     # the flood re-signs the same 8 groups each step: copies are refused as duplicates (pool cap
-    # eviction itself: tests/test_exchange.py::test_per_sender_sampling_and_cap_resist_a_flooding_peer)
+    # eviction itself: tests/unit/peers/test_exchange.py::test_per_sender_sampling_and_cap_resist_a_flooding_peer)
     assert exchange.status()["rejected_by_reason"]["duplicate_content"] >= 1
     assert flood.identities() == [flooder]  # one key
 

@@ -25,7 +25,8 @@ TOPIC = topic_name(SWARM, "rollouts")
 
 
 def background_node(tmp_path, bus, *overrides) -> Node:
-    # one fresh key gets the whole mix here: these tests are about ingest (admission: tests/test_admission.py)
+    # one fresh key gets the whole mix here: these tests are about ingest
+    # (admission: tests/unit/peers/test_admission.py)
     cfg = tiny_cfg(f"swarm.name={SWARM}", "swarm.admission.young_share_max=1.0", *overrides)
     node = memory_bus_node(cfg, tmp_path, bus, "receiver", ingest="background")
     return node

@@ -338,7 +338,7 @@ def test_auto_backend_on_a_gpu_takes_vllm_when_its_environment_exists(monkeypatc
 
 
 def smollm2_cache(tmp_path_factory) -> str:
-    """Same session-wide cache as tests/test_models.py: the GGUF is converted once per session."""
+    """Same session-wide cache as tests/unit/policy/test_models.py: the GGUF is converted once per session."""
     return str(tmp_path_factory.getbasetemp() / "swarm-node-cache")
 
 

@@ -72,7 +72,7 @@ def test_int8_behavior_logprobs_are_the_copys_not_the_learners(tiny):
 
 def test_bf16_behavior_logprobs_are_the_bf16_copys(tiny):
     """bf16 rounds differently in the cached decode than in a full forward pass (0.005 at most
-    here, tests/test_generation.py measures SmolLM2), so the bound is looser than int8's."""
+    here, tests/unit/policy/test_generation.py measures SmolLM2), so the bound is looser than int8's."""
     generator, _ = make_generator("hf", tiny, precision="bf16")
     assert {p.dtype for p in generator.model.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in tiny.model.parameters()} == {torch.float32}  # the learner is untouched
