@@ -3,5 +3,5 @@ round loop), peers/ (the SAPO exchange and every check of a peer's message), obs
 status, the live page), service/ (join, graceful stop), testnet/ (many nodes on one machine);
 cli.py is the `swarm-node` command line. Below them all, ground/: stdlib-only plumbing (atomic
 writes, parent death, child processes; policy/ and protocol/ keep their own beside them). This __init__
-imports nothing, so importing node.ground loads nothing else of node/ (tests/test_dependency_rule.py
+imports nothing, so importing node.ground loads nothing else of node/ (tests/codebase/test_dependency_rule.py
 holds the rooms to their floors)."""

@@ -1,7 +1,7 @@
 """policy/'s own stdlib plumbing: files written whole or not at all (the checkpoints' LATEST), the
 environment of a child `python -m policy.vllm_server`, and a child that dies with its parent.
 
-policy/ imports no other package of this repository (tests/test_dependency_rule.py), so it keeps
+policy/ imports no other package of this repository (tests/codebase/test_dependency_rule.py), so it keeps
 these beside it; node/ground/ and protocol/ground.py hold the same plumbing for their layers, with
 the same rule: every failed write raises and leaves the old file or the new one, never a torn one
 and no temp file (node/ground/files.py explains it); die_with_parent has no startup race

@@ -54,8 +54,8 @@ class OptimConfig(BaseModel):
     shared_prefix: bool = Field(True, description="run each group's prompt once and its G completions against "
                                 "the prompt's key/value cache (the gradient sums over them), instead of the whole "
                                 "prompt + completion row per sample: the same log-probs and gradient to float "
-                                "rounding (tests/test_shared_prefix.py), less compute; rows with a prompt of their "
-                                "own take the plain path")
+                                "rounding (tests/unit/policy/test_shared_prefix.py), less compute; rows with a "
+                                "prompt of their own take the plain path")
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning; > 0 wraps the model with peft LoRA")
     lora_alpha: int = Field(16, description="LoRA scaling")
     lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],

@@ -7,7 +7,7 @@ cache, selects the cache's rows out to every member of the group (indexing keeps
 graph: its backward sums the G completions' gradients into the one prompt computation), and runs
 the completions against it with the full prompt + completion attention mask and the position ids
 the unshared path uses. The result equals `completion_logprobs` on the same rows up to float
-rounding (tests/test_shared_prefix.py): the same attention, the same positions, the same logits.
+rounding (tests/unit/policy/test_shared_prefix.py): the same attention, the same positions, the same logits.
 
 Where the log-probs come from, for completion token t of a row:
   t = 0:  the logits at the last prompt column (P-1), from the prompt's forward, one per group;

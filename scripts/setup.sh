@@ -34,7 +34,7 @@ setup_vllm_cpu() {
 }
 install_chromium() {
   # Debian's headless browser and its WebDriver, for the test of the node's live page
-  # (tests/test_observe_browser.py skips without them). A quick check when already there.
+  # (tests/integration/node/test_observe_browser.py skips without them). A quick check when already there.
   command -v chromium >/dev/null && command -v chromedriver >/dev/null && return 0
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     echo "[setup] chromium/chromedriver missing and no root apt-get: the browser test will skip" >&2
@@ -47,7 +47,7 @@ install_chromium() {
   fi
 }
 install_iptables() {
-  # the home routers of tests/test_nat.py masquerade with iptables (node/testnet/netns.py); it skips without
+  # the home routers of tests/experiments/test_nat.py masquerade with iptables (node/testnet/netns.py); it skips without
   command -v iptables >/dev/null && return 0
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     echo "[setup] iptables missing and no root apt-get: the NAT test will skip" >&2

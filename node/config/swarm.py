@@ -10,7 +10,7 @@
     swarm.nat.*         AutoNAT, relays, port mapping -> NatOptions (with swarm.relays and swarm.announce:
                         addresses, like listen and peers, stay at the top)
 
-Each nested section's keys are the field names of what it maps onto, one to one (tests/test_config.py
+Each nested section's keys are the field names of what it maps onto, one to one (tests/unit/config/test_config.py
 checks it), so no caller copies fields one by one. The sections are pure data: the runtime side
 builds its objects from them (IngestBudget.from_config, GroupPool.from_config, Admission.from_config
 in node/peers/; the transport's options in node/service/network.py), so the config imports no

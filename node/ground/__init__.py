@@ -1,5 +1,5 @@
 """node/'s ground floor: plumbing of the standard library only, which every room of node/ may import
-(tests/test_dependency_rule.py names it).
+(tests/codebase/test_dependency_rule.py names it).
 
     files         atomic writes with one failure rule (node.json, metrics rewrites, LATEST)
     parent_death  die_with_parent: a child process (scorer worker) dies with the node

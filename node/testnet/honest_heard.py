@@ -19,7 +19,7 @@ metrics.jsonl; `node_figures` turns what it saw in a time window into the accept
                             see `established_from_reply`) against swarm.admission.young_seconds and
                             swarm.admission.establish_interval_s
 
-scripts/experiments/honest_heard.py drives it (JSON + PNG); tests/test_honest_heard.py runs it as a test.
+scripts/experiments/honest_heard.py drives it (JSON + PNG); tests/experiments/test_honest_heard.py runs it as a test.
 Only processes started here are ended, by their Popen handles; every wait is bounded.
 """
 from __future__ import annotations

@@ -44,7 +44,7 @@ class Exchange(Protocol):
     included, so the loop never asks what its exchange can do. Implemented by node/peers/exchange.py
     SwarmExchange and node/peers/self_replay.py SelfReplay; where a capability does not apply the
     method does nothing (a silo has nobody to ask for hints and nothing a restart must keep).
-    tests/test_train_loop.py checks both against it."""
+    tests/integration/node/test_train_loop.py checks both against it."""
 
     last_round: dict  # what the latest collect adds to the round's metrics row ({} before the first)
 

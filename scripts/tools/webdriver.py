@@ -1,7 +1,7 @@
 """A minimal W3C WebDriver client (standard library HTTP) for Debian's chromium and chromedriver:
 open a page, run a script in it, wait for a condition, take a screenshot. (selenium's current release
 requires a certifi newer than the package index here holds; this is all we need of it.) Used by
-scripts/tools/page_screenshots.py and by the browser tests (tests/test_observe_browser.py)."""
+scripts/tools/page_screenshots.py and by the browser tests (tests/integration/node/test_observe_browser.py)."""
 from __future__ import annotations
 
 import base64
