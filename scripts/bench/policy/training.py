@@ -131,19 +131,24 @@ def run_trl(node, args, console, n_steps: int, run_ours) -> tuple[list[dict], di
     trl_policy = load_policy(cfg.model)
     probe = DtypeProbe(trl_policy.model)
     dataset, tasks = build_trl_dataset(node, n_steps)
-    state = {"tokens": [], "reward": [], "t_generate": 0.0, "t_score": 0.0}
+    state = {"tokens": [], "reward": [], "t_generate": 0.0, "t_score": 0.0, "generate_calls": 0}
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
         config = trl_config(cfg, args, tmp, n_steps)
         trainer = GRPOTrainer(model=trl_policy.model, reward_funcs=[verifier_reward(node, tasks, state)], args=config,
                               train_dataset=dataset, processing_class=trl_policy.tokenizer)
         trainer.remove_callback(PrinterCallback)  # it prints the end-of-train metrics dict
-        prompts_identical = same_prompt_ids(trainer, dataset, node)
-        # Time TRL's generation and reward phases (the rest of its step is logp + backward + optimizer).
-        trainer._generate = timed(trainer._generate, state, "t_generate")
-        trainer._calculate_rewards = timed(trainer._calculate_rewards, state, "t_score")
+        # Time TRL's generation (the model's public `generate`, which TRL calls on the model we gave
+        # it) and reward phases (timed inside our reward function); the rest of its step is logp +
+        # backward + optimizer. No private TRL attribute is read or replaced.
+        first_prompts: list[list[int]] = []
+        trl_policy.model.generate = timed_generate(trl_policy.model.generate, state, first_prompts)
         trainer.add_callback(interleave(args, console, state, rows, run_ours))
         trainer.train()
+        if state["generate_calls"] == 0:
+            raise RuntimeError(f"TRL {trl.__version__} never called the model's generate(): this bench cannot "
+                               "time its generation; pin the TRL version docs/benchmarks.md names")
+        prompts_identical = same_prompt_ids(first_prompts, node)
     P, G, L = cfg.tasks.prompts_per_round, cfg.sampling.group_size, cfg.sampling.max_new_tokens
     info = {"trl_dtypes": probe.summary(), "prompts_identical": prompts_identical,
             "trl_settings": {"version": trl.__version__, "loss_type": "grpo", "beta": 0.0, "num_iterations": 1,
@@ -160,10 +165,12 @@ def verifier_reward(node, tasks: dict, state: dict):
     """TRL's reward function: our verifier, exactly as run_round scores a rollout; it records the
     completion tokens and the mean reward of each call in `state`."""
     def reward_fn(prompts, completions, completion_ids, task_key, **_):
+        t0 = time.perf_counter()
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         rewards = [node.verifier.score(tasks[key], node.source, text)[0] for text, key in zip(texts, task_key)]
         state["tokens"].append(sum(len(ids) for ids in completion_ids))
         state["reward"].append(sum(rewards) / len(rewards))
+        state["t_score"] += time.perf_counter() - t0
         return rewards
 
     reward_fn.__name__ = "verifier"
@@ -204,24 +211,31 @@ def trl_config(cfg, args, output_dir: str, n_steps: int):
     return config
 
 
-def same_prompt_ids(trainer, dataset, node) -> bool:
-    """Whether TRL tokenizes round 0's prompts to the very ids we render."""
+def same_prompt_ids(trl_prompt_ids: list[list[int]], node) -> bool:
+    """Whether the prompts TRL generated from in its first step (`timed_generate` kept their ids,
+    padding removed; TRL repeats each prompt G times) are the very ids we render for round 0."""
     from node.train.prompts import render_prompt
 
     P = node.cfg.tasks.prompts_per_round
-    trl_prompt_ids, _, _ = trainer._tokenize_prompts([row["prompt"] for row in dataset.select(range(P))])
     ours_prompt_ids = [render_prompt(node.policy, t.question) for t in node.source.batch(0, P)]
-    return [list(map(int, x)) for x in trl_prompt_ids] == ours_prompt_ids
+    return {tuple(ids) for ids in trl_prompt_ids} == {tuple(ids) for ids in ours_prompt_ids}
 
 
-def timed(method, state: dict, key: str):
-    """`method`, its wall seconds added to state[key] on every call."""
+def timed_generate(generate, state: dict, first_prompts: list[list[int]]):
+    """`generate`, its wall seconds added to state["t_generate"] on every call; the first call's
+    prompt ids (left padding masked out) appended to `first_prompts`."""
     def wrapper(*a, **kw):
+        if not first_prompts:
+            ids, mask = kw.get("input_ids", a[0] if a else None), kw.get("attention_mask")
+            if ids is not None:
+                first_prompts.extend(row[m.bool()].tolist() if mask is not None else row.tolist()
+                                     for row, m in zip(ids, mask if mask is not None else ids))
+        state["generate_calls"] += 1
         t0 = time.perf_counter()
         try:
-            return method(*a, **kw)
+            return generate(*a, **kw)
         finally:
-            state[key] += time.perf_counter() - t0
+            state["t_generate"] += time.perf_counter() - t0
     return wrapper
 
 
