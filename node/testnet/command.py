@@ -18,7 +18,7 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
     testnet.add_argument("--mix", default="4/4", metavar="I/J", help="I local + J external groups per update")
     testnet.add_argument("--compare", metavar="I/J,...", help="run each mix (e.g. 8/0,6/2,4/4,2/6) and compare")
     testnet.add_argument("--seeds", type=int, default=1, help="repeat every configuration with K seeds")
-    testnet.add_argument("--hostile", metavar="K:KIND,...", help="hostile peers, e.g. 2:liar (kinds: node/testnet/hostile.py)")
+    testnet.add_argument("--hostile", metavar="K:KIND,...", help="hostile peers, e.g. 2:liar (kinds: node/hostile/peer.py)")
     testnet.add_argument("--kill", metavar="ROUND:NODES[:DOWN]", help="e.g. 150:1,2,3:40 (';' separates events)")
     testnet.add_argument("--partition", metavar="START-END", help="split the swarm in two halves, e.g. 100-200")
     testnet.add_argument("--netem", metavar="SPEC", help='network delay/loss, e.g. "delay 50ms loss 1%%"')
