@@ -25,9 +25,10 @@ FORBIDDEN = {"policy": {"node", "protocol"}, "protocol": {"node", "policy"}}
 # section; train runs rounds; peers verify and mix what others send, into train's groups; service
 # assembles and runs a node (join, relay, the silo's exchange passed into Node), hostile peers send
 # bad traffic beside it; testnet runs many nodes (with hostile ones), labs measure (with both);
-# cli dispatches commands. Rooms on one floor do not import each other.
+# commands parse each verb's arguments and call those (node/commands/); cli dispatches to them.
+# Rooms on one floor do not import each other.
 FLOORS = [("ground",), ("observe", "tasks"), ("config",), ("scoring",), ("train",), ("peers",),
-          ("service", "hostile"), ("testnet", "labs"), ("cli",)]
+          ("service", "hostile"), ("testnet", "labs"), ("commands",), ("cli",)]
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 
 
@@ -214,6 +215,8 @@ def test_every_room_of_node_imports_only_rooms_on_lower_floors():
     ("node.newroom.x", "node.tasks"),                            # a room no floor names
     ("node.hostile.peer", "node.testnet.plan"),                  # hostile peers never need the harness
     ("node.labs.nat_run", "node.testnet.memory"),                # nor the labs
+    ("node.testnet.runner", "node.commands.testnet"),            # the harness never needs its verb
+    ("node.service.join", "node.commands.common"),               # nor a service its command
 ])
 def test_the_floor_rule_sees_an_upward_import(module, target):
     assert floor_violations({module: {target}}), f"{module} -> {target} passed"

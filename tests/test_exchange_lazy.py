@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from node.cli import exchange_summary
+from node.commands.status import exchange_summary
 from node.observe.control import status_reply
 from node.train.groups import ScoredGroup
 from node.service.join import memory_bus_node, snapshot

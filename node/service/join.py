@@ -1,4 +1,5 @@
-"""`swarm-node join`: one node of a swarm = the local round loop + gossip (p2pd, py-libp2p or the in-process bus) + control service."""
+"""The service behind `swarm-node join` (the verb: node/commands/join.py): one node of a swarm = the local
+round loop + gossip (p2pd, py-libp2p or the in-process bus) + control service."""
 from __future__ import annotations
 
 import copy

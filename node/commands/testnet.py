@@ -10,7 +10,7 @@ from pathlib import Path
 from node.observe.logs import configure as configure_logs
 
 
-def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> None:
+def add_parser(sub: argparse._SubParsersAction, presets: list[str]) -> None:
     testnet = sub.add_parser("testnet", help="run N nodes on this machine with faults and hostile peers; report")
     testnet.add_argument("--nodes", type=int, default=3)
     testnet.add_argument("--rounds", type=int, default=200, help="rounds every honest node trains")
@@ -60,10 +60,10 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
                               "loopback port, printed at start; empty = none")
     testnet.add_argument("--resume", action="store_true", help="keep the runs a killed or shorter sweep of the "
                          "same plan finished in --out (e.g. after adding --seeds) and run only the rest")
-    testnet.set_defaults(func=cmd_testnet)
+    testnet.set_defaults(func=run)
 
 
-def cmd_testnet(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """N nodes on this machine (processes over p2pd or py-libp2p, or one process over the in-memory bus), faults
     and hostile peers on a schedule, a live dashboard, then the report (node/testnet/)."""
     from node.service.console import console, pin_hash_seed_if_needed  # the re-exec is main's to allow
