@@ -13,7 +13,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from node.train.loop import Node  # noqa: E402
-from node.service.join import memory_bus_node  # noqa: E402
+from node.service.assembly import memory_bus_node  # noqa: E402
 from protocol import Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name  # noqa: E402
 from protocol.testing import seal_message  # noqa: E402
 from test_exchange import honest_group  # noqa: E402

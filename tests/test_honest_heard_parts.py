@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from node.scoring.verifiers import Verifier
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from node.tasks import make_source
 from node.hostile.flood_origins import KIND, Origin, _ContentOnly
 from node.hostile.peer import HostilePeer

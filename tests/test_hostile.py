@@ -18,7 +18,7 @@ import pytest
 from node.scoring.verifiers import Verifier
 from node.train.loop import Node
 from node.observe.metrics import read_metrics
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from node.tasks import make_source
 from node.hostile.peer import (
     EXPECTED_REASONS,
@@ -176,7 +176,7 @@ def test_process_entry_point_against_a_libp2p_node(tmp_path, tiny_config):
     """`python -m node.hostile.process --kind liar ... --rounds 2` against an in-process tiny node
     on a real libp2p transport (127.0.0.1): it connects, lies, is caught, and exits with a summary."""
     from node.train.assembly import build_parts
-    from node.service.join import build_exchange
+    from node.service.assembly import build_exchange
     from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
     cfg = tiny_config(f"swarm.name={SWARM}")

@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
     cfg, config_file = checkpoint_config(run_dir, args.tasks, args.k)
     pin_hash_seed_if_needed(cfg)
 
-    from node.service.join import solo_node  # torch and transformers: once the run's config is read
+    from node.service.assembly import assemble_node  # torch and transformers: once the run's config is read
 
-    node = solo_node(cfg, run_dir)
+    node = assemble_node(cfg, run_dir)
     round_index = node.resume(truncate_metrics=False)  # reading the run, not continuing it
     if round_index is None:  # the checkpoint went away since we read its config
         raise FileNotFoundError(f"no checkpoint in {run_dir}/checkpoints any more")

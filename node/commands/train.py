@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     pin_hash_seed_if_needed(cfg)
 
     from node.config.schema import ConfigError
-    from node.service.join import solo_node  # heavy imports (torch, transformers) only once the config is valid
+    from node.service.assembly import assemble_node  # heavy imports (torch, transformers) only once the config is valid
     from node.observe.metrics import RoundTable
     from node.observe.state import NodeObserver, loop_progress
     from node.observe.web import announce, serve_node
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.resume and (run_dir / "checkpoints").exists():
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume to continue that run, "
                           "or choose another --run-dir.")
-    node = solo_node(cfg, run_dir)
+    node = assemble_node(cfg, run_dir)
     if args.resume:
         node.resume()  # logs where it resumed (event "resume")
     say(console, f"training {cfg.model.name} on {cfg.tasks.source}:{','.join(cfg.tasks.datasets)} "
