@@ -47,7 +47,7 @@ install_chromium() {
   fi
 }
 install_iptables() {
-  # the home routers of tests/experiments/test_nat.py masquerade with iptables (node/testnet/netns.py); it skips without
+  # the home routers of tests/experiments/test_nat.py masquerade with iptables (node/labs/netns.py); it skips without
   command -v iptables >/dev/null && return 0
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     echo "[setup] iptables missing and no root apt-get: the NAT test will skip" >&2

@@ -185,7 +185,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 ENV_PREFIX = "SWARM_NODE_"
 # SWARM_NODE_* variables that are not config keys (read elsewhere), so they are not errors here.
-NON_CONFIG_ENV = {"SWARM_NODE_PRESET": "the preset when the command line names none (node/cli.py); default tiny",
+NON_CONFIG_ENV = {"SWARM_NODE_PRESET": "the preset when the command line names none (node/commands/common.py); default tiny",
                   "SWARM_NODE_CACHE": "converted-model cache directory (policy/models.py)",
                   "SWARM_NODE_VLLM_PYTHON": "python of the vLLM environment; empty = no vLLM (policy/vllm_backend.py)"}
 

@@ -123,4 +123,4 @@ def silo_exchange(cfg: NodeConfig, pass_rates: PassRates) -> SelfReplay | None:
     """The exchange of a node that trains alone: a SelfReplay with swarm.self_replay and J > 0, else None."""
     if not (cfg.swarm.self_replay and cfg.swarm.external_per_round > 0):
         return None
-    return SelfReplay(cfg.swarm, cfg.run.seed, pass_rates.weakness)  # as the real exchange's (node/service/join.py)
+    return SelfReplay(cfg.swarm, cfg.run.seed, pass_rates.weakness)  # as the real exchange's (node/service/assembly.py)

@@ -1,4 +1,4 @@
-"""`swarm-node relay`: a box with a public address that helps home nodes in. It is a bootstrap
+"""The service behind `swarm-node relay` (the verb: node/commands/relay.py): a box with a public address that helps home nodes in. It is a bootstrap
 peer, a DHT server, an AutoNAT server and a circuit relay (swarm.nat), with no model and no gossip
 topic: it trains nothing and never forwards the swarm's gossip, so it costs a few MB of memory and
 whatever relayed traffic the relay's fixed limits allow (protocol/transports/p2pd/nat.py). Nodes behind NAT list it in

@@ -2,7 +2,7 @@
 
 Some reasoning-gym generators iterate over sets of strings, so the same (seed, index) gives another
 question under another PYTHONHASHSEED: peers can only agree on them if both run with hash seed 0.
-Only those nodes pin it (node/cli.py): with hash randomization off, strings a peer chooses could be
+Only those nodes pin it (the commands of node/commands/, through node/service/console.py): with hash randomization off, strings a peer chooses could be
 made to collide in our dicts, so every other node keeps it on.
 """
 from __future__ import annotations

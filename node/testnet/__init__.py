@@ -1,1 +1,2 @@
-"""The testnet harness: honest and hostile swarm-node peers run side by side on one machine."""
+"""The testnet harness: honest swarm-node peers, and hostile ones from node/hostile/, run side by side on
+one machine (the measurement labs are node/labs/, not the harness)."""

@@ -35,11 +35,11 @@ from transformers.utils import logging as hf_logging
 from node.config.schema import load_config
 from node.observe.logs import node_log
 from node.train.loop import Node
-from node.service.join import memory_bus_node, solo_node
+from node.service.assembly import memory_bus_node, solo_node
 from node.service.network import IDENTITY_FILE
 from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
 from node.testnet.grid import GridEvaluator, grid_spacing
-from node.testnet.hostile import HostilePeer
+from node.hostile.peer import HostilePeer
 from node.testnet.plan import Plan, frozen_nodes, halves, node_overrides, restart_event, slowdown
 from node.ground.files import atomic_write_text
 from protocol import MemoryBus, MemoryTransport, NodeIdentity

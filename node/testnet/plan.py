@@ -145,7 +145,7 @@ def parse_sizes(text: str | None) -> list[tuple[int, int]]:
 
 
 def parse_hostile(text: str | None) -> list[tuple[int, str]]:
-    from node.testnet.hostile import KINDS  # the protocol and scorers: only when --hostile is given
+    from node.hostile.peer import KINDS  # the protocol and scorers: only when --hostile is given
 
     out = []
     for part in filter(None, (p.strip() for p in (text or "").split(","))):

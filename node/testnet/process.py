@@ -1,5 +1,5 @@
 """A testnet of real processes: every honest node is `swarm-node join` over libp2p on 127.0.0.1 with
-its own identity, run dir, log and free ports; hostile peers are `python -m node.testnet.hostile_process`.
+its own identity, run dir, log and free ports; hostile peers are `python -m node.hostile.process`.
 
 Faults: SIGKILL and restart from the run dir (checkpoint + same identity), partitions and delay /
 loss through each node's fault file (protocol/transports/impairment.py: this machine's kernel has no netem).
@@ -137,7 +137,7 @@ class ProcessTestnet:
         for count, kind in self.plan.hostile:
             for j in range(count):
                 out = self.out / f"hostile-{kind}-{j}.json"
-                cmd = [sys.executable, "-m", "node.testnet.hostile_process", "--kind", kind, "--peers", *self._live_addrs(3),
+                cmd = [sys.executable, "-m", "node.hostile.process", "--kind", kind, "--peers", *self._live_addrs(3),
                        "--swarm", f"testnet{self.seed}", "--preset", self.plan.preset,
                        "--rounds", str(10**6), "--period-s", str(self.plan.min_round_s), "--out", str(out),
                        "--listen", "/ip4/127.0.0.1/tcp/0"]

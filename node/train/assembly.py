@@ -1,8 +1,9 @@
-"""The assembly step: what a node is built from, built once.
+"""A node's parts, built once: the first step of the one assembly (node/service/assembly.py
+assemble_node, which builds the rest on a floor that may see peers/).
 
     cfg -> NodeParts (policy, trainable model, objective, task source, verifier, generator,
            retokenizer, pass rates, one SamplingContext)
-        -> the exchange (node/service/join.py build_exchange), from the parts
+        -> the exchange (node/service/assembly.py build_exchange), from the parts
         -> the Node (node/train/loop.py), from the parts and the exchange
 
 The exchange and the Node share these objects instead of reaching into each other: the exchange

@@ -5,7 +5,7 @@
 
 `share`/`collect` go through an `Exchange` (None when training alone; node/peers/self_replay.py for the
 self-replay silo): the SAPO network layer plugs in there without reshaping the loop. The exchange
-is built where the node is assembled (node/service/join.py) and passed in: the loop, on a floor
+is built where the node is assembled (node/service/assembly.py) and passed in: the loop, on a floor
 below peers/, never builds one.
 """
 from __future__ import annotations
@@ -70,8 +70,8 @@ class Exchange(Protocol):
 
 class Node:
     """One node's round loop over the parts node/train/assembly.py built (`parts=None` builds them from
-    cfg). Its exchange comes from where the node is assembled (node/service/join.py: build_exchange for
-    a swarm, solo_node for the self-replay silo); None trains alone."""
+    cfg). Its exchange comes from where the node is assembled (node/service/assembly.py: build_exchange for
+    a swarm, the silo's without a transport); None trains alone."""
 
     def __init__(self, cfg: NodeConfig, run_dir: Path, exchange: Exchange | None = None, *,
                  parts: NodeParts | None = None):
@@ -79,7 +79,7 @@ class Node:
             raise TypeError(f"{type(exchange).__name__} is not an Exchange (node/train/loop.py): it needs share, "
                             "collect, the hint methods, state_dict, status, close and last_round")
         if exchange is None and cfg.swarm.self_replay and cfg.swarm.external_per_round > 0:
-            raise ValueError("swarm.self_replay: pass the silo's exchange (node/service/join.py solo_node builds it)")
+            raise ValueError("swarm.self_replay: pass the silo's exchange (node/service/assembly.py: solo_node builds it)")
         parts = parts or build_parts(cfg)
         if parts.cfg is not cfg:
             raise ValueError("Node(cfg, parts=...): the parts were built from another config")

@@ -2,7 +2,7 @@
 TaskRef at an unknown seed cost it? (issue 9, items 4 and 9)
 
 Three measurements, each on real parts: tiny-preset nodes that train, real signed envelopes through
-the real Ingress and exchange on the in-process bus (node/service/join.py memory_bus_node).
+the real Ingress and exchange on the in-process bus (node/service/assembly.py memory_bus_node).
 
   sybil     two honest tiny nodes share with a receiver for --warmup rounds; then --keys fresh keys
             each send one valid, honestly scored group of distinct content every round for --rounds
@@ -52,7 +52,7 @@ class SwarmClock:
 
 def _tiny_node(run_dir: Path, name: str, bus, extra=(), clock: SwarmClock | None = None):
     from node.config.schema import load_config
-    from node.service.join import memory_bus_node
+    from node.service.assembly import memory_bus_node
 
     cfg = load_config("tiny", None, ["run.threads=1", f"swarm.name={SWARM}", *extra])
     node = memory_bus_node(cfg, run_dir / name, bus, name, swarm_clock=clock)

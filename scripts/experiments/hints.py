@@ -48,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def make_node(run_dir: Path, bus, name: str, seed: int, hints: bool):
     from node.config.schema import load_config
-    from node.service.join import memory_bus_node
+    from node.service.assembly import memory_bus_node
 
     cfg = load_config("tiny", None, [
         "run.threads=1", f"run.seed={seed}", f"tasks.seed={seed * 10 + (name == 'strong')}",

@@ -7,10 +7,10 @@ Both learn at optim.lr 2e-5 (LEARNING_SETS; `--node-set` replaces it): at the pr
 unpaced node answers deterministically within a minute and has no group with reward variance left
 to share, which would measure its entropy collapse rather than the receiver's ingest.
 After a warm-up (both have verified a message of the other, bounded), phase "quiet" runs with
-nobody else, then phase "flood" with --procs attacker processes (node/testnet/flood_origins.py)
+nobody else, then phase "flood" with --procs attacker processes (node/hostile/flood_origins.py)
 running --keys keys between them, each key its own libp2p host (so GossipSub's `from` is that key)
 sending --rate valid groups a second, dialing both nodes. Both nodes' status is polled every
-second and their metrics.jsonl tailed (node/testnet/honest_heard.py). Figures, per node and phase:
+second and their metrics.jsonl tailed (node/labs/honest_heard.py). Figures, per node and phase:
 
   honest_trained_fraction    rounds in which the honest peer's groups were trained (>= 0.9 wanted
                              at B, in both phases)
@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from node.testnet.honest_heard_run import LEARNING_SETS
+from node.labs.honest_heard_run import LEARNING_SETS
 from scripts.common import arg_parser, command_line, console as make_console, pyplot, runs_dir, write_result
 
 SMOKE = {"quiet_s": 25.0, "flood_s": 25.0, "keys": 4, "procs": 2, "rate": 10.0}
@@ -161,7 +161,7 @@ def _terminate(signum, _frame) -> None:
 def main(argv=None) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from node.testnet.honest_heard_run import HonestHeardRun, Plan
+    from node.labs.honest_heard_run import HonestHeardRun, Plan
 
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)

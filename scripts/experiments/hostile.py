@@ -2,7 +2,7 @@
 attack cost them?
 
 The same swarm of honest nodes runs once with no attacker (the baseline) and once per hostile kind
-with --count peers of that kind beside them (node/testnet/hostile.py: forged, tampered, liar,
+with --count peers of that kind beside them (node/hostile/peer.py: forged, tampered, liar,
 replay, flood, malformed, oversized, sybil, hint_leak, hint_junk, garbage). Per kind: groups the
 honest nodes trained from INVALID senders (must be 0), from any hostile sender, the honest nodes'
 mean cumulative reward relative to the baseline (the bar: within 10%), and the rejections they
@@ -28,7 +28,7 @@ from scripts.common import arg_parser, command_line, console as make_console, py
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from node.testnet.hostile import KINDS
+    from node.hostile.peer import KINDS
 
     p = arg_parser(__spec__, __doc__)
     p.add_argument("--honest", type=int, default=6, help="honest nodes")

@@ -1,8 +1,8 @@
 """Nodes behind real NAT: reachability, relays, relayed gossip and a flood through a relay.
 
-Builds a small internet in Linux network namespaces (node/testnet/netns.py: public hosts on one
+Builds a small internet in Linux network namespaces (node/labs/netns.py: public hosts on one
 segment, each home behind its own masquerading router with no port forwards) and runs real
-processes in it (node/testnet/nat_run.py, node/testnet/relay_latency.py):
+processes in it (node/labs/nat_run.py, node/labs/relay_latency.py):
 
     exchange   two home `swarm-node join` nodes and two public `swarm-node relay` boxes, relays on:
                reachability each node reports, seconds until both homes hold relayed addresses,
@@ -60,9 +60,9 @@ def _terminate(signum, _frame) -> None:
 
 
 def run_phase(name: str, args: argparse.Namespace, out: Path) -> dict:
-    from node.testnet.nat_run import NatPlan, run_exchange, run_flood
-    from node.testnet.netns import NatLab
-    from node.testnet.relay_latency import LatencyPlan, run_latency
+    from node.labs.nat_run import NatPlan, run_exchange, run_flood
+    from node.labs.netns import NatLab
+    from node.labs.relay_latency import LatencyPlan, run_latency
 
     shutil.rmtree(out / name, ignore_errors=True)  # a home node would resume an earlier run's checkpoint
     started = time.time()
@@ -135,7 +135,7 @@ def summary(result: dict, console) -> None:
 
 
 def main(argv=None) -> int:
-    from node.testnet.netns import unavailable
+    from node.labs.netns import unavailable
 
     args = parse_args(argv)
     console = make_console()

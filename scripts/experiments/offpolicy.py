@@ -181,7 +181,7 @@ def warm_start(node, steps: int, lr: float) -> dict:
 
 def run_setting(model: str, source: str, correction: str, seed: int, args, other_state, progress, task_id) -> dict:
     from node.config.schema import load_config
-    from node.service.join import memory_bus_node
+    from node.service.assembly import memory_bus_node
     from protocol import MemoryBus
 
     spec = MODELS[model]

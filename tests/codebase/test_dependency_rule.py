@@ -23,10 +23,12 @@ FORBIDDEN = {"policy": {"node", "protocol"}, "protocol": {"node", "policy"}}
 # node/'s rooms, lowest floor first. The ground is node/'s stdlib plumbing (node/ground/__init__.py); observe and tasks import no room; the config is pure data (the runtime
 # builds its objects from it: Verifier.from_config, IngestBudget.from_config); scoring reads its
 # section; train runs rounds; peers verify and mix what others send, into train's groups; service
-# assembles and runs a node (join, relay, the silo's exchange passed into Node); testnet runs many;
-# cli dispatches commands. Rooms on one floor do not import each other.
-FLOORS = [("ground",), ("observe", "tasks"), ("config",), ("scoring",), ("train",), ("peers",), ("service",),
-          ("testnet",), ("cli",)]
+# assembles and runs a node (join, relay, the silo's exchange passed into Node), hostile peers send
+# bad traffic beside it; testnet runs many nodes (with hostile ones), labs measure (with both);
+# commands parse each verb's arguments and call those (node/commands/); cli dispatches to them.
+# Rooms on one floor do not import each other.
+FLOORS = [("ground",), ("observe", "tasks"), ("config",), ("scoring",), ("train",), ("peers",),
+          ("service", "hostile"), ("testnet", "labs"), ("commands",), ("cli",)]
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 
 
@@ -86,7 +88,7 @@ def module_name(path: Path, root: Path = REPO) -> str:
 
 def _runtime_nodes(tree: ast.AST):
     """Every node of `tree` but those under `if TYPE_CHECKING:`, which never run (a type-only import
-    is not a circle: node/testnet/hostile_attacks.py names hostile.py's HostilePeer that way)."""
+    is not a circle: node/hostile/attacks.py names peer.py's HostilePeer that way)."""
     todo = [tree]
     while todo:
         node = todo.pop()
@@ -211,6 +213,10 @@ def test_every_room_of_node_imports_only_rooms_on_lower_floors():
     ("node.observe.metrics", "node.tasks.base"),                 # a room of the same floor
     ("node.ground.files", "node.observe.logs"),                  # the ground above anything
     ("node.newroom.x", "node.tasks"),                            # a room no floor names
+    ("node.hostile.peer", "node.testnet.plan"),                  # hostile peers never need the harness
+    ("node.labs.nat_run", "node.testnet.memory"),                # nor the labs
+    ("node.testnet.runner", "node.commands.testnet"),            # the harness never needs its verb
+    ("node.service.join", "node.commands.common"),               # nor a service its command
 ])
 def test_the_floor_rule_sees_an_upward_import(module, target):
     assert floor_violations({module: {target}}), f"{module} -> {target} passed"

@@ -1,16 +1,16 @@
 """The parts of the issue-31 harness, without processes (seconds): the flooding origins' content
 passes a real tiny node's verification as valid, distinct and trainable; the metrics tail, the
-status parsing and the figures compute what node/testnet/honest_heard.py says they do."""
+status parsing and the figures compute what node/labs/honest_heard.py says they do."""
 from __future__ import annotations
 
 import json
 
 from node.scoring.verifiers import Verifier
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from node.tasks import make_source
-from node.testnet.flood_origins import KIND, Origin, _ContentOnly
-from node.testnet.hostile import HostilePeer
-from node.testnet.honest_heard import (
+from node.hostile.flood_origins import KIND, Origin, _ContentOnly
+from node.hostile.peer import HostilePeer
+from node.labs.honest_heard import (
     MetricsTail,
     Probe,
     Sample,

@@ -1,4 +1,4 @@
-"""Nodes behind a real NAT (node/testnet/netns.py: Linux network namespaces, each home behind its
+"""Nodes behind a real NAT (node/labs/netns.py: Linux network namespaces, each home behind its
 own iptables-masquerading router with no port forwards) running real `swarm-node join` / `relay`
 processes. Skips where namespaces or iptables are unavailable (needs root; scripts/setup.sh installs
 iptables as root). Each test tears its namespaces down, also when it fails."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from node.testnet.nat_run import NatPlan, run_exchange, run_flood
-from node.testnet.netns import NatLab, unavailable
+from node.labs.nat_run import NatPlan, run_exchange, run_flood
+from node.labs.netns import NatLab, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 WHY = unavailable()

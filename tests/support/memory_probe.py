@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from node.train.loop import Node  # noqa: E402
-from node.service.join import memory_bus_node  # noqa: E402
+from node.service.assembly import memory_bus_node  # noqa: E402
 from protocol import Limits, MemoryBus, MemoryTransport, NodeIdentity, topic_name  # noqa: E402
 from protocol.testing import seal_message  # noqa: E402
 from tests.unit.peers.test_exchange import honest_group  # noqa: E402

@@ -154,7 +154,7 @@ def test_throttle_caps_all_keys_together():
 def test_a_lying_peer_is_refused_with_its_reason_and_each_round_sums_the_rejections(tmp_path, caplog, tiny_config,
                                                                                     identity):
     """The real exchange of a tiny node: a group whose claimed rewards are false, a garbage message."""
-    from node.service.join import memory_bus_node
+    from node.service.assembly import memory_bus_node
     from tests.unit.peers.test_exchange import honest_group
 
     bus = MemoryBus()

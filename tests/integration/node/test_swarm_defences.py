@@ -42,7 +42,7 @@ def start(run_dir: Path, *args: str) -> subprocess.Popen:
 def start_attacker(tmp_path: Path, kind: str, peers: list[str], swarm: str, seconds: float, period_s: float,
                    per_step: int) -> subprocess.Popen:
     log = open(tmp_path / f"attacker-{kind}.log", "ab")
-    cmd = [sys.executable, "-m", "node.testnet.hostile_process", "--kind", kind, "--peers", *peers, "--swarm", swarm,
+    cmd = [sys.executable, "-m", "node.hostile.process", "--kind", kind, "--peers", *peers, "--swarm", swarm,
            "--preset", "tiny", "--set", "run.threads=1", "--rounds", str(int(seconds / period_s)),
            "--period-s", str(period_s), "--per-step", str(per_step), "--out", str(tmp_path / f"attacker-{kind}.json"),
            "--connect-timeout-s", "20"]

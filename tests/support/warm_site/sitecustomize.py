@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 
-WARM_MODULES = ("node.cli", "node.testnet.hostile_process")
+WARM_MODULES = ("node.cli", "node.hostile.process")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 

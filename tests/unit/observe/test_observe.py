@@ -148,7 +148,7 @@ def test_two_nodes_in_one_process_each_have_their_own_bounded_metrics(tmp_path, 
     from node.observe.metrics import read_metrics
     from node.observe.prometheus import node_registry
     from node.observe.state import NodeObserver, loop_progress
-    from node.service.join import memory_bus_node
+    from node.service.assembly import memory_bus_node
     from protocol import MemoryBus, MemoryTransport, topic_name
 
     tick = [0]

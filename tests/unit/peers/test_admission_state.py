@@ -9,7 +9,7 @@ from node.peers.admission import DUPLICATE
 from node.peers.wire import to_wire
 from node.train.groups import ScoredGroup
 from node.train.loop import EXCHANGE_STATE, Node
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Outbox

@@ -15,7 +15,7 @@ from node.peers.admission import Admission
 from node.peers.bench import Bench
 from node.peers.pool import GroupPool, PoolEntry
 from node.peers.reasons import MISMATCH, TOO_LONG, UNTOKENIZABLE
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from node.tasks.base import Task, TaskRef
 from node.train.groups import ScoredGroup
 from node.peers.wire import to_wire

@@ -11,7 +11,7 @@ import pytest
 
 from node.peers.audit import AUDIT_MAX_BYTES, Unaudited
 from node.peers.ingest import ESTABLISHED, YOUNG, Staging
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from protocol import MemoryBus, MemoryTransport, Outbox, Received, topic_name
 from protocol.testing import seal_message
 from protocol.transports.options import P2pdOptions

@@ -13,7 +13,7 @@ from node.peers.wire import to_wire
 from node.train.groups import ScoredGroup
 from node.train.loop import Node
 from node.observe.metrics import RoundTable, read_metrics
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from policy.types import Rollout
 from proto import swarm_pb2
 from node.peers.ingest import ESTABLISHED, YOUNG, Staging
@@ -240,7 +240,7 @@ def test_the_node_names_the_peers_whose_groups_it_used_to_the_transport(tmp_path
     """The p2pd peer cache ranks those peers first (issue 16); protocol never imports node, so the
     exchange tells the transport plain peer ids."""
     from node.train.assembly import build_parts
-    from node.service.join import build_exchange
+    from node.service.assembly import build_exchange
 
     class NotingTransport(MemoryTransport):
         def __init__(self, *args) -> None:

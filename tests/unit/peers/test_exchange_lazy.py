@@ -6,10 +6,11 @@ import time
 
 import pytest
 
-from node.cli import exchange_summary
+from node.commands.status import exchange_summary
 from node.observe.control import status_reply
 from node.train.groups import ScoredGroup
-from node.service.join import memory_bus_node, snapshot
+from node.service.assembly import memory_bus_node
+from node.service.join import snapshot
 from node.tasks.base import Task
 from node.peers.wire import to_wire, wire_task_ref
 from policy.types import Rollout

@@ -14,7 +14,7 @@ from node.config.sections import HintConfig
 from node.train.hints import HintBook, leaks_answer
 from node.train.loop import Node
 from node.observe.metrics import read_metrics
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from node.tasks.base import TaskRef
 from node.tasks.synthetic import SyntheticSource
 from policy.types import Rollout

@@ -1,4 +1,4 @@
-"""Hostile testnet peers (node/testnet/hostile.py) against a real tiny node on the in-process bus.
+"""Hostile testnet peers (node/hostile/peer.py) against a real tiny node on the in-process bus.
 
 For every kind: a receiver node, an honest tiny peer node and one HostilePeer share a MemoryBus;
 each round the honest peer trains and shares, the hostile peer steps, the receiver trains. The
@@ -18,9 +18,9 @@ import pytest
 from node.scoring.verifiers import Verifier
 from node.train.loop import Node
 from node.observe.metrics import read_metrics
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from node.tasks import make_source
-from node.testnet.hostile import (
+from node.hostile.peer import (
     EXPECTED_REASONS,
     FLOOD_FACTOR,
     INVALID_KINDS,
@@ -173,10 +173,10 @@ def test_kinds_are_classified():
 @pytest.mark.slow
 @pytest.mark.serial
 def test_process_entry_point_against_a_libp2p_node(tmp_path, tiny_config):
-    """`python -m node.testnet.hostile_process --kind liar ... --rounds 2` against an in-process tiny node
+    """`python -m node.hostile.process --kind liar ... --rounds 2` against an in-process tiny node
     on a real libp2p transport (127.0.0.1): it connects, lies, is caught, and exits with a summary."""
     from node.train.assembly import build_parts
-    from node.service.join import build_exchange
+    from node.service.assembly import build_exchange
     from protocol.transports.libp2p import Libp2pOptions, Libp2pTransport
 
     cfg = tiny_config(f"swarm.name={SWARM}")
@@ -189,7 +189,7 @@ def test_process_entry_point_against_a_libp2p_node(tmp_path, tiny_config):
     try:
         parts = build_parts(cfg)
         node = Node(cfg, tmp_path / "node", build_exchange(parts, identity, transport), parts=parts)
-        cmd = [sys.executable, "-m", "node.testnet.hostile_process", "--kind", "liar", "--peers", *transport.listen_addrs(),
+        cmd = [sys.executable, "-m", "node.hostile.process", "--kind", "liar", "--peers", *transport.listen_addrs(),
                "--swarm", SWARM, "--preset", "tiny", "--set", "run.threads=1", "--rounds", "2", "--period-s", "1",
                "--per-step", "4", "--out", str(out), "--connect-timeout-s", "15"]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=repo_env(), stdout=log, stderr=log)

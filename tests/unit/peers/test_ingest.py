@@ -13,7 +13,7 @@ import pytest
 
 from node.peers.ingest import ESTABLISHED, YOUNG, IngestBudget, IngestWorker, Staging
 from node.train.loop import Node
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, Received, topic_name
 from protocol.testing import seal_message
 from tests.unit.peers.test_exchange import honest_group

@@ -20,7 +20,8 @@ import pytest
 from node.peers.wire import wire_task_ref
 from node.train.loop import Node
 from node.observe.control import status_reply
-from node.service.join import memory_bus_node, snapshot
+from node.service.assembly import memory_bus_node
+from node.service.join import snapshot
 from proto import swarm_pb2
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 from protocol.testing import seal_message

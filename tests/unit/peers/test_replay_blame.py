@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from node.train.loop import Node
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from protocol import MemoryBus, MemoryTransport, NodeIdentity, topic_name
 
 from tests.support.tiny_node import tiny_cfg

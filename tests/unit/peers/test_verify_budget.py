@@ -15,7 +15,7 @@ import time
 
 from node.peers.verify_budget import VerifyBudget
 from node.scoring.sandbox import ScorerSandbox
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from node.train.groups import ScoredGroup
 from node.peers.wire import to_wire
 from policy.types import Rollout

@@ -11,7 +11,7 @@ import pytest
 import node.scoring.verifiers
 from node.scoring.answer_filter import bomb_reason
 from node.scoring.sandbox import SandboxBusy, ScorerSandbox
-from node.service.join import memory_bus_node
+from node.service.assembly import memory_bus_node
 from node.tasks import make_source
 from node.scoring.verifiers import Verifier
 from protocol import MemoryBus, MemoryTransport, topic_name

@@ -16,7 +16,7 @@ from node.train.groups import compose
 from node.train.loop import Node
 from node.observe.metrics import read_metrics
 from node.peers.self_replay import ORIGIN, SelfReplay
-from node.service.join import build_exchange, solo_node
+from node.service.assembly import build_exchange, solo_node
 from node.testnet.plan import Plan, node_overrides
 from node.testnet.runner import run_testnet
 from node.train.warm_start import warm_model_config

@@ -1,7 +1,7 @@
 """One hostile testnet peer as its own process over libp2p (the testnet harness starts K of them
-beside the honest nodes; the kinds are in node/testnet/hostile.py):
+beside the honest nodes; the kinds are in node/hostile/peer.py):
 
-    python -m node.testnet.hostile_process --kind KIND --peers MULTIADDR [MULTIADDR ...] --swarm NAME
+    python -m node.hostile.process --kind KIND --peers MULTIADDR [MULTIADDR ...] --swarm NAME
         --preset tiny [--set key=value ...] --rounds N --period-s S [--listen /ip4/127.0.0.1/tcp/0]
         [--out FILE] [--seed N] [--per-step N] [--sybil-keys N] [--connect-timeout-s S]
 
@@ -41,12 +41,12 @@ from pathlib import Path  # noqa: E402
 from node.config.presets import PRESETS  # noqa: E402
 from node.ground.files import atomic_write_text  # noqa: E402
 from node.scoring.verifiers import Verifier  # noqa: E402
-from node.testnet.hostile import KINDS, TOPIC_KINDS, VALID_KINDS, HostilePeer  # noqa: E402
+from node.hostile.peer import KINDS, TOPIC_KINDS, VALID_KINDS, HostilePeer  # noqa: E402
 from protocol import Limits, NodeIdentity, Transport, topic_name  # noqa: E402
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m node.testnet.hostile_process",
+    p = argparse.ArgumentParser(prog="python -m node.hostile.process",
                                 description="Run one hostile testnet peer over libp2p (see the module docstring).")
     p.add_argument("--kind", required=True, choices=KINDS)
     p.add_argument("--peers", nargs="+", required=True, metavar="MULTIADDR",
@@ -114,7 +114,7 @@ def _run_steps(args: argparse.Namespace, transport: Transport, peer: HostilePeer
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m node.testnet.hostile_process ...`: one hostile peer as its own process over libp2p.
+    """`python -m node.hostile.process ...`: one hostile peer as its own process over libp2p.
 
     Every wait is bounded: the transport start (20 s), the first connection (--connect-timeout-s),
     each step period, the final flush (3 s) and the transport close (10 s). SIGTERM / SIGINT stop

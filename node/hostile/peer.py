@@ -2,7 +2,7 @@
 
 A `HostilePeer` joins a swarm's three topics (rollouts, hints, hint-requests) over any
 `protocol.Transport` (the in-process `MemoryBus` in tests, libp2p as its own process through
-`python -m node.testnet.hostile_process`). Each `step()` first drains what arrived, to learn from it
+`python -m node.hostile.process`). Each `step()` first drains what arrived, to learn from it
 (honest signing keys, honest envelopes to replay, honest groups to re-sign, tasks peers asked hints
 for or failed), then publishes at most `per_step` messages of its kind (`flood`: `per_step * 20`).
 
@@ -57,8 +57,8 @@ ref. The peer never trains and loads no model: its completions are text only (no
 log-probs, so a receiver gives them behavior tier 2).
 
 Modules: this one is the peer's shell (what it learns from traffic, its building blocks, how it
-publishes); what each kind sends is node/testnet/hostile_attacks.py, one function per kind. As its
-own process over libp2p: `python -m node.testnet.hostile_process` (node/testnet/hostile_process.py).
+publishes); what each kind sends is node/hostile/attacks.py, one function per kind. As its
+own process over libp2p: `python -m node.hostile.process` (node/hostile/process.py).
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ from typing import Callable
 from node.peers.wire import local_task_ref, to_wire
 from node.train.groups import ScoredGroup
 from node.tasks.base import Task, TaskSource
-from node.testnet.hostile_attacks import ATTACKS
+from node.hostile.attacks import ATTACKS
 from node.scoring.verifiers import ANSWER_CLOSE, ANSWER_OPEN, Verifier
 from policy.types import Rollout
 from proto import swarm_pb2
@@ -189,7 +189,7 @@ class HostilePeer:
         self.hint_texts: deque[str] = deque(maxlen=1024)  # texts of the hints it sent (newest last)
         self._used: dict[str, None] = {self.identity.peer_id(): None}  # signing keys, insertion order
         self._own_keys: set[bytes] = {self.identity.public_key_bytes}
-        # learned from traffic (for forging, replaying and re-signing: node/testnet/hostile_attacks.py)
+        # learned from traffic (for forging, replaying and re-signing: node/hostile/attacks.py)
         self.keys_heard: OrderedDict[bytes, None] = OrderedDict()  # honest public keys seen
         self.claimed: dict[str, None] = {}  # peer ids of the honest keys its forgeries claimed
         self.captured: deque[tuple[str, bytes]] = deque(maxlen=MAX_CAPTURED)  # (topic, honest envelope)
@@ -289,7 +289,7 @@ class HostilePeer:
     def _family(task: Task) -> str:
         return f"{task.ref.source}/{task.ref.dataset}/{task.ref.config_digest}"
 
-    # -- building blocks (the kinds in node/testnet/hostile_attacks.py use them) ---------------
+    # -- building blocks (the kinds in node/hostile/attacks.py use them) ---------------
     def tasks(self, n: int) -> list[Task]:
         """`n` fresh tasks from its own stream (apart from the honest nodes')."""
         tasks = self.source.batch(self._task_round, n)

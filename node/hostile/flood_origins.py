@@ -1,7 +1,7 @@
 """K flooding origins in one process: each key its own libp2p host, each publishing valid, distinct,
 trainable rollout groups at R messages/s (issue 31: an honest peer must still be heard).
 
-    python -m node.testnet.flood_origins --keys K --rate R --peers MULTIADDR [MULTIADDR ...] --swarm NAME
+    python -m node.hostile.flood_origins --keys K --rate R --peers MULTIADDR [MULTIADDR ...] --swarm NAME
         --seconds T [--preset tiny] [--set key=value ...] [--transport libp2p|p2pd] [--subscribe]
         [--listen /ip4/127.0.0.1/tcp/0] [--out FILE] [--seed N] [--connect-timeout-s S] [--tick-s S]
 
@@ -9,7 +9,7 @@ Every key is the host key of its own transport (an in-process py-libp2p host, th
 go-libp2p daemon each with p2pd), so GossipSub's signed `from` of its messages is that key: each origin
 stays under a receiver's per-origin limits (swarm.p2pd.flood_cut_rate, 80 msg/s) at R = 60, and together
 K origins send K x R messages/s. Each message is a fresh task from the key's own task stream (a
-HostilePeer's blocks, node/testnet/hostile.py), 1 to 7 of its 8 completions the reference answer,
+HostilePeer's blocks, node/hostile/peer.py), 1 to 7 of its 8 completions the reference answer,
 every claimed reward computed with the honest nodes' verifier: valid, unique (no content is ever
 sent twice, so never `duplicate_content`) and trainable (reward variance). Messages are stamped
 and sequenced by each key's own outbox. Cost, measured on 2 shared cores: 8 keys x 60 msg/s for
@@ -57,8 +57,8 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 from node.scoring.verifiers import Verifier  # noqa: E402
 from node.config.presets import PRESETS  # noqa: E402
-from node.testnet.hostile import HostilePeer  # noqa: E402
-from node.testnet.hostile_process import write_json  # noqa: E402
+from node.hostile.peer import HostilePeer  # noqa: E402
+from node.hostile.process import write_json  # noqa: E402
 from protocol import (Libp2pOptions, Limits, NodeIdentity, P2pdOptions, Transport,  # noqa: E402
                       make_transport, topic_name)
 
@@ -106,7 +106,7 @@ class Origin:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m node.testnet.flood_origins",
+    p = argparse.ArgumentParser(prog="python -m node.hostile.flood_origins",
                                 description="K flooding origins (keys) in one process (see the module docstring).")
     p.add_argument("--keys", type=int, required=True, help="origins (keys, hosts) in this process")
     p.add_argument("--rate", type=float, required=True, help="messages per second per key")
@@ -217,7 +217,7 @@ def _summary(args: argparse.Namespace, origins: list[Origin], **extra) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m node.testnet.flood_origins ...`: K origins flooding valid groups (module docstring)."""
+    """`python -m node.hostile.flood_origins ...`: K origins flooding valid groups (module docstring)."""
     args = _parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s flood_origins %(levelname)s %(message)s")
     if threading.current_thread() is threading.main_thread():

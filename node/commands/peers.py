@@ -18,11 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from node.config.schema import ConfigError
-from node.peers.operator import OperatorDecisions
 
-
-def add_peers_parser(sub) -> None:
+def add_parser(sub, presets: list[str]) -> None:
     peers = sub.add_parser("peers", help="list the peer keys a node knows (young/established, network group, "
                            "credits, bans); ban, unban or demote a key, kept across restarts")
     peers.add_argument("--run-dir", default="runs/node", help="the node's run dir (node.json, operator.json)")
@@ -32,10 +29,10 @@ def add_peers_parser(sub) -> None:
     action.add_argument("--ban", metavar="KEY", help="refuse every message KEY signs or delivers, until --unban")
     action.add_argument("--unban", metavar="KEY", help="lift the operator's ban of KEY (it starts young)")
     action.add_argument("--demote", metavar="KEY", help="make an established KEY young again")
-    peers.set_defaults(func=cmd_peers)
+    peers.set_defaults(func=run)
 
 
-def cmd_peers(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if args.ban or args.unban or args.demote:
         return decide(run_dir, args)
@@ -43,6 +40,9 @@ def cmd_peers(args: argparse.Namespace) -> int:
 
 
 def decide(run_dir: Path, args: argparse.Namespace) -> int:
+    from node.config.schema import ConfigError  # pydantic and peers/: a decision's, not every `import node.cli`
+    from node.peers.operator import OperatorDecisions
+
     if not run_dir.is_dir():
         raise ConfigError(f"run dir {run_dir} does not exist: pass the node's --run-dir")
     try:

@@ -1,4 +1,4 @@
-"""The issue-31 run itself (node/testnet/honest_heard.py has the parts and the figures): A and B as
+"""The issue-31 run itself (node/labs/honest_heard.py has the parts and the figures): A and B as
 `join` processes, warm-up, a quiet phase, a flood phase, then figures and acceptance checks.
 
 `HonestHeardRun(plan, on_tick).execute()` returns a JSON-ready dict; `on_tick(phase, elapsed_s,
@@ -15,7 +15,7 @@ from typing import Callable
 
 from node.config.schema import load_config
 from node.ground.child_env import stop_processes as stop
-from node.testnet.honest_heard import (
+from node.labs.honest_heard import (
     MISSING_VERIFIED,
     Probe,
     establishment,
@@ -49,7 +49,7 @@ class Plan:
     rate: float = 60.0          # messages/s per key
     settle_s: float = 5.0       # first seconds of the flood not held to "every second" / ">= 90%"
     min_round_s: float = 1.0    # B's pace
-    transport: str = "libp2p"   # the attacker hosts' kind (node/testnet/flood_origins.py)
+    transport: str = "libp2p"   # the attacker hosts' kind (node/hostile/flood_origins.py)
     start_timeout_s: float = 240.0
     warmup_timeout_s: float = 120.0  # at most this long for A and B to verify each other's messages
     warmup_s: float = 5.0       # then this much more before phase 1

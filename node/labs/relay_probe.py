@@ -1,8 +1,8 @@
-"""One end of a relayed-gossip measurement, run inside a network namespace (node/testnet/netns.py):
+"""One end of a relayed-gossip measurement, run inside a network namespace (node/labs/netns.py):
 a bare p2pd transport (no model) that sends or receives timestamped messages.
 
-    python -m node.testnet.relay_probe send    --peers ADDR... --topics T1,T2 --count N --burst B --size S --out F
-    python -m node.testnet.relay_probe receive --peers ADDR... --topics T --expect N --out F
+    python -m node.labs.relay_probe send    --peers ADDR... --topics T1,T2 --count N --burst B --size S --out F
+    python -m node.labs.relay_probe receive --peers ADDR... --topics T --expect N --out F
 
 `send` waits (bounded) until every receiver is in place (a relayed-only peer for the relayed
 topic, a gossip subscriber for the direct one: `--wait-relayed`, `--wait-subscribed`), then

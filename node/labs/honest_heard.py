@@ -2,7 +2,7 @@
 
 Two default join nodes (started as docs/joining-a-swarm.md says) on 127.0.0.1: A unpaced, B paced
 (swarm.min_round_s) and dialing A;
-phase "quiet" with nobody else, phase "flood" with H `node.testnet.flood_origins` processes that
+phase "quiet" with nobody else, phase "flood" with H `node.hostile.flood_origins` processes that
 run K keys (each its own host) sending R valid, distinct, trainable groups a second each, dialing
 both nodes. A `Probe` per node polls its status every second (node/observe/control.py) and tails its
 metrics.jsonl; `node_figures` turns what it saw in a time window into the acceptance figures:
@@ -65,13 +65,13 @@ def split_keys(keys: int, procs: int) -> list[int]:
 
 def start_flooders(out: Path, swarm: str, peers: list[str], keys: int, procs: int, rate: float, seconds: float,
                    transport: str = "libp2p", extra: tuple[str, ...] = ()) -> list[tuple[subprocess.Popen, Path]]:
-    """H `node.testnet.flood_origins` processes with `keys` keys between them; (Popen, summary path) each."""
+    """H `node.hostile.flood_origins` processes with `keys` keys between them; (Popen, summary path) each."""
     started = []
     for i, k in enumerate(split_keys(keys, procs)):
         summary = out / f"flooder-{i}.json"
         summary.unlink(missing_ok=True)  # an earlier run's summary would date this flood's start
         log = open(out / f"flooder-{i}.log", "ab")
-        cmd = [sys.executable, "-m", "node.testnet.flood_origins", "--keys", str(k), "--rate", str(rate),
+        cmd = [sys.executable, "-m", "node.hostile.flood_origins", "--keys", str(k), "--rate", str(rate),
                "--peers", *peers, "--swarm", swarm, "--seconds", str(seconds), "--preset", "tiny",
                "--set", "run.threads=1", "--transport", transport, "--out", str(summary), *extra]
         started.append((subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=log), summary))

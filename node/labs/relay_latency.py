@@ -1,4 +1,4 @@
-"""Relayed gossip against direct gossip, in a NatLab (node/testnet/netns.py): does every message
+"""Relayed gossip against direct gossip, in a NatLab (node/labs/netns.py): does every message
 arrive, one at a time and in bursts, and what does the relay add to the latency?
 
     public 0  `swarm-node relay` (declared public): bootstrap peer and circuit relay
@@ -7,7 +7,7 @@ arrive, one at a time and in bursts, and what does the relay add to the latency?
     home 0    sender, behind its NAT: every message on both topics, `count` one at a time, `count`
               in bursts of `burst`
 
-The processes are node/testnet/relay_probe.py; latency is one-way (the namespaces share the host's
+The processes are node/labs/relay_probe.py; latency is one-way (the namespaces share the host's
 clock). Each message crosses its path once: relayed messages as a stream through the relay
 (protocol/transports/p2pd/relayed.py), direct ones as GossipSub over a direct connection.
 """
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.ground.child_env import child_env
-from node.testnet.nat_run import PORT, ROOT, node_json
-from node.testnet.netns import NatLab
+from node.labs.nat_run import PORT, ROOT, node_json
+from node.labs.netns import NatLab
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class LatencyPlan:
 
 def _probe(lab: NatLab, namespace: str, out: Path, name: str, argv: list[str]):
     log = open(out / f"{name}.log", "ab")
-    return lab.popen(namespace, [sys.executable, "-m", "node.testnet.relay_probe", *argv, "--out",
+    return lab.popen(namespace, [sys.executable, "-m", "node.labs.relay_probe", *argv, "--out",
                                  str(out / f"{name}.json"), "--info", str(out / f"{name}.info.json")],
                      cwd=ROOT, env=child_env(), stdout=log, stderr=log)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from node.observe.logs import configure as configure_logs
 
 
-def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> None:
+def add_parser(sub: argparse._SubParsersAction, presets: list[str]) -> None:
     testnet = sub.add_parser("testnet", help="run N nodes on this machine with faults and hostile peers; report")
     testnet.add_argument("--nodes", type=int, default=3)
     testnet.add_argument("--rounds", type=int, default=200, help="rounds every honest node trains")
@@ -18,7 +18,7 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
     testnet.add_argument("--mix", default="4/4", metavar="I/J", help="I local + J external groups per update")
     testnet.add_argument("--compare", metavar="I/J,...", help="run each mix (e.g. 8/0,6/2,4/4,2/6) and compare")
     testnet.add_argument("--seeds", type=int, default=1, help="repeat every configuration with K seeds")
-    testnet.add_argument("--hostile", metavar="K:KIND,...", help="hostile peers, e.g. 2:liar (kinds: node/testnet/hostile.py)")
+    testnet.add_argument("--hostile", metavar="K:KIND,...", help="hostile peers, e.g. 2:liar (kinds: node/hostile/peer.py)")
     testnet.add_argument("--kill", metavar="ROUND:NODES[:DOWN]", help="e.g. 150:1,2,3:40 (';' separates events)")
     testnet.add_argument("--partition", metavar="START-END", help="split the swarm in two halves, e.g. 100-200")
     testnet.add_argument("--netem", metavar="SPEC", help='network delay/loss, e.g. "delay 50ms loss 1%%"')
@@ -60,10 +60,10 @@ def add_testnet_parser(sub: argparse._SubParsersAction, presets: list[str]) -> N
                               "loopback port, printed at start; empty = none")
     testnet.add_argument("--resume", action="store_true", help="keep the runs a killed or shorter sweep of the "
                          "same plan finished in --out (e.g. after adding --seeds) and run only the rest")
-    testnet.set_defaults(func=cmd_testnet)
+    testnet.set_defaults(func=run)
 
 
-def cmd_testnet(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """N nodes on this machine (processes over p2pd or py-libp2p, or one process over the in-memory bus), faults
     and hostile peers on a schedule, a live dashboard, then the report (node/testnet/)."""
     from node.service.console import console, pin_hash_seed_if_needed  # the re-exec is main's to allow

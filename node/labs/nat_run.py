@@ -1,4 +1,4 @@
-"""Nodes behind real NAT (node/testnet/netns.py), three scenarios with real processes:
+"""Nodes behind real NAT (node/labs/netns.py), three scenarios with real processes:
 
 exchange  two home nodes (`swarm-node join`, tiny preset), each behind its own masquerading router,
           and two public `swarm-node relay` boxes: the bootstrap box, declared public
@@ -9,11 +9,11 @@ exchange  two home nodes (`swarm-node join`, tiny preset), each behind its own m
           relay_client false everywhere): the homes can dial the public boxes but never each
           other, and the relay boxes forward no gossip, so neither trains a group of the other.
 flood     the public node trains (`join`, relay service on) and a flooder in home 1
-          (node.testnet.flood_origins on p2pd, holding a relay slot on it) sends it valid groups
+          (node.hostile.flood_origins on p2pd, holding a relay slot on it) sends it valid groups
           far over swarm.p2pd.flood_cut_rate; home 0 is an honest private node.
-latency   node.testnet.relay_probe processes: home 0 sends timestamped messages one at a time and
+latency   node.labs.relay_probe processes: home 0 sends timestamped messages one at a time and
           in bursts, on a topic home 1 hears only through the relay and on one a public host hears
-          directly (node/testnet/relay_latency.py).
+          directly (node/labs/relay_latency.py).
 
 Figures come from each node's node.json (reachability, addresses), metrics.jsonl (groups used per
 signer) and `swarm-node status` run inside its namespace (transport counters). Every wait is
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from node.ground.child_env import child_env
 from node.service.relay import RELAY_STATUS_FILE
-from node.testnet.honest_heard import MetricsTail, read_json
-from node.testnet.netns import NatLab
+from node.labs.honest_heard import MetricsTail, read_json
+from node.labs.netns import NatLab
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 4001
@@ -183,7 +183,7 @@ def run_flood(lab: NatLab, out: Path, plan: NatPlan) -> dict:
     summary = out / "flooder.json"
     log = open(out / "flooder.log", "ab")
     swarm.procs["flooder"] = lab.popen(lab.home(1), [
-        sys.executable, "-m", "node.testnet.flood_origins", "--keys", "1", "--rate", str(plan.flood_rate),
+        sys.executable, "-m", "node.hostile.flood_origins", "--keys", "1", "--rate", str(plan.flood_rate),
         "--peers", peers[1], "--swarm", "main", "--seconds", str(flood_s), "--transport", "p2pd",
         "--listen", f"/ip4/0.0.0.0/tcp/{PORT}", "--set", "run.threads=1", "--out", str(summary)],
         cwd=ROOT, env=child_env(), stdout=log, stderr=log)

@@ -1,5 +1,5 @@
 """What each hostile kind sends, one function per kind: `ATTACKS[kind](peer, round_index, budget)`
-publishes at most `budget` messages through `peer` (a node/testnet/hostile.py HostilePeer, which
+publishes at most `budget` messages through `peer` (a node/hostile/peer.py HostilePeer, which
 documents the kinds and what a receiver records for each) and returns how many it sent. They
 build on the peer's blocks (tasks, well-formed groups, junk text, its outboxes) and what it
 learned from traffic (honest keys, envelopes and groups)."""
@@ -16,7 +16,7 @@ from protocol import Kind, peer_id_from_public_key
 from protocol.testing import forge, raw_envelope, tamper_body, with_fields
 
 if TYPE_CHECKING:
-    from node.testnet.hostile import HostilePeer
+    from node.hostile.peer import HostilePeer
 
 FLOOD_DISTINCT_GROUPS = 8  # flood: distinct groups built a step (each re-sealed many times)
 MAX_OVERSIZED_PER_STEP = 4  # 4 MiB each; a receiver's byte bucket (16 MiB) admits ~3 anyway
