@@ -1,11 +1,25 @@
-"""policy/'s own stdlib plumbing: files written whole or not at all (the checkpoints' LATEST), the
-environment of a child `python -m policy.vllm_server`, and a child that dies with its parent.
+"""Stdlib plumbing, policy/'s and node/'s: files written whole or not at all (the checkpoints'
+LATEST, node.json, metrics rewrites), the environment of a child `python -m ...` of this repository
+(the vLLM server, testnet nodes, scorer workers), and a child that dies with its parent.
 
-policy/ imports no other package of this repository (tests/codebase/test_dependency_rule.py), so it keeps
-these beside it; node/ground/ and protocol/ground.py hold the same plumbing for their layers, with
-the same rule: every failed write raises and leaves the old file or the new one, never a torn one
-and no temp file (node/ground/files.py explains it); die_with_parent has no startup race
-(node/ground/parent_death.py explains it). Standard library only."""
+node/ imports it from here (node -> policy is allowed); protocol/ may import neither node/ nor
+policy/ (tests/codebase/test_dependency_rule.py), so protocol/ground.py is this module's twin for the
+parts protocol needs, and tests/codebase/test_ground_twins.py holds the twins to the same source.
+
+Atomic writes: a temp file beside the target (a name of its own: two threads may write one
+target), created with its mode, less the umask, as open() does (a service's UMask=0077 keeps every
+file private), before any byte is written; fsynced, renamed over the target, then the directory
+fsynced so the rename itself survives a crash of the machine. The rule: every failure raises, and
+leaves the old file or the new one, never a torn one, and no temp file. A failure before the rename
+keeps the old file; a failed directory sync after it raises too (the new file is in place, but
+whether it survives a crash is unknown: the caller decides, as the peer cache does by logging it).
+
+die_with_parent, without the startup race: if the parent dies after the fork but before prctl takes
+effect, no signal ever comes. The child is then already reparented, so it compares getppid() with
+the parent pid recorded BEFORE the fork/exec; comparing with 1 would miss it under a subreaper
+(systemd, tini, a container's init), which adopts orphans under its own pid.
+
+Standard library only, so light paths (`swarm-node status`) never load torch."""
 from __future__ import annotations
 
 import ctypes

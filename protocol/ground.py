@@ -1,11 +1,10 @@
-"""protocol/'s own stdlib plumbing: files written whole or not at all (the identity key, the peer
+"""protocol/'s stdlib plumbing: files written whole or not at all (the identity key, the peer
 cache), a child (the p2pd daemon) that dies with its parent, and stopping children by handle.
 
-protocol/ imports no other package of this repository (tests/codebase/test_dependency_rule.py), so it keeps
-these beside it; node/ground/ and policy/ground.py hold the same plumbing for their layers, with the
-same rule: every failed write raises and leaves the old file or the new one, never a torn one and
-no temp file (node/ground/files.py explains it); die_with_parent has no startup race
-(node/ground/parent_death.py explains it). Standard library only."""
+protocol/ imports no other package of this repository (tests/codebase/test_dependency_rule.py), so
+this is the twin of policy/ground.py (where the rules are explained), for the parts protocol needs:
+tests/codebase/test_ground_twins.py holds each function here to the same source as its twin there.
+stop_processes lives only here; node/ imports it from here. Standard library only."""
 from __future__ import annotations
 
 import ctypes

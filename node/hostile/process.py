@@ -39,7 +39,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from node.config.presets import PRESETS  # noqa: E402
-from node.ground.files import atomic_write_text  # noqa: E402
+from policy.ground import atomic_write_text  # noqa: E402
 from node.scoring.verifiers import Verifier  # noqa: E402
 from node.hostile.peer import KINDS, TOPIC_KINDS, VALID_KINDS, HostilePeer  # noqa: E402
 from protocol import Limits, NodeIdentity, Transport, topic_name  # noqa: E402

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.ground.child_env import child_env
+from policy.ground import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 JOIN = ["join", "--preset", "tiny", "--rounds", "1000000", "--quiet", "--listen", "/ip4/127.0.0.1/tcp/0",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from node.config.schema import load_config
-from node.ground.child_env import stop_processes as stop
+from protocol.ground import stop_processes as stop
 from node.labs.honest_heard import (
     MISSING_VERIFIED,
     Probe,

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.ground.child_env import child_env
+from policy.ground import child_env
 from node.service.relay import RELAY_STATUS_FILE
 from node.labs.honest_heard import MetricsTail, read_json
 from node.labs.netns import NatLab

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from node.ground.child_env import stop_processes
+from protocol.ground import stop_processes
 
 PUBLIC_PREFIX = "11.0.0"
 _COUNTER = itertools.count()

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.ground.child_env import child_env
+from policy.ground import child_env
 from node.labs.nat_run import PORT, ROOT, node_json
 from node.labs.netns import NatLab
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 import grpc
 
-from node.ground.files import atomic_write_text
+from policy.ground import atomic_write_text
 from proto import swarm_pb2, swarm_pb2_grpc
 
 NODE_FILE = "node.json"

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from node.ground.files import atomic_write_text
+from policy.ground import atomic_write_text
 
 METRICS_FILE = "metrics.jsonl"
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.ground.files import atomic_write_text
+from policy.ground import atomic_write_text
 
 OPERATOR_FILE = "operator.json"
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from node.ground.child_env import child_env
+from policy.ground import child_env
 from node.scoring.sandbox_worker import HEADER, READY, write_frame
 
 log = logging.getLogger(__name__)

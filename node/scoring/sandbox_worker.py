@@ -13,7 +13,7 @@ import pickle
 import struct
 import sys
 
-from node.ground.parent_death import die_with_parent
+from policy.ground import die_with_parent
 
 HEADER = struct.Struct("!I")
 READY = "ready"

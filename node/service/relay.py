@@ -16,7 +16,7 @@ from node.observe.logs import say
 from node.service.network import build_transport, identity_path
 from node.service.reach import ReachWatch, reach_summary
 from node.service.shutdown import StopOnSignals
-from node.ground.files import atomic_write_text
+from policy.ground import atomic_write_text
 from protocol import NodeIdentity
 
 STATUS_EVERY_S = 30.0  # a status line this often

@@ -41,7 +41,7 @@ from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profil
 from node.testnet.grid import GridEvaluator, grid_spacing
 from node.hostile.peer import HostilePeer
 from node.testnet.plan import Plan, frozen_nodes, halves, node_overrides, restart_event, slowdown
-from node.ground.files import atomic_write_text
+from policy.ground import atomic_write_text
 from protocol import MemoryBus, MemoryTransport, NodeIdentity
 from protocol.transports.impairment import parse_netem
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from node.ground.child_env import child_env
+from policy.ground import child_env
 from node.observe.control import fetch_status
 from node.testnet.plan import Plan, halves, node_overrides, node_rounds, restart_event, slowdown
 from policy.checkpoint import latest_round

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from node.observe.metrics import read_metrics
-from node.ground.child_env import stop_processes as stop
+from protocol.ground import stop_processes as stop
 from scripts.common import ROOT, arg_parser
 from scripts.tools.webdriver import MISSING, Browser
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from node.ground.child_env import stop_processes as stop  # noqa: F401 (the tests' name for it)
+from protocol.ground import stop_processes as stop  # noqa: F401 (the tests' name for it)
 
 ROOT = Path(__file__).resolve().parents[2]
 WARM_SITE = ROOT / "tests" / "support" / "warm_site"

@@ -119,7 +119,7 @@ def test_the_config_its_registry_and_the_control_client_load_without_torch():
     """The schema (every section, the presets, the objective registry's names and knobs) and
     node.json's writer and reader are torch-free, so `swarm-node config` and `status` start fast."""
     assert not _torch_loaded_by(
-        "import node.config.schema, node.observe.control, node.config.env_file, policy.settings, node.ground.files; "
+        "import node.config.schema, node.observe.control, node.config.env_file, policy.settings, policy.ground; "
         "from policy.loss_knobs import OBJECTIVE_KNOBS, check_objective; "
         "[node.config.schema.load_config(p) for p in node.config.schema.PRESETS]; "
         "assert check_objective('tis(mc(dapo))', inner={'inner': {'eps_high': 0.5}}).extra_samples == 1")

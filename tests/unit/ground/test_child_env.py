@@ -1,4 +1,4 @@
-"""node/ground/child_env.py: the environment of the node's child Python processes (testnet nodes and
+"""policy/ground.py child_env: the environment of the node's child Python processes (testnet nodes and
 hostile peers, scorer workers)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from node.ground.child_env import ROOT, child_env
+from policy.ground import ROOT, child_env
 
 
 def test_a_child_imports_the_repository_from_any_directory_and_keeps_the_parents_path(tmp_path, monkeypatch):
@@ -17,10 +17,10 @@ def test_a_child_imports_the_repository_from_any_directory_and_keeps_the_parents
     monkeypatch.setenv("PYTHONPATH", str(extra))
     env = child_env(PYTHONHASHSEED="0")
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), str(extra)] and env["PYTHONHASHSEED"] == "0"
-    probe = "import node.ground.child_env, parent_only; print(node.ground.child_env.__file__)"
+    probe = "import policy.ground, parent_only; print(policy.ground.__file__)"
     child = subprocess.run([sys.executable, "-c", probe],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert child.returncode == 0, child.stderr
-    assert Path(child.stdout.strip()).resolve() == ROOT / "node" / "ground" / "child_env.py"  # this checkout, not another
+    assert Path(child.stdout.strip()).resolve() == ROOT / "policy" / "ground.py"  # this checkout, not another
     monkeypatch.delenv("PYTHONPATH")
     assert child_env()["PYTHONPATH"] == str(ROOT)

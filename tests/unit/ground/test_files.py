@@ -1,5 +1,6 @@
-"""node/ground/files.py: a file is replaced whole or not at all, by one failure rule for the node's,
-policy's and protocol's files; the ground floor loads nothing but the standard library."""
+"""policy/ground.py (protocol/ground.py is its twin: tests/codebase/test_ground_twins.py): a file is
+replaced whole or not at all, by one failure rule for the node's, policy's and protocol's files;
+the ground loads nothing but the standard library."""
 from __future__ import annotations
 
 import stat
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from node.ground.files import atomic_write_bytes, atomic_write_text, fsync_dir
+from policy.ground import atomic_write_bytes, atomic_write_text, fsync_dir
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -46,7 +47,7 @@ def test_the_mode_is_set_before_the_first_byte_and_the_umask_applies(tmp_path):
     atomic_write_bytes(key, b"secret", mode=0o600)
     atomic_write_bytes(fault_file, b"{}", mode=0o644)
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and stat.S_IMODE(fault_file.stat().st_mode) == 0o644
-    code = ("import os, stat, sys; os.umask(0o077); from node.ground.files import atomic_write_text; "
+    code = ("import os, stat, sys; os.umask(0o077); from policy.ground import atomic_write_text; "
             "atomic_write_text(sys.argv[1], 'x'); print(oct(stat.S_IMODE(os.stat(sys.argv[1]).st_mode)))")
     private = subprocess.run([sys.executable, "-c", code, str(tmp_path / "node.json")], cwd=REPO,
                              capture_output=True, text=True, timeout=60)
@@ -77,8 +78,8 @@ def test_threads_writing_one_file_never_tear_it(tmp_path):
 
 def test_the_ground_floor_imports_the_standard_library_only():
     code = ("import sys; before = set(sys.modules); "
-            "import node.ground.files, node.ground.parent_death, node.ground.child_env; "
-            "new = {m.split('.')[0] for m in set(sys.modules) - before} - {'node'}; "
+            "import policy.ground; "
+            "new = {m.split('.')[0] for m in set(sys.modules) - before} - {'policy'}; "
             "sys.exit(f'imported {sorted(new)}' if new - set(sys.stdlib_module_names) else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

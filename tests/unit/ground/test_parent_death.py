@@ -1,5 +1,5 @@
-"""Children die with their parent, without the startup race (node/ground/parent_death.py: the one
-helper that the vLLM server, the p2pd daemon and the scorer workers are started with)."""
+"""Children die with their parent, without the startup race (policy/ground.py and its twin protocol/ground.py:
+the helper that the vLLM server, the scorer workers and the p2pd daemon are started with)."""
 import os
 import signal
 import subprocess
@@ -12,7 +12,7 @@ import pytest
 from tests.support.waiting import wait_until
 
 ROOT = str(Path(__file__).resolve().parents[3])
-MODULES = ["node.ground.parent_death"]
+MODULES = ["policy.ground", "protocol.ground"]
 ORPHANED_EXIT = 1
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
