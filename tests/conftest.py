@@ -74,6 +74,7 @@ def processes():
     stop(started)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups set here into node ids
 def pytest_collection_modifyitems(config, items):
     """On xdist workers (scripts/test.sh runs the suite on several, `--dist loadgroup
     --no-loadscope-reorder`): a test that uses a module-scoped fixture runs on the worker of its
@@ -83,6 +84,7 @@ def pytest_collection_modifyitems(config, items):
     keeps the files' order."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    from _pytest.nodeid import NodeId
     grouped: dict[str, list] = {}
     for item in items:
         fixturedefs = getattr(item, "_fixtureinfo", None)
@@ -92,6 +94,9 @@ def pytest_collection_modifyitems(config, items):
         if group or scopes & {"module", "package", "class"}:
             group = group or item.module.__name__
             item.add_marker(pytest.mark.xdist_group(group))
+            # xdist 3.8 puts the group in the node id through `item._nodeid`, which pytest 9.2 no longer
+            # reads: without this, every test was its own unit and module fixtures were built twice
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
             grouped.setdefault(group, []).append(item)
     slow_in_group = {g: sum(i.get_closest_marker("slow") is not None for i in members)
                      for g, members in grouped.items()}
