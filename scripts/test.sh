@@ -8,8 +8,8 @@
 # - every other test on SWARM_TEST_WORKERS xdist workers (default 2) at the lowest priority (nice
 #   19): they take only the CPU the serial tests leave idle (most of their time is paced rounds and
 #   waits), instead of the serial tests running on an otherwise idle machine after them.
-#   tests/conftest.py keeps a module's fixture-sharing tests (and all vLLM tests) on one worker and
-#   starts the slow work first.
+#   tests/conftest.py keeps a module's fixture-sharing tests on one worker and starts the slow work
+#   first.
 # The slow tests' `python -m node.cli` children are forked from a server that imported torch once
 # (tests/support/warm_children.py; SWARM_TEST_WARM=0 turns it off).
 set -euo pipefail

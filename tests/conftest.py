@@ -78,10 +78,9 @@ def processes():
 def pytest_collection_modifyitems(config, items):
     """On xdist workers (scripts/test.sh runs the suite on several, `--dist loadgroup
     --no-loadscope-reorder`): a test that uses a module-scoped fixture runs on the worker of its
-    module's other such tests, so the fixture is built once as in a serial run (the vLLM tests all on
-    one worker); and the slow work goes first (the modules with the most slow tests, then single slow
-    tests), so the longest runs do not start last and leave one worker alone at the end. A serial run
-    keeps the files' order."""
+    module's other such tests, so the fixture is built once as in a serial run; and the slow work goes
+    first (the modules with the most slow tests, then single slow tests), so the longest runs do not
+    start last and leave one worker alone at the end. A serial run keeps the files' order."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     from _pytest.nodeid import NodeId
@@ -89,10 +88,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         fixturedefs = getattr(item, "_fixtureinfo", None)
         scopes = {defs[-1].scope for defs in (fixturedefs.name2fixturedefs.values() if fixturedefs else ())}
-        # vLLM tests: one worker, so one vLLM server at a time (two beside a third test ran out of memory)
-        group = "vllm" if item.get_closest_marker("vllm") else None
-        if group or scopes & {"module", "package", "class"}:
-            group = group or item.module.__name__
+        if scopes & {"module", "package", "class"}:
+            group = item.module.__name__
             item.add_marker(pytest.mark.xdist_group(group))
             # xdist 3.8 puts the group in the node id through `item._nodeid`, which pytest 9.2 no longer
             # reads: without this, every test was its own unit and module fixtures were built twice

