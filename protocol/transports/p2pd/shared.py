@@ -129,8 +129,11 @@ class Shared:
         `conn_high`, the trimming closed its honest peer's connection, and a node at `conn_low` or
         more dials nobody: both nodes went 15-20 s without each other's groups, twice in 2 minutes."""
         with self.lock:
-            recent = [pid for pid, at in self.useful_at.items() if now - at <= VALUED_WINDOW_S]
-        return set(recent[-self.options.conn_low:])
+            return set(self._recently_useful(now)[-self.options.conn_low:])
+
+    def _recently_useful(self, now: float) -> list[str]:
+        """Peers used within VALUED_WINDOW_S, least recently used first (called under the lock)."""
+        return [pid for pid, at in self.useful_at.items() if now - at <= VALUED_WINDOW_S]
 
     def topics(self) -> list[str]:
         with self.lock:
@@ -145,8 +148,7 @@ class Shared:
             return set()
         with self.lock:
             connected = set(self.connected) - self.relayed_peers
-            recent = [pid for pid, at in self.useful_at.items() if now - at <= VALUED_WINDOW_S and pid in connected]
-        return set(recent[-n:])
+            return set([pid for pid in self._recently_useful(now) if pid in connected][-n:])
 
     def take_in(self, sender: str, topic: str, data: bytes, path: str = GOSSIP) -> str:
         """A peer's message into `topic`'s inbox, as gossip (reader.py) and streams (relayed.py) both
