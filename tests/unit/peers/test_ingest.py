@@ -181,17 +181,20 @@ FLOOD_SENDERS = 32         # delivering peers with a key each: every one stays u
                            # limit, so the whole flood needs verifying, none is refused cheaply
 # quiet, flood, quiet, ..., quiet: each flood phase is compared with the quiet phases on either side
 # of it (the machine's load drifts on the scale of seconds), and the median of those ratios is taken.
-# What is asserted is the training thread's CPU time per round (at most +15%): it counts exactly the
-# work done on the training thread, where main's inline verification lands (ratio 2.3 there), and it
-# is stable on this shared 2-core machine, where wall time of a round swung 4x between phases a few
-# seconds apart while others' tests ran. Wall time is only held to 2x: measured at low load it is
+# What is asserted, first exactly: no message was checked on the training thread (every check ran on
+# the ingest worker). Then the training thread's CPU time per round, at most +30%: it counts the work
+# done on the training thread, where inline verification lands (ratio 2.3 there), and anything else
+# that grows with the flood. It is steadier than wall time on this shared 2-core machine (wall time of
+# a round swung 4x between phases a few seconds apart while others' tests ran), but not exact: the
+# worker beside it still costs the training thread GIL hand-offs and cache, and the paired medians
+# measured 0.94-1.12 in five idle runs and 1.17 in one CI run (the bound was 1.15 then). Wall time is only held to 2x: measured at low load it is
 # 1.3-1.46x, and the same 1.30x with verification throttled to one message per round, i.e. the
 # remaining cost is delivering 2,000-3,500 msgs/s in-process (this test's publisher thread on the
 # memory bus, the worker's drain and staging) competing for the GIL; issue 8's 10% on wall time
 # needs the receive path out of process (the p2pd transport) or ingest in a process of its own.
 FLOOD_PHASES = 6
 ROUNDS_PER_PHASE = 6  # 4 gave CPU ratios of 1.03-1.13 run to run against the 1.15 bound (one failure in a suite run)
-MAX_SLOWDOWN = float(os.environ.get("FLOOD_MAX_SLOWDOWN", "1.15"))
+MAX_SLOWDOWN = float(os.environ.get("FLOOD_MAX_SLOWDOWN", "1.3"))
 MAX_WALL_SLOWDOWN = float(os.environ.get("FLOOD_MAX_WALL_SLOWDOWN", "2.0"))  # gross GIL starvation only
 
 
@@ -216,6 +219,14 @@ def test_a_flood_of_valid_messages_does_not_lengthen_rounds(tmp_path):
     flooders = [MemoryTransport(bus, f"flooder-{i}") for i in range(FLOOD_SENDERS)]
     for t in flooders:
         t.start()
+    checked_on: Counter = Counter()  # thread ident -> messages checked there
+    run_checks = node.exchange.intake.check
+
+    def check_recording_thread(staged, round_index):
+        checked_on[threading.get_ident()] += 1
+        run_checks(staged, round_index)
+
+    node.exchange.intake.check = check_recording_thread
     own_groups = node.cfg.tasks.prompts_per_round
     calibration = [node.run_one(10_000)["t_round"] for _ in range(6)]  # also pays one-time costs
     round_s = statistics.median(calibration[2:])
@@ -273,6 +284,7 @@ def test_a_flood_of_valid_messages_does_not_lengthen_rounds(tmp_path):
           f"accepted {status['accepted']}, used {sum(status['used_by_sender'].values())}")
     assert ingest["checked"] > 0 and status["accepted"] > 0  # the flood really was ingested
     assert sum(ingest["dropped"].values()) > 0  # and more arrived than the budget allowed
+    assert checked_on[threading.get_ident()] == 0 and sum(checked_on.values()) == ingest["checked"], checked_on
     assert cpu_ratio <= MAX_SLOWDOWN, phases
     assert wall_ratio <= MAX_WALL_SLOWDOWN, phases
 
