@@ -13,6 +13,7 @@ and `completion_logprobs(..., temperature=0)` uses the same convention.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 from typing import TYPE_CHECKING, Protocol
 
@@ -63,6 +64,10 @@ class HFGenerator:
         pad_id = tokenizer.pad_token_id
         self.pad_id = pad_id if pad_id is not None else self.eos_ids[0]
         self.policy_version = 0
+        # work done so far, for whoever charges it (node/testnet/clock.py): decode steps (a batch runs
+        # as many as its longest completion needs, every row alike) and prompts prefilled (distinct
+        # prompts, per batch)
+        self.work: collections.Counter = collections.Counter()
 
     def refresh(self, policy_version: int) -> None:
         self.policy_version = policy_version
@@ -79,6 +84,7 @@ class HFGenerator:
     def _generate_batch(self, prompts: list[list[int]], owners: list[int], params: SamplingParams) -> list[Rollout]:
         device = self.model.device
         rows = [prompts[index] for index in owners]
+        self.work["prompts_prefilled"] += len({tuple(row) for row in rows})
         input_ids, attention_mask, _ = pad_batch(rows, [[] for _ in rows], self.pad_id)  # [B, P]
         recorder = TokenSampler(params.temperature)
         with _without_model_generation_defaults(self.model):
@@ -90,6 +96,7 @@ class HFGenerator:
                 logits_processor=LogitsProcessorList([recorder]),
             )  # [B, P+S]
         new_tokens = sequences[:, input_ids.shape[1] :]  # [B, S]
+        self.work["decode_steps"] += new_tokens.shape[1]
         recorded = torch.stack((recorder.finish(new_tokens), recorder.finish_entropy(new_tokens)))  # [2, B, S]
         # One transfer to Python lists; the per-row work left is string decoding.
         logprobs, entropies = recorded.tolist()

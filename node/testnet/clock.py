@@ -7,10 +7,15 @@ A round costs (every count from the round's metrics row, node/train/loop.py and 
 
     round_overhead_s                                   python, scoring, composing, the optimizer step
     + tokens_generated / gen_tokens_per_s              our own rollouts
-    + generate_calls * generate_call_s                 each generate call's prefill and set-up (one a
-                                                       round, hinted prompts included; DARS extras are
-                                                       calls of their own)
+    + generate_calls * generate_call_s                 each generate call's set-up (one a round, hinted
+                                                       prompts included; DARS extras are calls of their own)
+    + generate_steps * generate_step_s                 each decode step: a batch of up to the generator's
+                                                       max_batch rows runs as many as its longest
+                                                       completion needs, every row alike
+    + generate_prompts * prompt_prefill_s              each distinct prompt, prefilled once
     + tokens_trained / train_tokens_per_s              every row trained, ours and peers'
+    + tokens_forwarded * forward_token_s               the update's padded batch (prompt + completion of
+                                                       every row trained), forward and backward
     + optimizer_steps * optimizer_step_s               each update's backward and optimizer step (a
                                                        round with nothing to train takes none)
     + groups_external * external_group_s               each peer group in the update (re-scored under
@@ -22,7 +27,9 @@ A round costs (every count from the round's metrics row, node/train/loop.py and 
                                                        the audit): rebuild, re-score, re-tokenize, tier
     + messages_published * message_publish_s           every message we sign and publish
     + hint_generate_calls * generate_call_s            writing hints for peers' requests: generation
-      + hint_tokens_generated / gen_tokens_per_s       on our device, for them
+      + hint_generate_steps * generate_step_s          on our device, for them
+      + hint_generate_prompts * prompt_prefill_s
+      + hint_tokens_generated / gen_tokens_per_s
 
 so a node pays for all the work sharing makes it do, measured on a swarm, not a lone node
 (`scripts/tools/measure_profile.py` fits every rate on the rounds of a silo and a 4/4 testnet). The held-out
@@ -54,6 +61,9 @@ class DeviceProfile:
     message_skim_s: float = 0.0  # per message skimmed and dropped unchecked
     optimizer_step_s: float = 0.0  # per optimizer step taken
     external_group_s: float = 0.0  # per peer (or replayed) group in the update
+    generate_step_s: float = 0.0  # per decode step of a generator batch
+    prompt_prefill_s: float = 0.0  # per distinct prompt generated for (its prefill)
+    forward_token_s: float = 0.0  # per padded token of the update's batch
     speed: float = 1.0  # relative to the measured device: what `--charge wall` divides wall time by
 
     def scaled(self, factor: float, name: str) -> DeviceProfile:
@@ -64,7 +74,8 @@ class DeviceProfile:
                        message_check_s=self.message_check_s / factor, group_verify_s=self.group_verify_s / factor,
                        message_publish_s=self.message_publish_s / factor, message_skim_s=self.message_skim_s / factor,
                        optimizer_step_s=self.optimizer_step_s / factor, external_group_s=self.external_group_s / factor,
-                       speed=self.speed * factor)
+                       generate_step_s=self.generate_step_s / factor, prompt_prefill_s=self.prompt_prefill_s / factor,
+                       forward_token_s=self.forward_token_s / factor, speed=self.speed * factor)
 
 
 # The "fast" device per preset: one CPU thread of the machine the numbers were measured on, printed by
@@ -73,15 +84,17 @@ class DeviceProfile:
 # smollm2 on a lone node (no exchange rates: their testnets charge no exchange work).
 MEASURED: dict[str, DeviceProfile] = {
     "tiny": DeviceProfile("fast", gen_tokens_per_s=23750.0, train_tokens_per_s=5770.0, round_overhead_s=0.0055),
-    # `python -m scripts.tools.measure_profile --preset tiny-warm --repeats 3` at `nice -n -19` (3,480 rounds: 4 nodes,
-    # five treatments in turn three times; 2-core AMD EPYC VM, 2026-11-28, refitted after the exchange got cheaper):
-    # a round's update costs 12 ms per optimizer step taken (a positive-only round often takes none) and 0.4 ms per
-    # peer group, a generate call 16 ms whatever its rows; charged/wall on those rounds 1.00 (8/0, own failures
-    # trained), 0.96 (8/0, dropped), 0.97 (4/4, trained), 1.02 (4/4, dropped), 1.05 (8/4 self-replay)
-    "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=4.632e+04, train_tokens_per_s=1.326e+04,
-                               round_overhead_s=0.00083, generate_call_s=0.0157, message_check_s=0.000484,
-                               group_verify_s=0.000536, message_publish_s=0.000169, message_skim_s=0.000247,
-                               optimizer_step_s=0.0123, external_group_s=0.000429),
+    # `python -m scripts.tools.measure_profile --preset tiny-warm --repeats 3` at `nice -n -19` (6,264 rounds: 4 nodes,
+    # nine treatments (the skeptic's arms and its silo sweep's 16 and 32 prompts a round) in turn three times; 2-core
+    # AMD EPYC VM, 2026-11-29, refitted when the clock began charging decode steps, prefilled prompts and the
+    # update's padded batch): a decode step costs 2.2 ms whatever its rows (a 64-row batch: one step for all),
+    # a prefilled prompt 0.46 ms, an optimizer step 10 ms; charged/wall on those rounds 0.95-1.05 per treatment
+    # (the profile before this one: 0.90-1.45 on the same rounds)
+    "tiny-warm": DeviceProfile("fast", gen_tokens_per_s=4.437e+05, train_tokens_per_s=1.144e+05,
+                               round_overhead_s=0.000684, generate_call_s=0.00341, message_check_s=0.000533,
+                               group_verify_s=0.00043, message_publish_s=8.34e-05, message_skim_s=0.000183,
+                               optimizer_step_s=0.00997, external_group_s=0.000695, generate_step_s=0.00225,
+                               prompt_prefill_s=0.000457, forward_token_s=1.18e-05),
     # measured with `python -m scripts.tools.measure_profile --preset smollm2 --set sampling.max_new_tokens=48`
     "smollm2": DeviceProfile("fast", gen_tokens_per_s=201.5, train_tokens_per_s=37.79, round_overhead_s=3.2),
     # `python -m scripts.tools.measure_profile --preset smollm2-arith --rounds 10` (64 counted rounds of 4 + 4 nodes,
@@ -110,7 +123,9 @@ def profiles(preset: str) -> dict[str, DeviceProfile]:
 def generation_cost(row: dict, profile: DeviceProfile) -> float:
     """Virtual seconds of the round's own generation (before it exchanges with the swarm)."""
     return (row.get("tokens_generated", 0) / profile.gen_tokens_per_s
-            + row.get("generate_calls", 0) * profile.generate_call_s)
+            + row.get("generate_calls", 0) * profile.generate_call_s
+            + row.get("generate_steps", 0) * profile.generate_step_s
+            + row.get("generate_prompts", 0) * profile.prompt_prefill_s)
 
 
 def exchange_cost(row: dict, profile: DeviceProfile) -> float:
@@ -120,6 +135,8 @@ def exchange_cost(row: dict, profile: DeviceProfile) -> float:
             + row.get("messages_published", 0) * profile.message_publish_s
             + row.get("messages_skimmed", 0) * profile.message_skim_s
             + row.get("hint_generate_calls", 0) * profile.generate_call_s
+            + row.get("hint_generate_steps", 0) * profile.generate_step_s
+            + row.get("hint_generate_prompts", 0) * profile.prompt_prefill_s
             + row.get("hint_tokens_generated", 0) / profile.gen_tokens_per_s)
 
 
@@ -136,7 +153,8 @@ def training_cost(row: dict, profile: DeviceProfile) -> float:
     """Virtual seconds of the round's update (its fixed part is in round_overhead_s)."""
     return (row.get("tokens_trained", 0.0) / profile.train_tokens_per_s
             + row.get("optimizer_steps", 0.0) * profile.optimizer_step_s
-            + row.get("groups_external", 0) * profile.external_group_s)
+            + row.get("groups_external", 0) * profile.external_group_s
+            + row.get("tokens_forwarded", 0.0) * profile.forward_token_s)
 
 
 def charged_over_wall(rows: list[dict], spent: str = "t_round") -> float | None:

@@ -41,7 +41,8 @@ from policy.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
-WORK_KEYS = ("generate_calls", "hint_generate_calls", "hint_tokens_generated")
+WORK_KEYS = ("generate_calls", "generate_steps", "generate_prompts",
+             "hint_generate_calls", "hint_generate_steps", "hint_generate_prompts", "hint_tokens_generated")
 EXCHANGE_STATE = "exchange.json"  # in each checkpoint: the exchange's admission state (node/peers/admission.py)
 
 
@@ -67,12 +68,22 @@ class SamplingContext:
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams, *,
                  for_peers: bool = False) -> list[list]:
-        """The generator's completions, counted as this node's work: calls (each has a fixed cost:
-        a prefill, python) and, for peers (hint writing), the tokens generated. The held-out
-        evaluation calls the generator directly: the measuring instrument is not charged."""
+        """The generator's completions, counted as this node's work: calls (python, set-up), decode
+        steps (an HF generator's batch of up to max_batch rows runs as many as its longest
+        completion needs), prompts prefilled (distinct ones, per batch) and, for peers (hint
+        writing), the tokens generated. A generator that reports no work (vLLM) counts as one batch:
+        its distinct prompts and its longest completion. The held-out evaluation calls the generator
+        directly: the measuring instrument is not charged."""
+        reported = getattr(self.generator, "work", None)
+        before = Counter(reported) if reported is not None else None
         out = self.generator.generate(prompts, n, params)
+        done = reported - before if before is not None else Counter(
+            decode_steps=max((len(r.completion_ids) for rs in out for r in rs), default=0),
+            prompts_prefilled=len({tuple(p) for p in prompts}))
         prefix = "hint_" if for_peers else ""
         self.work[prefix + "generate_calls"] += 1
+        self.work[prefix + "generate_steps"] += done["decode_steps"]
+        self.work[prefix + "generate_prompts"] += done["prompts_prefilled"]
         if for_peers:
             self.work["hint_tokens_generated"] += sum(len(r.completion_ids) for rs in out for r in rs)
         return out

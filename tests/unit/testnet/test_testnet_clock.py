@@ -33,14 +33,18 @@ def test_round_cost_charges_generation_training_and_overhead():
 
 def test_round_cost_charges_every_part_of_the_exchange():
     device = DeviceProfile("d", gen_tokens_per_s=100.0, train_tokens_per_s=50.0, round_overhead_s=0.5,
-                           generate_call_s=0.1, message_check_s=0.01, group_verify_s=0.2, message_publish_s=0.05)
-    row = {"tokens_generated": 200, "tokens_trained": 100.0, "generate_calls": 3, "messages_checked": 20,
-           "groups_verified": 4, "messages_published": 10, "hint_generate_calls": 2, "hint_tokens_generated": 50}
-    # 0.5 + (2 + 0.3) + 2 + (0.2 + 0.8 + 0.5 + 0.2 + 0.5)
-    assert round_cost(row, device) == pytest.approx(7.0)
-    assert round_cost(row, device.scaled(2.0, "x")) == pytest.approx(3.5)  # every rate, exchange included
-    silo_row = {"tokens_generated": 200, "tokens_trained": 100.0, "generate_calls": 3}
-    assert round_cost(row, device) - round_cost(silo_row, device) == pytest.approx(2.2)
+                           generate_call_s=0.1, message_check_s=0.01, group_verify_s=0.2, message_publish_s=0.05,
+                           generate_step_s=0.3, prompt_prefill_s=0.02, forward_token_s=0.001)
+    row = {"tokens_generated": 200, "tokens_trained": 100.0, "generate_calls": 3, "generate_steps": 4,
+           "generate_prompts": 10, "tokens_forwarded": 500.0, "messages_checked": 20, "groups_verified": 4,
+           "messages_published": 10, "hint_generate_calls": 2, "hint_generate_steps": 2, "hint_generate_prompts": 5,
+           "hint_tokens_generated": 50}
+    # 0.5 + (2 + 0.3 + 1.2 + 0.2) + (2 + 0.5) + (0.2 + 0.8 + 0.5 + (0.2 + 0.6 + 0.1 + 0.5))
+    assert round_cost(row, device) == pytest.approx(9.6)
+    assert round_cost(row, device.scaled(2.0, "x")) == pytest.approx(4.8)  # every rate, exchange included
+    silo_row = {key: row[key] for key in ("tokens_generated", "tokens_trained", "generate_calls", "generate_steps",
+                                          "generate_prompts", "tokens_forwarded")}
+    assert round_cost(row, device) - round_cost(silo_row, device) == pytest.approx(2.9)
     wall = {**row, "t_round": 0.8}
     assert round_cost(wall, device, "wall") == 0.8 and round_cost(wall, device.scaled(2.0, "x"), "wall") == 0.4
     assert charged_over_wall([{"cost_s": 0.3, "t_round": 0.6}, {"cost_s": 0.1, "t_round": 0.2}, {"t_round": 9}]) \
@@ -65,6 +69,9 @@ def test_a_swarm_round_counts_its_exchange_work_and_the_evaluation_is_free(tmp_p
     silo = MemoryTestnet(plan, (8, 0), 0, tmp_path / "silo").run()
     silo_row = read_metrics(Path(silo["nodes"][0]["run_dir"]))[-1]
     assert "messages_checked" not in silo_row and silo_row["generate_calls"] == 1.0  # one batched call
+    # 8 prompts x 8 rows: one batch, prefilled once per prompt, of one decode step (the tiny preset's max_new_tokens)
+    assert silo_row["generate_steps"] == 1.0 and silo_row["generate_prompts"] == 8.0
+    assert silo_row["tokens_forwarded"] >= silo_row["tokens_trained"] > 0  # prompts and padding go through too
     from node.train.loop import Node
 
     node = Node(tiny_config("eval.every=1", "eval.tasks_per_family=2", threads=None), tmp_path / "alone")
@@ -288,24 +295,28 @@ def test_the_profile_fit_recovers_the_rates_rounds_were_made_with():
     truth = DeviceProfile("t", gen_tokens_per_s=5000.0, train_tokens_per_s=2000.0, round_overhead_s=0.004,
                           generate_call_s=0.02, message_check_s=0.0004, group_verify_s=0.0006,
                           message_publish_s=0.0002, message_skim_s=0.0001, optimizer_step_s=0.012,
-                          external_group_s=0.001)
+                          external_group_s=0.001, generate_step_s=0.01, prompt_prefill_s=0.0005,
+                          forward_token_s=0.00002)
     rng, rows = random.Random(0), []
     for _ in range(300):
         work = {"tokens_generated": rng.randint(50, 300), "generate_calls": rng.randint(1, 3),
-                "tokens_trained": rng.randint(0, 200), "optimizer_steps": rng.randint(0, 1),
-                "groups_external": rng.randint(0, 4), "messages_checked": rng.randint(0, 20),
-                "groups_verified": rng.randint(0, 6), "messages_published": rng.randint(0, 8),
-                "messages_skimmed": rng.randint(0, 10)}
-        t_generate = work["tokens_generated"] / 5000.0 + work["generate_calls"] * 0.02
+                "generate_steps": rng.randint(1, 4), "generate_prompts": rng.randint(4, 32),
+                "tokens_trained": rng.randint(0, 200), "tokens_forwarded": rng.randint(0, 3000),
+                "optimizer_steps": rng.randint(0, 1), "groups_external": rng.randint(0, 4),
+                "messages_checked": rng.randint(0, 20), "groups_verified": rng.randint(0, 6),
+                "messages_published": rng.randint(0, 8), "messages_skimmed": rng.randint(0, 10)}
+        t_generate = (work["tokens_generated"] / 5000.0 + work["generate_calls"] * 0.02 + work["generate_steps"] * 0.01
+                      + work["generate_prompts"] * 0.0005)
         t_train = (0.003 + work["tokens_trained"] / 2000.0 + work["optimizer_steps"] * 0.012
-                   + work["groups_external"] * 0.001)
+                   + work["groups_external"] * 0.001 + work["tokens_forwarded"] * 0.00002)
         t_exchange = (work["messages_checked"] * 0.0004 + work["groups_verified"] * 0.0006
                       + work["messages_published"] * 0.0002 + work["messages_skimmed"] * 0.0001)
         rows.append({**work, "t_generate": t_generate, "t_train": t_train, "t_exchange": t_exchange,
                      "t_round": t_generate + t_train + t_exchange + 0.001})
     fitted = fit_profile(rows)
     for field in ("gen_tokens_per_s", "train_tokens_per_s", "round_overhead_s", "generate_call_s", "message_check_s",
-                  "group_verify_s", "message_publish_s", "message_skim_s", "optimizer_step_s", "external_group_s"):
+                  "group_verify_s", "message_publish_s", "message_skim_s", "optimizer_step_s", "external_group_s",
+                  "generate_step_s", "prompt_prefill_s", "forward_token_s"):
         assert getattr(fitted, field) == pytest.approx(getattr(truth, field), rel=1e-6), field
     silo = [r for r in rows if r["groups_external"] == 0]
     assert charged_over_wall([{**r, "cost_s": round_cost(r, fitted)} for r in silo]) == pytest.approx(1.0)

@@ -149,6 +149,9 @@ def test_repeated_prompts_are_prefilled_once_and_sample_as_one_prompt_with_n(tin
     finally:
         hook.remove()
     assert prefill_rows == [2, 3, 1]  # distinct prompts per batch, not its 5, 5, 2 rows
+    # what the compute clock charges: each batch runs as many decode steps as its longest completion needs
+    longest = [max(len(r.completion_ids) for r in merged[a:b]) for a, b in ((0, 5), (5, 10), (10, 12))]
+    assert generator.work["prompts_prefilled"] == 6 and sum(longest) <= generator.work["decode_steps"] <= 3 * 8
     grouped = [r for group in generator.generate(prompts, 3, params) for r in group]
     references = [grouped]
     if temperature == 0.0:
