@@ -281,10 +281,7 @@ class Learner:
         version_before = self.policy_version
         stats.update(self._train(batch, sel, trained))
         stats["optimizer_steps"] = float(self.policy_version - version_before)  # less any step skipped
-        stats["tokens_trained"] = batch.tokens
-        # what the update's forward and backward passes run over: every row trained, prompt and
-        # completion, padded (the compute clock charges it, node/testnet/clock.py)
-        stats["tokens_forwarded"] = float(batch.input_ids.numel())
+        stats["tokens_trained"], stats["tokens_forwarded"] = batch.tokens, float(batch.input_ids.numel())  # padded
         return stats
 
     def _train(self, batch: _Batch, sel: Selection, trained: list[int]) -> dict[str, float]:
