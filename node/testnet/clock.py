@@ -203,11 +203,20 @@ class TurnQueue:
         return len(self._heap)
 
 
-def rate_time_scale(profile: DeviceProfile, tokens_per_round: float, round_s: float) -> float:
+def full_round(prompts: int, group_size: int, max_new_tokens: int, max_batch: int = 64) -> dict[str, float]:
+    """The work row of a full round: `prompts` x `group_size` rows, each generating and training
+    `max_new_tokens`, in one generate call (batches of `max_batch` rows) and one optimizer step."""
+    rows = prompts * group_size
+    tokens = float(rows * max_new_tokens)
+    return {"tokens_generated": tokens, "tokens_trained": tokens, "tokens_forwarded": tokens, "generate_calls": 1,
+            "generate_steps": -(-rows // max_batch) * max_new_tokens, "generate_prompts": prompts,
+            "optimizer_steps": 1}
+
+
+def rate_time_scale(profile: DeviceProfile, work: dict[str, float], round_s: float) -> float:
     """How much faster than virtual time rate limits and publication pace run. They are sized for
     rounds of seconds (the rounds clock's tick, 2 s, lets a round's groups through); a tiny round is
     milliseconds of virtual time, so on virtual time every honest node would look like a flood. They
-    run on virtual time stretched so that a fast node's full round (generating and training
-    `tokens_per_round`) lasts `round_s`; a faster round publishes proportionally faster, as it would."""
-    nominal = round_cost({"tokens_generated": tokens_per_round, "tokens_trained": tokens_per_round}, profile)
-    return round_s / nominal
+    run on virtual time stretched so that a fast node's full round (`work`, see full_round) lasts
+    `round_s`; a faster round publishes proportionally faster, as it would."""
+    return round_s / round_cost(work, profile)

@@ -37,7 +37,8 @@ from node.observe.logs import node_log
 from node.train.loop import Node
 from node.service.assembly import memory_bus_node, solo_node
 from node.service.network import IDENTITY_FILE
-from node.testnet.clock import VIRTUAL_EPOCH, TurnQueue, generation_cost, profiles, rate_time_scale, round_cost
+from node.testnet.clock import (VIRTUAL_EPOCH, TurnQueue, full_round, generation_cost, profiles, rate_time_scale,
+                                round_cost)
 from node.testnet.grid import GridEvaluator, grid_spacing
 from node.hostile.peer import HostilePeer
 from node.testnet.plan import Plan, frozen_nodes, halves, node_overrides, restart_event, slowdown
@@ -72,8 +73,8 @@ class MemoryTestnet:
             devices = profiles(plan.preset)
             self.profiles = [devices["slow" if slowdown(plan, i) > 1 else "fast"] for i in range(plan.nodes)]
             cfg = self.configs[0]
-            tokens = sum(plan.mixes[0]) * cfg.sampling.group_size * cfg.sampling.max_new_tokens
-            scale = rate_time_scale(devices["fast"], tokens, TICK_S)
+            work = full_round(sum(plan.mixes[0]), cfg.sampling.group_size, cfg.sampling.max_new_tokens)
+            scale = rate_time_scale(devices["fast"], work, TICK_S)
             self.protocol_clock = lambda: VIRTUAL_EPOCH + self.now
             self.swarm_clock = lambda: self.now * scale
             self.grid = GridEvaluator(grid_spacing(plan), plan.nodes)
