@@ -218,8 +218,8 @@ class RelayedGossip:
         with s.lock:
             if not s.relayed_peers and not direct:
                 return
-            if len(data) > MAX_RELAYED_BYTES:
-                s.stats["relayed_too_big"] += 1
+            if len(data) > MAX_RELAYED_BYTES:  # a direct peer still gets it by gossip; a relayed-only one never
+                s.stats["relayed_too_big" if s.relayed_peers else "direct_too_big"] += 1
                 return
             if len(self.outbound) >= OUTBOUND_MAX:
                 self.outbound.popleft()

@@ -56,6 +56,7 @@ STAT_KEYS = (
     "direct_sent", "direct_send_failures",  # our messages on streams to direct peers, beside gossip (relayed.py)
     "direct_received",           # messages a directly connected peer brought on a stream
     "direct_given_up",           # our messages a direct peer never acknowledged after SEND_TRIES tries
+    "direct_too_big",            # our messages over MAX_RELAYED_BYTES with only direct peers: gossip alone carries them
     "dropped_copies",            # messages already delivered on the other path (gossip / stream: dedup.py)
 )
 

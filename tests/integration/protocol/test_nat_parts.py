@@ -233,11 +233,14 @@ def test_a_flood_on_relayed_streams_is_cut_like_gossip(pair):
     assert 200 <= delivered < 12 * 32 and a.stats()["dropped_flooding_origin"] >= 1
 
 
-def test_only_small_messages_are_queued_for_relayed_peers(pair):
+def test_only_small_messages_are_queued_for_relayed_peers(pair, monkeypatch):
     _, b = pair
     relayed = b._relayed
     relayed.offer(TOPIC, b"x")  # no relayed-only peer: nothing queued
     assert not relayed.outbound
+    monkeypatch.setattr(b._shared, "direct_targets", lambda now: {"12D3KooWaDirectPeer"})
+    relayed.offer(TOPIC, b"y" * (MAX_RELAYED_BYTES + 1))  # a direct peer only: gossip carries it
+    assert not relayed.outbound and b.stats()["direct_too_big"] == 1 and b.stats()["relayed_too_big"] == 0
     with b._shared.lock:
         b._shared.relayed_peers = {"12D3KooWsomebodyBehindARelay"}
     relayed.offer(TOPIC, b"y" * (MAX_RELAYED_BYTES + 1))  # no relay carries it (128 KiB a connection)
