@@ -32,8 +32,8 @@ A round costs (every count from the round's metrics row, node/train/loop.py and 
       + hint_tokens_generated / gen_tokens_per_s
 
 so a node pays for all the work sharing makes it do, measured on a swarm, not a lone node
-(`scripts/tools/measure_profile.py` fits every rate on the rounds of every treatment the experiments charge). The held-out
-evaluation is the measuring instrument: it is never charged. `--charge wall` charges each round's
+(`scripts/tools/measure_profile.py` fits every rate on the rounds of every treatment the experiments
+charge). The held-out evaluation is the measuring instrument: it is never charged. `--charge wall` charges each round's
 measured wall time instead (scaled by the profile's speed): not repeatable, but it assumes no model.
 """
 from __future__ import annotations

@@ -146,12 +146,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             rows = swarm_rows(args.preset, args.nodes, args.rounds, args.overrides, Path(tmp), args.repeats,
                               args.seed)
+    counted = [r for arm_rows in rows.values() for r in arm_rows]
     if args.check:
         profile = fast_profile(args.preset)
-        print(f"checking the profile in node/testnet/clock.py on {sum(map(len, rows.values()))} rounds: {profile}")
+        print(f"checking the profile in node/testnet/clock.py on {len(counted)} rounds: {profile}")
     else:
-        profile = fit_profile([r for mix_rows in rows.values() for r in mix_rows])
-        print(f"fitted on {sum(map(len, rows.values()))} rounds: {profile}")
+        profile = fit_profile(counted)
+        print(f"fitted on {len(counted)} rounds: {profile}")
     for name, arm_rows in rows.items():
         charged = [{**r, "cost_s": round_cost(r, profile)} for r in arm_rows]
         phases = {key: mean(r[key] for r in arm_rows) for key in ("t_generate", "t_exchange", "t_train", "t_round")}

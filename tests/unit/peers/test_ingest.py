@@ -187,13 +187,14 @@ FLOOD_SENDERS = 32         # delivering peers with a key each: every one stays u
 # that grows with the flood. It is steadier than wall time on this shared 2-core machine (wall time of
 # a round swung 4x between phases a few seconds apart while others' tests ran), but not exact: the
 # worker beside it still costs the training thread GIL hand-offs and cache, and the paired medians
-# measured 0.94-1.12 in five idle runs and 1.17 in one CI run (the bound was 1.15 then). Wall time is only held to 2x: measured at low load it is
-# 1.3-1.46x, and the same 1.30x with verification throttled to one message per round, i.e. the
-# remaining cost is delivering 2,000-3,500 msgs/s in-process (this test's publisher thread on the
-# memory bus, the worker's drain and staging) competing for the GIL; issue 8's 10% on wall time
-# needs the receive path out of process (the p2pd transport) or ingest in a process of its own.
+# measured 0.94-1.12 in five idle runs and 1.17 in one CI run (the bound was 1.15 then). Wall time
+# is only held to 2x: measured at low load it is 1.3-1.46x, and the same 1.30x with verification
+# throttled to one message per round, i.e. the remaining cost is delivering 2,000-3,500 msgs/s
+# in-process (this test's publisher thread on the memory bus, the worker's drain and staging)
+# competing for the GIL; issue 8's 10% on wall time needs the receive path out of process (the p2pd
+# transport) or ingest in a process of its own.
 FLOOD_PHASES = 6
-ROUNDS_PER_PHASE = 6  # 4 gave CPU ratios of 1.03-1.13 run to run against the 1.15 bound (one failure in a suite run)
+ROUNDS_PER_PHASE = 6  # 4 gave CPU ratios of 1.03-1.13 run to run (one failure in a suite run at the 1.15 bound then)
 MAX_SLOWDOWN = float(os.environ.get("FLOOD_MAX_SLOWDOWN", "1.3"))
 MAX_WALL_SLOWDOWN = float(os.environ.get("FLOOD_MAX_WALL_SLOWDOWN", "2.0"))  # gross GIL starvation only
 
