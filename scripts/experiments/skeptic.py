@@ -116,14 +116,16 @@ def run_arm(job: dict) -> dict:
     torch.set_num_threads(1)
     arm, path = job["arm"], Path(job["path"])
     nodes = job["nodes"] * (2 if arm.get("frozen") else 1)
+    sizes = [tuple(size) for size in job.get("model_sizes", ())]  # tiny shapes per node, cycled (weak peers)
     plan = Plan(nodes=nodes, rounds=job["rounds"], preset=PRESET, mixes=[tuple(arm["mix"])], transport="memory",
                 heterogeneous=False, overrides=[*job["extra"], *arm.get("set", [])], out=path.parent,
-                clock="compute", budget_s=job["budget"], grid_s=job["grid"], frozen_peers=bool(arm.get("frozen")))
+                clock="compute", budget_s=job["budget"], grid_s=job["grid"], frozen_peers=bool(arm.get("frozen")),
+                model_sizes=sizes)
     plan.validate()
     shutil.rmtree(path.with_suffix(""), ignore_errors=True)  # a run cut short must not be resumed from its checkpoints
     result = MemoryTestnet(plan, tuple(arm["mix"]), job["seed"], path.with_suffix(""), None,
                            budget_s=job["budget"]).run()
-    figures = run_figures(result)
+    figures = run_figures(result, sizes)
     path.write_text(json.dumps(figures, indent=1))
     return figures
 
@@ -134,9 +136,10 @@ FIGURE_KEYS = ("heldout", *(f"pass{k}" for k in PASS_AT), "auc", "train_reward",
 PAIRED_KEYS = ("heldout", "auc", f"pass{PASS_AT[0]}")
 
 
-def run_figures(result: dict) -> dict:
+def run_figures(result: dict, model_sizes: list[tuple[int, int]] = ()) -> dict:
     """A run's figures, means over its measured (not frozen) nodes, from the testnet report's own
-    per-node figures (node/testnet/report_clock.py node_figures, node/testnet/report.py late_diversity)."""
+    per-node figures (node/testnet/report_clock.py node_figures, node/testnet/report.py late_diversity).
+    With `model_sizes` (cycled over the nodes, as --model-sizes), also the means per shape, "by_size"."""
     from node.testnet.clock import charged_over_wall
     from node.testnet.report import late_diversity, mean_of, measured
     from node.testnet.report_clock import mean_curve, node_figures
@@ -154,9 +157,13 @@ def run_figures(result: dict) -> dict:
             "successes_per_s": sum(r.get("distinct_successes", 0) for r in rows if r["vtime_end"] <= budget) / budget,
             "rounds": fig["rounds"], "charged_over_wall": charged_over_wall(rows),
             "charged_over_cpu": charged_over_wall(rows, "t_round_cpu"), **late_diversity(rows),
-            "learned": fig["families"],
+            "learned": fig["families"], "index": fig["index"],
         })
     out = {key: mean_of(per_node, key) for key in FIGURE_KEYS}
+    if model_sizes:
+        shape = {n["index"]: "x".join(map(str, model_sizes[n["index"] % len(model_sizes)])) for n in per_node}
+        out["by_size"] = {label: {key: mean_of([n for n in per_node if shape[n["index"]] == label], key)
+                                  for key in FIGURE_KEYS} for label in dict.fromkeys(shape.values())}
     grid, heldout = zip(*mean_curve([n["curve"] for n in per_node]))
     out["curve"] = {"t": list(grid), "heldout": list(heldout)}
     out["learned_runs"] = [n["learned"] for n in per_node]

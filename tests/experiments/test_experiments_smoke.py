@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from statistics import mean
 from pathlib import Path
 
 import pytest
@@ -131,7 +132,7 @@ def test_exp_swarm_size_quick(tmp_path, monkeypatch):
     monkeypatch.setenv("SWARM_NODE_CACHE", str(tmp_path / "cache"))
     result = run_script("scripts.experiments.swarm_size", "exp_swarm_size", tmp_path)
     curves = {(p["curve"], p["x"]): p for p in result["points"]}
-    assert set(curves) == {("N", 2), ("N", 4), ("J", 2), ("J", 4)}
+    assert set(curves) == {("N", 2), ("N", 4), ("J", 2), ("J", 4), ("weak", 2)}
     assert curves[("N", 4)]["nodes"] == 4 and curves[("J", 2)]["mix"] == [6, 2]
     for point in result["points"]:
         for key in ("heldout", "pass8"):
@@ -139,7 +140,24 @@ def test_exp_swarm_size_quick(tmp_path, monkeypatch):
             assert point["gain"][key]["diffs"] == pytest.approx([a - b for a, b in zip(point["swarm"][key],
                                                                                       point["silo"][key])])
     assert curves[("N", 2)]["swarm"] == curves[("J", 4)]["swarm"]  # the same runs: N = 2 at 4/4
-    assert len(list(tmp_path.glob("swarm-n*/seed*.json"))) == 3 * 2  # 3 distinct swarms x 2 seeds, none twice
+    assert len(list(tmp_path.glob("swarm-n*/seed*.json"))) == 4 * 2  # 3 distinct swarms + weak x 2 seeds, none twice
+    # weak peers (N = 2 in the smoke): node 0 the preset's 64x2, node 1 a 32x1, in the swarm and in its silo
+    weak = curves[("weak", 2)]
+    assert set(weak["by_size"]) == {"64x2", "32x1"}
+    for kind in ("silo", "swarm"):
+        for seed in (0, 1):
+            figures = json.loads((tmp_path / f"{kind}-n2{'-4-4' if kind == 'swarm' else ''}-weak/seed{seed}.json").read_text())
+            assert figures["heldout"] == pytest.approx(mean(s["heldout"] for s in figures["by_size"].values()))
+            shapes = [json.loads(next((tmp_path / f"{kind}-n2{'-4-4' if kind == 'swarm' else ''}-weak/seed{seed}/node{i}/"
+                                       "checkpoints").glob("round-*/model/config.json")).read_text()) for i in (0, 1)]
+            assert [(c["hidden_size"], c["num_hidden_layers"]) for c in shapes] == [(64, 2), (32, 1)]
+    for shape in ("64x2", "32x1"):
+        mine = weak["by_size"][shape]
+        assert mine["gain"]["heldout"]["diffs"] == pytest.approx([a - b for a, b in zip(mine["swarm"]["heldout"],
+                                                                                        mine["silo"]["heldout"])])
+    among_strong = weak["strong_vs_strong_peers"]["heldout"]["diffs"]
+    assert among_strong == pytest.approx([a - b for a, b in zip(weak["by_size"]["64x2"]["swarm"]["heldout"],
+                                                                curves[("N", 2)]["swarm"]["heldout"])])
 
 
 def test_bench_round_cost_quick(tmp_path):
