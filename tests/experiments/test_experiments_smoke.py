@@ -145,7 +145,7 @@ def test_exp_swarm_size_quick(tmp_path, monkeypatch):
     weak = curves[("weak", 2)]
     assert set(weak["by_size"]) == {"64x2", "32x1"}
     for kind in ("silo", "swarm"):
-        for seed in (0, 1):
+        for seed in result["seeds"]:
             figures = json.loads((tmp_path / f"{kind}-n2{'-4-4' if kind == 'swarm' else ''}-weak/seed{seed}.json").read_text())
             assert figures["heldout"] == pytest.approx(mean(s["heldout"] for s in figures["by_size"].values()))
             shapes = [json.loads(next((tmp_path / f"{kind}-n2{'-4-4' if kind == 'swarm' else ''}-weak/seed{seed}/node{i}/"
