@@ -331,7 +331,9 @@ def ci_error_bars(comparisons: list[dict]) -> list[list[float]]:
 def plot(result: dict, path: Path) -> None:
     plt = pyplot()
     fin = result["final"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
+    confirm = result.get("confirm")
+    fig, axes = plt.subplots(1, 3 if confirm else 2, figsize=(21 if confirm else 14, 5.5))
+    left, right = axes[0], axes[1]
     for name, curves in fin["curves"].items():
         t = curves[0]["t"]
         left.step(t, [mean(c["heldout"][k] for c in curves) for k in range(len(t))], where="post", label=name,
@@ -346,6 +348,14 @@ def plot(result: dict, path: Path) -> None:
     right.axvline(0, color="black", linewidth=0.8)
     right.set(xlabel="held-out pass@1 at the budget minus the best silo's (paired, 95% bootstrap CI)",
               title=f"{len(result['seeds'])} paired seeds")
+    if confirm:  # the claim re-tested on fresh seeds: each confirmation pair
+        pairs = confirm["pairs"]
+        names = list(pairs)
+        axes[2].barh([n.replace("swarm-positive minus ", "minus ") for n in names], [pairs[n]["heldout"]["mean"] for n in names],
+                     xerr=ci_error_bars([pairs[n]["heldout"] for n in names]), color="tab:brown")
+        axes[2].axvline(0, color="black", linewidth=0.8)
+        axes[2].set(xlabel="swarm-positive minus each: held-out pass@1 at the budget (95% CI)",
+                    title=f"confirmation on {len(confirm['seeds'])} fresh seeds ({confirm['seeds'][0]}-{confirm['seeds'][-1]})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -359,8 +369,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=8, help="paired seeds of the final stage: 0..K-1")
     p.add_argument("--tune-seeds", type=int, default=3, help="tuning seeds: 100..100+K-1, never final ones")
     p.add_argument("--confirm-seeds", type=int, default=0, help="this many fresh seeds after the final ones re-test "
-                   "the claim the final stage points to (0: no confirm stage; there was none to confirm: "
-                   "docs/testnets-and-experiments.md \"The skeptic's test\")")
+                   "swarm-positive, the claim the final stage points to (0: no confirm stage)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="seconds: 2 nodes, 3 rounds, 2 seeds, 2 sweep points, "
                    "in this process")
