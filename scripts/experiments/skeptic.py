@@ -136,6 +136,11 @@ FIGURE_KEYS = ("heldout", *(f"pass{k}" for k in PASS_AT), "auc", "train_reward",
 PAIRED_KEYS = ("heldout", "auc", f"pass{PASS_AT[0]}")
 
 
+def shape_label(size: tuple[int, int]) -> str:
+    """A tiny model's shape as --model-sizes writes it: WIDTHxLAYERS."""
+    return "x".join(map(str, size))
+
+
 def run_figures(result: dict, model_sizes: list[tuple[int, int]] = ()) -> dict:
     """A run's figures, means over its measured (not frozen) nodes, from the testnet report's own
     per-node figures (node/testnet/report_clock.py node_figures, node/testnet/report.py late_diversity).
@@ -161,7 +166,7 @@ def run_figures(result: dict, model_sizes: list[tuple[int, int]] = ()) -> dict:
         })
     out = {key: mean_of(per_node, key) for key in FIGURE_KEYS}
     if model_sizes:
-        shape = {n["index"]: "x".join(map(str, model_sizes[n["index"] % len(model_sizes)])) for n in per_node}
+        shape = {n["index"]: shape_label(model_sizes[n["index"] % len(model_sizes)]) for n in per_node}
         out["by_size"] = {label: {key: mean_of([n for n in per_node if shape[n["index"]] == label], key)
                                   for key in FIGURE_KEYS} for label in dict.fromkeys(shape.values())}
     grid, heldout = zip(*mean_curve([n["curve"] for n in per_node]))

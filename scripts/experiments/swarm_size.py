@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
+from statistics import mean
 
 from scripts.common import arg_parser, command_line, pyplot, run_saved_jobs, runs_dir, write_result
-from scripts.experiments.skeptic import GRID_POINTS, OWN_DROP, PASS_AT, ci_error_bars, run_arm
+from scripts.experiments.skeptic import GRID_POINTS, OWN_DROP, PASS_AT, ci_error_bars, run_arm, shape_label
 
 SIZES = (2, 4, 8, 16)  # N at J = 4 (mix 4/4)
 MIXES = ((6, 2), (4, 4), (2, 6))  # I/J at N = 8
@@ -57,17 +58,16 @@ def run_name(kind: str, point: dict) -> str:
     return name + ("-weak" if point["sizes"] else "")
 
 
-def job(args, kind: str, point: dict, seed: int, budget: float | None) -> dict:
+def job(args, kind: str, point: dict, seed: int, budget: float | None, name: str | None = None) -> dict:
     grid = None if budget is None else budget / GRID_POINTS
-    name = run_name(kind, point)
+    name = name or run_name(kind, point)
     return {"arm": arm((8, 0) if kind == "silo" else point["mix"]), "seed": seed, "budget": budget, "grid": grid,
             "nodes": point["nodes"], "model_sizes": [list(s) for s in point["sizes"]], "rounds": args.rounds,
             "extra": args.extra, "path": str(Path(args.out) / name / f"seed{seed}.json"), "label": f"{name}/seed{seed}"}
 
 
 def derive_budget(args) -> float:
-    budget_job = job(args, "silo", {"nodes": 4, "mix": (8, 0), "sizes": ()}, 100, None)
-    budget_job["path"], budget_job["label"] = str(Path(args.out) / "budget" / "seed100.json"), "budget/seed100"
+    budget_job = job(args, "silo", {"nodes": 4, "mix": (8, 0), "sizes": ()}, 100, None, name="budget")
     (figures,) = run_saved_jobs([budget_job], 1, run_arm)
     return figures["budget_s"]
 
@@ -91,7 +91,7 @@ def run_points(args, budget: float) -> list[dict]:
                 mine = {kind: {key: [f["by_size"][label][key] for f in figs] for key in KEYS} for kind, figs in runs.items()}
                 mine["gain"] = {key: paired_comparison(mine["swarm"][key], mine["silo"][key]) for key in KEYS}
                 point["by_size"][label] = mine
-            strong = "x".join(map(str, point["sizes"][0]))
+            strong = shape_label(point["sizes"][0])
             same = next(p for p in todo if not p["sizes"] and p["nodes"] == point["nodes"] and p["mix"] == point["mix"])
             point["strong_vs_strong_peers"] = {  # a strong node among weak peers minus one among strong peers
                 key: paired_comparison(point["by_size"][strong]["swarm"][key], same["swarm"][key]) for key in KEYS}
@@ -112,9 +112,9 @@ def report_lines(result: dict) -> list[str]:
         if not point["sizes"]:
             lines.append(f"  {label}: {gain(point['gain'])}")
             continue
-        lines.append(f"weak peers, {label}, shapes {' '.join('x'.join(map(str, s)) for s in point['sizes'])} in turn:")
+        lines.append(f"weak peers, {label}, shapes {' '.join(map(shape_label, point['sizes']))} in turn:")
         for shape, mine in point["by_size"].items():
-            silo, swarm = (sum(mine[kind]["heldout"]) / len(mine[kind]["heldout"]) for kind in ("silo", "swarm"))
+            silo, swarm = (mean(mine[kind]["heldout"]) for kind in ("silo", "swarm"))
             lines.append(f"  {shape} nodes (silo {silo:.3f}, swarm {swarm:.3f}): {gain(mine['gain'])}")
         lines.append(f"  a strong node among weak peers minus one among strong peers: {gain(point['strong_vs_strong_peers'])}")
     return lines

@@ -144,12 +144,12 @@ def test_exp_swarm_size_quick(tmp_path, monkeypatch):
     # weak peers (N = 2 in the smoke): node 0 the preset's 64x2, node 1 a 32x1, in the swarm and in its silo
     weak = curves[("weak", 2)]
     assert set(weak["by_size"]) == {"64x2", "32x1"}
-    for kind in ("silo", "swarm"):
+    for folder in ("silo-n2-weak", "swarm-n2-4-4-weak"):
         for seed in result["seeds"]:
-            figures = json.loads((tmp_path / f"{kind}-n2{'-4-4' if kind == 'swarm' else ''}-weak/seed{seed}.json").read_text())
+            figures = json.loads((tmp_path / folder / f"seed{seed}.json").read_text())
             assert figures["heldout"] == pytest.approx(mean(s["heldout"] for s in figures["by_size"].values()))
-            shapes = [json.loads(next((tmp_path / f"{kind}-n2{'-4-4' if kind == 'swarm' else ''}-weak/seed{seed}/node{i}/"
-                                       "checkpoints").glob("round-*/model/config.json")).read_text()) for i in (0, 1)]
+            shapes = [json.loads(next((tmp_path / folder / f"seed{seed}/node{i}/checkpoints").glob(
+                "round-*/model/config.json")).read_text()) for i in (0, 1)]
             assert [(c["hidden_size"], c["num_hidden_layers"]) for c in shapes] == [(64, 2), (32, 1)]
     for shape in ("64x2", "32x1"):
         mine = weak["by_size"][shape]
