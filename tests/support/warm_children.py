@@ -42,7 +42,7 @@ HOOK = ROOT / "tests" / "support" / "warm_site"  # holds only sitecustomize.py: 
 from tests.support.warm_site.sitecustomize import namespaces  # noqa: E402 (stdlib only, like this module's top)
 
 PRELOAD = ("torch", "transformers", "node.cli", "node.service.join", "node.train.assembly", "node.train.loop",
-           "node.hostile.process", "node.testnet.runner", "node.observe.control")
+           "node.hostile.process", "node.testnet.runner", "node.observe.control", "scripts.common", "matplotlib")
 RUNTIME_PREFIXES = ("SWARM_NODE_", "PYTEST_")  # read by the node after start-up, never at import
 # set by a library's import in the test process after the server started (tensorboardX: crc32c's mode;
 # torch: inductor's cache): a fresh child's own imports set them to the same values

@@ -124,20 +124,19 @@ def test_an_oversized_message_is_refused_before_publish(swarm):
 def test_a_killed_daemon_is_restarted_and_delivery_resumes(swarm):
     a = swarm(health_interval_s=0.3, discovery_interval_s=0.5)
     b = swarm(a.listen_addrs(), health_interval_s=0.3, discovery_interval_s=0.5, backoff_max_s=1.0)
-    b.publish(TOPIC, b"before")
-    assert collect(a, TOPIC, 1)[0].data == b"before"
-    old_pid = a.stats()["daemon_pid"]
-    os.kill(old_pid, signal.SIGKILL)
-    wait_until(lambda: a.stats()["daemon_restarts"] == 1 and a.stats()["daemon_state"] == 1, "A's daemon restart",
-               timeout=20)
-    assert a.stats()["daemon_pid"] != old_pid and not pid_alive(old_pid)
-    # A's new daemon reuses its port, so B's redial of its bootstrap peer reaches it; until then
-    # messages may be lost (GossipSub has nobody to send them to), so keep publishing
+    # until B's GossipSub has A in its mesh (and, after the kill, until B's redial of its bootstrap
+    # peer reaches A's new daemon on the same port) a message may go to nobody: keep publishing
     def delivered(sender, receiver, text: bytes) -> bool:
         sender.publish(TOPIC, text)
         time.sleep(0.25)
         return any(r.data == text for r in receiver.drain(TOPIC))
 
+    wait_until(lambda: delivered(b, a, b"before"), "B's messages to reach A", timeout=20)
+    old_pid = a.stats()["daemon_pid"]
+    os.kill(old_pid, signal.SIGKILL)
+    wait_until(lambda: a.stats()["daemon_restarts"] == 1 and a.stats()["daemon_state"] == 1, "A's daemon restart",
+               timeout=20)
+    assert a.stats()["daemon_pid"] != old_pid and not pid_alive(old_pid)
     wait_until(lambda: delivered(b, a, b"after"), "B's messages to reach the restarted A", timeout=30)
     wait_until(lambda: delivered(a, b, b"back"), "the restarted A's messages to reach B", timeout=20)
     assert a.peer_id in wait_until(b.peers, "B to list A")

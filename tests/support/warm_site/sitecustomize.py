@@ -1,7 +1,8 @@
 """The suite's warm children, client side (tests/support/warm_children.py is the server). Python imports this
 at start-up in every child of a test session (tests/conftest.py puts this folder on PYTHONPATH).
 
-When the child is `python -m node.cli ...` (or another module of WARM_MODULES) and the session's fork
+When the child is `python -m node.cli ...` (or another module of WARM_MODULES or WARM_PACKAGES: the
+experiment and bench scripts) and the session's fork
 server answers, this process does not import torch and transformers (about 4 s of CPU): it hands its
 argv, working directory, environment and stdin/stdout/stderr to the server, which forks an
 already-imported copy of itself to run the module; this process stays as its stand-in. It forwards
@@ -18,6 +19,7 @@ import socket
 import sys
 
 WARM_MODULES = ("node.cli", "node.hostile.process")
+WARM_PACKAGES = ("scripts.experiments.", "scripts.bench.")  # their modules too: they import torch
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -51,7 +53,7 @@ def _read_line(sock: socket.socket, buffered: bytearray) -> str:
 
 def _connect(path: str) -> socket.socket | None:
     argv = sys.orig_argv
-    if len(argv) < 3 or argv[1] != "-m" or argv[2] not in WARM_MODULES:
+    if len(argv) < 3 or argv[1] != "-m" or not (argv[2] in WARM_MODULES or argv[2].startswith(WARM_PACKAGES)):
         return None
     try:
         if namespaces() != os.environ.get("SWARM_TEST_WARM_NAMESPACES"):

@@ -3,7 +3,10 @@ what the learner recomputes on the same tokens (ratio 1 on-policy), with left-pa
 different lengths and a non-unit temperature."""
 from __future__ import annotations
 
+import fcntl
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +14,7 @@ import torch
 from policy.backends import make_generator
 from policy.generation import HFGenerator, TokenSampler, build_rollout, decode_with_offsets
 from policy.logprobs import completion_logprobs, pad_batch, selected_logprobs
-from policy.models import ModelConfig, load_policy
+from policy.models import SMOLLM2_CACHE_FOLDER, ModelConfig, convert_smollm2_gguf, load_policy
 from policy.types import SamplingParams
 
 TEMPERATURE = 0.7
@@ -338,8 +341,17 @@ def test_auto_backend_on_a_gpu_takes_vllm_when_its_environment_exists(monkeypatc
 
 
 def smollm2_cache(tmp_path_factory) -> str:
-    """Same session-wide cache as tests/unit/policy/test_models.py: the GGUF is converted once per session."""
-    return str(tmp_path_factory.getbasetemp() / "swarm-node-cache")
+    """The SmolLM2 cache, the GGUF converted into it once: shared by every pytest process of one
+    scripts/test.sh run (SWARM_TEST_SMOLLM2_CACHE; both passes and their workers), else by the session.
+    Under a lock, so a second process waits for the first's conversion instead of doing its own.
+    (tests/unit/policy/test_models.py converts into a cache of its own: it tests the conversion.)"""
+    cache = Path(os.environ.get("SWARM_TEST_SMOLLM2_CACHE") or tmp_path_factory.getbasetemp() / "swarm-node-cache")
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache.parent / f".{cache.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (cache / SMOLLM2_CACHE_FOLDER / "config.json").is_file():
+            convert_smollm2_gguf(cache / SMOLLM2_CACHE_FOLDER)
+    return str(cache)
 
 
 @pytest.fixture(scope="module")

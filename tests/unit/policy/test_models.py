@@ -164,7 +164,7 @@ def test_cache_dir_resolution(monkeypatch, tmp_path):
 
 
 def smollm2_cache(tmp_path_factory) -> str:
-    """One cache per pytest session, shared with tests/unit/policy/test_generation.py: convert only once."""
+    """This module's own cache, converted in its first test of the session (the conversion is what it tests)."""
     return str(tmp_path_factory.getbasetemp() / "swarm-node-cache")
 
 
