@@ -11,6 +11,7 @@
     support/             helpers, imported by path: `from tests.support.waiting import wait_until`
 
 A file sits where most of its tests belong; markers say what a folder cannot: `slow` (seconds to
-minutes) and `serial` (scripts/test.sh runs it alone), per test. Every folder is a package, so
-test modules are imported as `tests.unit.peers.test_exchange` and may import each other by that name.
+minutes) and `serial` (scripts/test.sh runs these one at a time, the rest beside them at nice 19),
+per test. Every folder is a package, so test modules are imported as
+`tests.unit.peers.test_exchange` and may import each other by that name.
 """
