@@ -343,8 +343,8 @@ def test_auto_backend_on_a_gpu_takes_vllm_when_its_environment_exists(monkeypatc
 def smollm2_cache(tmp_path_factory) -> str:
     """The SmolLM2 cache, the GGUF converted into it once: shared by every pytest process of one
     scripts/test.sh run (SWARM_TEST_SMOLLM2_CACHE; both passes and their workers), else by the session.
-    Under a lock, so a second process waits for the first's conversion instead of doing its own.
-    (tests/unit/policy/test_models.py converts into a cache of its own: it tests the conversion.)"""
+    Under a lock, so a second process waits for the first's conversion instead of doing its own
+    (tests/unit/policy/test_models.py checks the conversion it left)."""
     cache = Path(os.environ.get("SWARM_TEST_SMOLLM2_CACHE") or tmp_path_factory.getbasetemp() / "swarm-node-cache")
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache.parent / f".{cache.name}.lock", "w") as lock:

@@ -20,6 +20,7 @@ from policy.models import (
     tokenizer_fingerprint,
 )
 from policy.tiny_tokenizer import CHARACTERS, build_tiny_tokenizer
+from tests.unit.policy.test_generation import smollm2_cache
 
 # Golden fingerprints: a change means peers with the old code would no longer count as sharing
 # our tokenizer (tier 0 in policy/ALGORITHMS.md) -- bump only on purpose.
@@ -163,9 +164,6 @@ def test_cache_dir_resolution(monkeypatch, tmp_path):
 # --- SmolLM2 (slow: the first load of a session converts the GGUF) -----------------------------
 
 
-def smollm2_cache(tmp_path_factory) -> str:
-    """This module's own cache, converted in its first test of the session (the conversion is what it tests)."""
-    return str(tmp_path_factory.getbasetemp() / "swarm-node-cache")
 
 
 @pytest.fixture(scope="module")
